@@ -1,0 +1,50 @@
+#include "ops/agreement.h"
+
+#include <vector>
+
+#include "ops/common/dtype.h"
+#include "ops/common/error.h"
+#include "ops/communicator.h"
+
+namespace cerar {
+
+bool ParameterRecord::operator==(const ParameterRecord& o) const {
+  return magic == o.magic && size == o.size && components == o.components &&
+         algorithm == o.algorithm && dtype == o.dtype && op == o.op && elements == o.elements &&
+         eps == o.eps;
+}
+
+std::string ParameterRecord::describe() const {
+  if (magic != ParameterRecord{}.magic) return "(not a cerar all-reduce)";
+  return detail::concat("(algorithm=", algorithmName(static_cast<Algorithm>(algorithm)),
+                        ", N=", size, ", c=", components, ", d=", elements, ", eps=", eps,
+                        ", dtype=", dtypeName(static_cast<DType>(dtype)),
+                        ", op=", reduceOpName(static_cast<ReduceOp>(op)), ")");
+}
+
+void agreeOnParameters(Transport& transport, const ParameterRecord& mine) {
+  const int N = transport.size();
+  const int rank = transport.rank();
+  if (N == 1) return;
+  std::vector<ParameterRecord> records(N);
+  records[rank] = mine;
+  // Ring allgather: in step s, pass on the record of rank - s, receive that of rank - s - 1.
+  for (int s = 0; s < N - 1; ++s) {
+    const int sendIndex = ((rank - s) % N + N) % N;
+    const int recvIndex = ((rank - s - 1) % N + N) % N;
+    transport.postRecv(transport.prev(), &records[recvIndex], sizeof(ParameterRecord));
+    transport.postSend(transport.next(), &records[sendIndex], sizeof(ParameterRecord));
+    transport.waitRecv(transport.prev());
+    transport.waitSend(transport.next());
+  }
+  // Every rank holds the same records, so every rank reports the same disagreement.
+  for (int other = 1; other < N; ++other) {
+    if (!(records[other] == records[0])) {
+      throw Error(detail::concat("rank ", rank, ": all-reduce parameters disagree: rank 0 has ",
+                                 records[0].describe(), ", rank ", other, " has ",
+                                 records[other].describe()));
+    }
+  }
+}
+
+}  // namespace cerar

@@ -1,0 +1,32 @@
+// Parameter agreement before an all-reduce (cerar-protocol.md, "Parameter agreement").
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ops/transport/transport.h"
+
+namespace cerar {
+
+// What every rank must agree on; a fixed-size record, so that a disagreement can never make
+// two ranks post transfers of different sizes.
+struct ParameterRecord {
+  uint32_t magic = 0x43455241;  // "CERA"
+  int32_t size = 0;
+  int32_t components = 0;
+  uint8_t algorithm = 0;
+  uint8_t dtype = 0;
+  uint8_t op = 0;
+  uint8_t padding = 0;
+  uint64_t elements = 0;
+  double eps = 0;
+
+  bool operator==(const ParameterRecord& other) const;
+  std::string describe() const;
+};
+
+// Gathers every rank's record around the ring (N-1 small messages, not counted in a plan's
+// rounds) and throws Error on every rank if any two differ, naming both ranks and values.
+void agreeOnParameters(Transport& transport, const ParameterRecord& mine);
+
+}  // namespace cerar

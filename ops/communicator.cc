@@ -1,0 +1,74 @@
+#include "ops/communicator.h"
+
+#include <cmath>
+
+#include "ops/agreement.h"
+#include "ops/common/error.h"
+
+namespace cerar {
+
+const char* algorithmName(Algorithm algorithm) {
+  return algorithm == Algorithm::kRing ? "ring" : "cerar";
+}
+
+Algorithm parseAlgorithm(const std::string& name) {
+  if (name == "ring") return Algorithm::kRing;
+  if (name == "cerar") return Algorithm::kCerar;
+  throw Error("unknown algorithm '" + name + "' (expected ring or cerar)");
+}
+
+double defaultEps(DType dtype) {
+  // Near sqrt(N*u): 2^-11 for f32, 2^-25 for f64 (cerar-protocol.md).
+  return dtype == DType::kFloat64 ? std::ldexp(1.0, -25) : std::ldexp(1.0, -11);
+}
+
+Communicator::Communicator(std::shared_ptr<Transport> transport, size_t segmentBytes)
+    : transport_(std::move(transport)), executor_(segmentBytes) {
+  CERAR_ENFORCE(transport_ != nullptr, "communicator needs a transport");
+}
+
+const Plan& Communicator::planFor(Algorithm algorithm, int c, size_t d) {
+  const auto key = std::make_tuple(algorithm, c, d);
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    Plan plan = algorithm == Algorithm::kRing ? makeRingPlan(size(), d, rank())
+                                              : makeCerarPlan(size(), c, d, rank());
+    it = plans_.emplace(key, std::move(plan)).first;
+  }
+  return it->second;
+}
+
+RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
+                                 const AllreduceOptions& options) {
+  const int N = size();
+  int c = N;
+  double eps = 0;
+  if (options.algorithm == Algorithm::kCerar) {
+    CERAR_ENFORCE(isCerarDType(dtype), "rank ", rank(), ": CERAR supports f32 and f64, got ",
+                  dtypeName(dtype), " (use the exact ring)");
+    CERAR_ENFORCE(options.op == ReduceOp::kSum, "rank ", rank(), ": CERAR is linear and only "
+                  "sums; ", reduceOpName(options.op), " needs the exact ring");
+    c = options.components == 0 ? 4 * N : options.components;
+    const std::string invalid = validateCerarParameters(N, c);
+    CERAR_ENFORCE(invalid.empty(), "rank ", rank(), ": ", invalid);
+    eps = options.eps == 0 ? defaultEps(dtype) : options.eps;
+    CERAR_ENFORCE(std::isfinite(eps) && eps > 0, "rank ", rank(),
+                  ": eps must be positive and finite, got ", eps);
+  }
+  CERAR_ENFORCE(data != nullptr || count == 0, "rank ", rank(), ": null buffer");
+  if (options.verifyParameters) {
+    ParameterRecord record;
+    record.size = N;
+    record.components = c;
+    record.algorithm = static_cast<uint8_t>(options.algorithm);
+    record.dtype = static_cast<uint8_t>(dtype);
+    record.op = static_cast<uint8_t>(options.op);
+    record.elements = count;
+    record.eps = eps;
+    agreeOnParameters(*transport_, record);
+  }
+  const Plan& plan = planFor(options.algorithm, c, count);
+  return executor_.run(plan, *transport_, data, CodecParams{dtype, options.op, eps});
+}
+
+}  // namespace cerar

@@ -1,0 +1,50 @@
+// The C++ API for one all-reduce on a group of ranks.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "ops/executor.h"
+
+namespace cerar {
+
+enum class Algorithm : uint8_t { kRing, kCerar };
+const char* algorithmName(Algorithm algorithm);
+Algorithm parseAlgorithm(const std::string& name);  // "ring" | "cerar"
+
+// The spec's default eps: 2^-11 for f32, 2^-25 for f64.
+double defaultEps(DType dtype);
+
+struct AllreduceOptions {
+  Algorithm algorithm = Algorithm::kCerar;
+  int components = 0;  // CERAR's c, a multiple of N; 0 picks 4*N
+  double eps = 0;      // 0 picks defaultEps(dtype)
+  ReduceOp op = ReduceOp::kSum;
+  // Agree on (N, c, d, eps, dtype, op) before the counted rounds, so that ranks that disagree
+  // all fail with a message naming both values. A runtime that negotiates can skip it.
+  bool verifyParameters = true;
+};
+
+// One rank's handle on a group. Thread safety: one operation at a time.
+class Communicator {
+ public:
+  explicit Communicator(std::shared_ptr<Transport> transport,
+                        size_t segmentBytes = Executor::kDefaultSegmentBytes);
+
+  int rank() const { return transport_->rank(); }
+  int size() const { return transport_->size(); }
+  Transport& transport() { return *transport_; }
+
+  // Sums (or min/max with the ring) `count` elements at `data` across ranks, in place.
+  RunStats allreduce(void* data, size_t count, DType dtype, const AllreduceOptions& options);
+
+ private:
+  const Plan& planFor(Algorithm algorithm, int c, size_t d);
+
+  std::shared_ptr<Transport> transport_;
+  Executor executor_;
+  std::map<std::tuple<Algorithm, int, size_t>, Plan> plans_;  // cached per (algorithm, c, d)
+};
+
+}  // namespace cerar

@@ -1,0 +1,47 @@
+// Runs any plan over any transport with the CPU codec; counts rounds and bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "ops/algorithms/plan.h"
+#include "ops/common/dtype.h"
+#include "ops/transport/transport.h"
+
+namespace cerar {
+
+// Arithmetic parameters of one all-reduce.
+struct CodecParams {
+  DType dtype = DType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  double eps = 0;  // only used by CERAR's encode/decode actions
+};
+
+struct RunStats {
+  int rounds = 0;
+  uint64_t bytesSent = 0;      // payload bytes sent by this rank
+  uint64_t bytesReceived = 0;  // payload bytes received by this rank
+  double seconds = 0;
+};
+
+// Streams each round in segments: segment k of round t+1 is computed and sent as soon as
+// segment k of round t has arrived (cerar-protocol.md, "Performance notes").
+// Thread safety: one run at a time per executor; buffers are kept between runs.
+class Executor {
+ public:
+  static constexpr size_t kDefaultSegmentBytes = 256 * 1024;
+
+  explicit Executor(size_t segmentBytes = kDefaultSegmentBytes);
+
+  // Runs `plan` in place on `data` (plan.d elements of params.dtype). The transport's rank and
+  // size must match the plan's.
+  RunStats run(const Plan& plan, Transport& transport, void* data, const CodecParams& params);
+
+ private:
+  size_t segmentBytes_;
+  std::vector<std::byte> send_[2];
+  std::vector<std::byte> recv_[2];
+};
+
+}  // namespace cerar

@@ -1,0 +1,42 @@
+// The one interface every collective talks to: asynchronous point-to-point byte transfers.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace cerar {
+
+// Point-to-point transfers between the ranks of one group.
+//
+// Ordering: sends to one peer are matched with that peer's receives from this rank in posting
+// order, and complete in posting order; the same holds for receives. Both ends must post the
+// same byte counts in the same order (the plans guarantee it; a mismatch is an Error where the
+// transport can see it). Zero-byte transfers must not be posted.
+//
+// Thread safety: one thread drives a Transport at a time (the executor). Buffers passed to a
+// post must stay valid and untouched until the matching wait returns.
+class Transport {
+ public:
+  using Duration = std::chrono::milliseconds;
+
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Default limit for one wait; a wait that exceeds it throws TimeoutError naming the peer.
+  virtual Duration timeout() const = 0;
+
+  // Starts sending `bytes` bytes at `data` to `peer`; returns at once.
+  virtual void postSend(int peer, const void* data, size_t bytes) = 0;
+  // Starts receiving `bytes` bytes from `peer` into `data`; returns at once.
+  virtual void postRecv(int peer, void* data, size_t bytes) = 0;
+  // Waits for the oldest pending send to `peer` / receive from `peer`.
+  virtual void waitSend(int peer) = 0;
+  virtual void waitRecv(int peer) = 0;
+
+  int next() const { return (rank() + 1) % size(); }
+  int prev() const { return (rank() + size() - 1) % size(); }
+};
+
+}  // namespace cerar

@@ -1,0 +1,81 @@
+// Runs one all-reduce on N threads over the in-process transport (test harness).
+#pragma once
+
+#include <chrono>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "ops/communicator.h"
+#include "ops/transport/inproc.h"
+
+namespace cerar::testing {
+
+template <typename T>
+constexpr DType dtypeOf() {
+  return sizeof(T) == 4 ? DType::kFloat32 : DType::kFloat64;
+}
+
+struct SimulationResult {
+  std::vector<RunStats> stats;
+};
+
+// Runs allreduce in place on every rank's buffer; rethrows the first rank's exception.
+template <typename T>
+SimulationResult simulate(std::vector<std::vector<T>>& buffers, const AllreduceOptions& options,
+                          size_t segmentBytes = Executor::kDefaultSegmentBytes,
+                          DType dtype = dtypeOf<T>()) {
+  const int N = static_cast<int>(buffers.size());
+  InprocHub hub(N, std::chrono::seconds(20));
+  SimulationResult result;
+  result.stats.resize(N);
+  std::vector<std::exception_ptr> errors(N);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < N; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        Communicator communicator(hub.connect(rank), segmentBytes);
+        result.stats[rank] = communicator.allreduce(buffers[rank].data(), buffers[rank].size(),
+                                                    dtype, options);
+      } catch (...) {
+        errors[rank] = std::current_exception();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (auto& error : errors)
+    if (error) std::rethrow_exception(error);
+  return result;
+}
+
+// g_i = mu + noise, mu shared by all ranks (the spec's correlated test inputs).
+template <typename T>
+std::vector<std::vector<T>> correlatedInputs(int N, size_t d, unsigned seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal;
+  std::vector<double> mu(d);
+  for (auto& v : mu) v = normal(rng);
+  std::vector<std::vector<T>> inputs(N, std::vector<T>(d));
+  for (auto& input : inputs)
+    for (size_t e = 0; e < d; ++e) input[e] = static_cast<T>(mu[e] + normal(rng));
+  return inputs;
+}
+
+// The reference sum and the sum of magnitudes, per element, in extended precision so that
+// the reference's own rounding stays far below an fp64 result's.
+using Reference = long double;
+template <typename T>
+void exactSums(const std::vector<std::vector<T>>& inputs, std::vector<Reference>& sum,
+               std::vector<Reference>& magnitude) {
+  const size_t d = inputs[0].size();
+  sum.assign(d, 0);
+  magnitude.assign(d, 0);
+  for (const auto& input : inputs) {
+    for (size_t e = 0; e < d; ++e) {
+      sum[e] += input[e];
+      magnitude[e] += std::abs(static_cast<Reference>(input[e]));
+    }
+  }
+}
+
+}  // namespace cerar::testing
