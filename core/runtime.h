@@ -1,0 +1,135 @@
+// The cerar runtime: a background coordinator that negotiates, fuses and dispatches
+// collectives enqueued from any thread (Horovod-style). One Runtime object per process,
+// created by init(); no file-scope globals, so init -> shutdown -> init works.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/common/dtype.h"
+
+namespace cerar {
+
+// User-level reduction: average divides by the full size (joined ranks included).
+enum class Op : uint8_t { kSum, kAverage, kMin, kMax };
+const char* opName(Op op);
+
+// A view of a tensor's memory; the caller keeps it alive until the operation completes.
+struct Tensor {
+  void* data = nullptr;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  int device = -1;  // -1: host memory; >= 0: CUDA device ordinal
+  size_t elements() const;
+  size_t bytes() const;
+};
+
+// Called once on the coordinator thread when an operation ends; `error` is empty on success.
+using Callback = std::function<void(const std::string& error)>;
+
+struct OperationState;
+
+// The handle of one asynchronous operation. Copyable; all copies refer to one operation.
+// Thread safety: every member may be called from any thread.
+class Handle {
+ public:
+  Handle() = default;
+  explicit Handle(std::shared_ptr<OperationState> state);
+  // True once the operation has ended, successfully or not.
+  bool poll() const;
+  // Blocks until the operation ends; throws cerar::Error carrying the runtime's message.
+  void wait() const;
+  // Like wait() with a limit; returns false if the operation is still running.
+  bool waitFor(std::chrono::milliseconds limit) const;
+  // allgather: the gathered bytes (ranks in order) and their shape; valid after wait().
+  const std::vector<std::byte>& output() const;
+  const std::vector<int64_t>& outputShape() const;
+  // join: the rank that joined last; valid after wait().
+  int lastJoinedRank() const;
+
+ private:
+  std::shared_ptr<OperationState> state_;
+};
+
+// Settings, from the environment by default (names as Horovod's, prefixed CERAR_).
+struct RuntimeConfig {
+  int rank = 0, size = 1, localRank = 0, localSize = 1;
+  std::string rendezvousAddr = "127.0.0.1";
+  int rendezvousPort = 0;
+  std::string secret;
+  std::string iface;                          // network interface for the data links ("" = auto)
+  size_t fusionThresholdBytes = 64u << 20;    // CERAR_FUSION_THRESHOLD; 0 disables fusion
+  double cycleTimeMs = 1.0;                   // CERAR_CYCLE_TIME
+  size_t cacheCapacity = 1024;                // CERAR_CACHE_CAPACITY; 0 disables the cache
+  std::string algorithm = "auto";             // CERAR_ALGORITHM: auto | ring | cerar
+  int components = 0;                         // CERAR_COMPONENTS; 0 = cost model
+  double eps = 0;                             // CERAR_EPS; 0 = the spec's default per dtype
+  std::string timeline;                       // CERAR_TIMELINE
+  double stallCheckSeconds = 60;              // CERAR_STALL_CHECK_TIME_SECONDS
+  double stallShutdownSeconds = 0;            // CERAR_STALL_SHUTDOWN_TIME_SECONDS; 0 = never
+  double timeoutSeconds = 60;                 // CERAR_TIMEOUT_SECONDS: a dead peer's limit
+  std::string logLevel = "warning";           // CERAR_LOG_LEVEL
+
+  // Reads the launcher's variables (CERAR_RANK, ...), or torchrun's, Open MPI's or SLURM's
+  // (architecture.md, "Conventions"), and the knobs; a bad value throws Error naming it.
+  static RuntimeConfig fromEnvironment();
+};
+
+// Counters for tests and benchmarks.
+struct RuntimeStats {
+  uint64_t cycles = 0;
+  uint64_t cacheHits = 0;
+  uint64_t cacheMisses = 0;
+  uint64_t fusedBuffers = 0;      // collectives dispatched for allreduce
+  uint64_t tensorsReduced = 0;
+  uint64_t bytesSent = 0;
+  uint64_t ringBuffers = 0;
+  uint64_t cerarBuffers = 0;
+};
+
+class Runtime {
+ public:
+  // Connects to the other ranks and starts the coordinator thread.
+  static std::unique_ptr<Runtime> start(const RuntimeConfig& config);
+  virtual ~Runtime() = default;
+
+  // Joins the coordinator; pending operations fail with "cerar has been shut down".
+  // Idempotent; also done by the destructor.
+  virtual void shutdown() = 0;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual int localRank() const = 0;
+  virtual int localSize() const = 0;
+
+  // Every operation is matched across ranks by name; a name may be in flight only once.
+  // `output` may alias `input` (in place).
+  virtual Handle allreduce(const std::string& name, Tensor input, Tensor output, Op op,
+                           double prescale = 1.0, double postscale = 1.0,
+                           Callback callback = {}) = 0;
+  // Fused as one unit: all or none are dispatched together.
+  virtual Handle groupedAllreduce(const std::vector<std::string>& names,
+                                  std::vector<Tensor> inputs, std::vector<Tensor> outputs, Op op,
+                                  double prescale = 1.0, double postscale = 1.0,
+                                  Callback callback = {}) = 0;
+  // Concatenates along the first dimension, which may differ per rank.
+  virtual Handle allgather(const std::string& name, Tensor input, Callback callback = {}) = 0;
+  // In place: every rank ends with root's tensor.
+  virtual Handle broadcast(const std::string& name, Tensor tensor, int root,
+                           Callback callback = {}) = 0;
+  virtual Handle barrier(Callback callback = {}) = 0;
+  // This rank has run out of data: others' collectives complete without it (it contributes
+  // the op's identity) until every rank has joined.
+  virtual Handle join(Callback callback = {}) = 0;
+
+  virtual void startTimeline(const std::string& path) = 0;
+  virtual void stopTimeline() = 0;
+  virtual RuntimeStats stats() const = 0;
+};
+
+}  // namespace cerar
