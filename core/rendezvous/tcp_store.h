@@ -1,0 +1,87 @@
+// Rendezvous over TCP: a small key-value store that needs no shared file system and no Redis.
+//
+// One process (the launcher, or rank 0) hosts a TcpStoreServer; every rank connects a TcpStore
+// client, which implements Gloo's Store interface so it can be handed to connectFullMesh.
+// Every connection must first present the job secret, which keeps other jobs and strangers on
+// the same host out of this job's keys.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gloo/rendezvous/store.h>
+
+namespace cerar {
+
+// The store's server. Keys map to byte strings; a set of an existing key overwrites it (Gloo
+// never does that; counters made by add() are updated in place). Counters are stored as
+// decimal ASCII, so get() and wait() work on them too.
+//
+// Fork: the constructor only binds and listens; start() launches the io thread. A launcher
+// constructs the server, fork()s its children (which inherit no thread and never touch the
+// server), then calls start(); connections made before start() wait in the listen backlog.
+// Thread safety: tryGet() and port() may be called from any thread.
+class TcpStoreServer {
+ public:
+  // Binds host:port (port 0 picks an ephemeral port). Throws cerar::Error when it cannot.
+  TcpStoreServer(const std::string& host, uint16_t port, std::string secret);
+  ~TcpStoreServer();  // stops the io thread and closes every connection
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  uint16_t port() const;
+  // Starts serving on a thread of its own. Call at most once.
+  void start();
+  // Reads a key locally, without a connection (e.g. results that children put).
+  std::optional<std::vector<char>> tryGet(const std::string& key) const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// A client connection. Every failure, timeouts included, throws gloo::IoException (the type
+// Gloo's rendezvous expects) with a message naming host:port and the key.
+// Thread safety: all calls may be made from any thread; they are serialised on one socket.
+class TcpStore : public gloo::rendezvous::Store {
+ public:
+  // Connects, retrying until `timeout` passes (the server may start a little later), and
+  // presents `secret`. `timeout` is also the limit of get() and wait(keys).
+  TcpStore(const std::string& host, uint16_t port, const std::string& secret,
+           std::chrono::milliseconds timeout = kDefaultTimeout);
+  ~TcpStore() override;
+
+  void set(const std::string& key, const std::vector<char>& data) override;
+  // Blocks until the key exists (Gloo calls get without waiting first).
+  std::vector<char> get(const std::string& key) override;
+  void wait(const std::vector<std::string>& keys) override;
+  // A zero timeout waits without limit.
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
+  // Adds `delta` to the counter `key` (created at 0) and returns the new value; atomic.
+  int64_t add(const std::string& key, int64_t delta);
+  // True when every key exists; does not block.
+  bool check(const std::vector<std::string>& keys);
+
+  std::string address() const;  // "host:port"
+
+  struct Conn;
+
+ private:
+  std::vector<char> request(const std::vector<char>& body, std::chrono::milliseconds limit,
+                            const std::string& what);
+
+  std::mutex mutex_;
+  std::unique_ptr<Conn> conn_;
+  std::string host_;
+  uint16_t port_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace cerar

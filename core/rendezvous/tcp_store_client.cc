@@ -1,0 +1,201 @@
+// The rendezvous store's client (the server is in tcp_store.cc).
+#include <thread>
+
+#include <utility>  // Boost 1.74's Asio uses std::exchange without including it
+
+#include <boost/asio.hpp>
+#include <gloo/common/error.h>
+
+#include "core/rendezvous/tcp_store.h"
+#include "core/rendezvous/wire.h"
+#include "ops/common/error.h"
+
+namespace cerar {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using boost::system::error_code;
+using Clock = std::chrono::steady_clock;
+using namespace rendezvous_wire;
+
+namespace {
+// Extra time the client allows a server-side wait before it gives up on the connection.
+constexpr std::chrono::milliseconds kGrace{5000};
+}  // namespace
+
+// The client's socket runs on a private io_context driven by the calling thread, so that every
+// socket operation has a deadline (blocking Asio calls have none) and no thread is needed.
+struct TcpStore::Conn {
+  asio::io_context io;
+  tcp::socket socket{io};
+  bool broken = false;
+
+  // Starts one async operation and runs it until it completes or `limit` passes (0: no
+  // limit). On expiry the socket is closed, since the stream position is then unknown.
+  template <typename Start>
+  error_code run(std::chrono::milliseconds limit, Start start) {
+    bool done = false;
+    error_code result;
+    start([&](const error_code& ec, auto&&...) {
+      done = true;
+      result = ec;
+    });
+    io.restart();
+    if (limit.count() > 0) {
+      io.run_for(limit);
+    } else {
+      io.run();
+    }
+    if (done) return result;
+    error_code ignored;
+    socket.close(ignored);
+    io.restart();
+    io.run();  // lets the cancelled operation finish
+    return asio::error::timed_out;
+  }
+};
+
+TcpStore::TcpStore(const std::string& host, uint16_t port, const std::string& secret,
+                   std::chrono::milliseconds timeout)
+    : conn_(std::make_unique<Conn>()), host_(host), port_(port), timeout_(timeout) {
+  const auto deadline = Clock::now() + timeout;
+  auto left = [&] {
+    return std::max(std::chrono::milliseconds(1),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+  };
+  for (;;) {
+    error_code ec;
+    tcp::resolver resolver(conn_->io);
+    auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+    if (!ec) {
+      ec = conn_->run(left(), [&](auto handler) {
+        asio::async_connect(conn_->socket, endpoints, handler);
+      });
+    }
+    if (!ec) break;
+    // The server may not be listening yet: retry until the deadline.
+    if (Clock::now() >= deadline) {
+      throw gloo::IoException(detail::concat("cannot connect to the rendezvous store at ",
+                                             address(), " within ", timeout.count(),
+                                             " ms: ", ec.message()));
+    }
+    error_code ignored;
+    conn_->socket.close(ignored);
+    std::this_thread::sleep_for(std::min(std::chrono::milliseconds(50), left()));
+  }
+  error_code ignored;
+  conn_->socket.set_option(tcp::no_delay(true), ignored);
+  Writer hello;
+  hello.u8(static_cast<uint8_t>(Op::kHello));
+  hello.str(secret);
+  request(hello.data, timeout_, "hello");
+}
+
+TcpStore::~TcpStore() = default;
+
+std::string TcpStore::address() const { return detail::concat(host_, ":", port_); }
+
+std::vector<char> TcpStore::request(const std::vector<char>& body,
+                                    std::chrono::milliseconds limit, const std::string& what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto fail = [&](const std::string& why) {
+    return gloo::IoException(
+        detail::concat("rendezvous store ", address(), ": ", what, ": ", why));
+  };
+  if (conn_->broken) throw fail("the connection was lost by an earlier request");
+  const auto deadline = Clock::now() + limit;
+  auto left = [&] {
+    if (limit.count() <= 0) return std::chrono::milliseconds(0);
+    return std::max(std::chrono::milliseconds(1),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+  };
+  Writer w;
+  w.u32(static_cast<uint32_t>(body.size()));
+  w.data.insert(w.data.end(), body.begin(), body.end());
+  std::array<unsigned char, 4> header{};
+  std::vector<char> reply;
+  error_code ec = conn_->run(left(), [&](auto handler) {
+    asio::async_write(conn_->socket, asio::buffer(w.data), handler);
+  });
+  if (!ec) {
+    ec = conn_->run(left(), [&](auto handler) {
+      asio::async_read(conn_->socket, asio::buffer(header), handler);
+    });
+  }
+  if (!ec) {
+    uint32_t length = decodeLength(header);
+    if (length == 0 || length > kMaxFrame) throw fail("malformed reply");
+    reply.resize(length);
+    ec = conn_->run(left(), [&](auto handler) {
+      asio::async_read(conn_->socket, asio::buffer(reply), handler);
+    });
+  }
+  if (ec) {
+    conn_->broken = true;
+    throw fail(ec == asio::error::timed_out ? "no reply in time" : ec.message());
+  }
+  auto status = static_cast<Status>(reply[0]);
+  reply.erase(reply.begin());
+  switch (status) {
+    case Status::kOk:
+      return reply;
+    case Status::kTimeout:
+      throw fail("timed out");
+    case Status::kRejected:
+      conn_->broken = true;
+      throw gloo::IoException(
+          detail::concat("rendezvous store rejected the job secret (", address(), ")"));
+    default:
+      throw fail(std::string(reply.begin(), reply.end()));
+  }
+}
+
+void TcpStore::set(const std::string& key, const std::vector<char>& data) {
+  Writer w;
+  w.u8(static_cast<uint8_t>(Op::kSet));
+  w.str(key);
+  w.bytes(data.data(), data.size());
+  request(w.data, timeout_, detail::concat("set '", key, "'"));
+}
+
+std::vector<char> TcpStore::get(const std::string& key) {
+  Writer w;
+  w.u8(static_cast<uint8_t>(Op::kGet));
+  w.i64(timeout_.count());
+  w.strs({key});
+  return request(w.data, timeout_.count() > 0 ? timeout_ + kGrace : timeout_,
+                 detail::concat("get '", key, "' (waited up to ", timeout_.count(), " ms)"));
+}
+
+void TcpStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
+
+void TcpStore::wait(const std::vector<std::string>& keys,
+                    const std::chrono::milliseconds& timeout) {
+  Writer w;
+  w.u8(static_cast<uint8_t>(Op::kWait));
+  w.i64(timeout.count());
+  w.strs(keys);
+  std::string names;
+  for (const auto& key : keys) names += (names.empty() ? "'" : ", '") + key + "'";
+  request(w.data, timeout.count() > 0 ? timeout + kGrace : timeout,
+          detail::concat("wait for ", names, " (waited up to ", timeout.count(), " ms)"));
+}
+
+int64_t TcpStore::add(const std::string& key, int64_t delta) {
+  Writer w;
+  w.u8(static_cast<uint8_t>(Op::kAdd));
+  w.str(key);
+  w.i64(delta);
+  auto reply = request(w.data, timeout_, detail::concat("add to '", key, "'"));
+  return Reader(reply).i64();
+}
+
+bool TcpStore::check(const std::vector<std::string>& keys) {
+  Writer w;
+  w.u8(static_cast<uint8_t>(Op::kCheck));
+  w.strs(keys);
+  auto reply = request(w.data, timeout_, "check");
+  return !reply.empty() && reply[0] != 0;
+}
+
+}  // namespace cerar

@@ -1,0 +1,117 @@
+// The rendezvous store's wire format, shared by its server and client (internal).
+//
+// Every message is a frame: a 4-byte little-endian length, then the body. A request body is
+// an op byte and its fields; a response body is a status byte and its payload. Integers are
+// little-endian, strings and byte strings carry a 4-byte length. The first request of a
+// connection must be kHello with the job secret.
+#pragma once
+
+#include <array>
+#include <charconv>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace cerar::rendezvous_wire {
+
+enum class Op : uint8_t { kHello = 1, kSet, kGet, kWait, kAdd, kCheck };
+enum class Status : uint8_t { kOk = 0, kTimeout, kRejected, kError };
+
+constexpr uint32_t kMaxHello = 4096;        // before the secret is checked
+constexpr uint32_t kMaxFrame = 1u << 30;    // after
+
+struct Writer {
+  std::vector<char> data;
+  void u8(uint8_t v) { data.push_back(static_cast<char>(v)); }
+  void u32(uint32_t v) {
+    for (int i = 0; i < 4; ++i) u8(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  void i64(int64_t v) {
+    for (int i = 0; i < 8; ++i) u8(static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i)));
+  }
+  void bytes(const char* p, size_t n) {
+    u32(static_cast<uint32_t>(n));
+    data.insert(data.end(), p, p + n);
+  }
+  void str(const std::string& s) { bytes(s.data(), s.size()); }
+  void strs(const std::vector<std::string>& v) {
+    u32(static_cast<uint32_t>(v.size()));
+    for (const auto& s : v) str(s);
+  }
+};
+
+// Bounds-checked: a malformed body throws instead of reading past its end.
+struct Reader {
+  const std::vector<char>& data;
+  size_t at = 0;
+  explicit Reader(const std::vector<char>& d) : data(d) {}
+  const char* take(size_t n) {
+    if (n > data.size() - at) throw std::runtime_error("malformed rendezvous message");
+    at += n;
+    return data.data() + at - n;
+  }
+  uint8_t u8() { return static_cast<uint8_t>(*take(1)); }
+  uint32_t u32() {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= uint32_t{u8()} << (8 * i);
+    return v;
+  }
+  int64_t i64() {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= uint64_t{u8()} << (8 * i);
+    return static_cast<int64_t>(v);
+  }
+  std::vector<char> bytes() {
+    uint32_t n = u32();
+    const char* p = take(n);
+    return std::vector<char>(p, p + n);
+  }
+  std::string str() {
+    uint32_t n = u32();
+    return std::string(take(n), n);
+  }
+  std::vector<std::string> strs() {
+    uint32_t n = u32();
+    std::vector<std::string> v;
+    for (uint32_t i = 0; i < n; ++i) v.push_back(str());
+    return v;
+  }
+};
+
+inline uint32_t decodeLength(const std::array<unsigned char, 4>& h) {
+  return uint32_t{h[0]} | uint32_t{h[1]} << 8 | uint32_t{h[2]} << 16 | uint32_t{h[3]} << 24;
+}
+
+// A frame holding `body`, itself prefixed by one leading byte (op or status).
+inline std::vector<char> frame(uint8_t lead, const std::vector<char>& body) {
+  Writer w;
+  w.u32(static_cast<uint32_t>(body.size() + 1));
+  w.u8(lead);
+  w.data.insert(w.data.end(), body.begin(), body.end());
+  return w.data;
+}
+inline std::vector<char> frame(Status s, const std::vector<char>& body) {
+  return frame(static_cast<uint8_t>(s), body);
+}
+
+// Compares in time independent of where the strings differ (the length is not secret).
+inline bool sameSecret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// Counters are decimal ASCII; a missing key counts as 0.
+inline int64_t parseCounter(const std::vector<char>& v) {
+  int64_t n = 0;
+  if (v.empty()) return 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || end != v.data() + v.size()) {
+    throw std::runtime_error("add() on a key that does not hold a counter");
+  }
+  return n;
+}
+
+}  // namespace cerar::rendezvous_wire

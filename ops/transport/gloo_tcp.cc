@@ -1,0 +1,184 @@
+#include "ops/transport/gloo_tcp.h"
+
+#include <csignal>
+#include <map>
+#include <mutex>
+
+#include <gloo/common/error.h>
+#include <gloo/context.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+
+#include "ops/common/error.h"
+
+namespace cerar {
+namespace {
+
+// Gloo's own collectives build their slots with prefixes 0x01..0x08; 0x43 keeps this
+// transport's transfers apart from theirs on a shared context. One slot suffices because Gloo
+// matches the transfers of a (pair, slot) in posting order, which is the order we need.
+const uint64_t kSlot = gloo::Slot::build(0x43, 0);
+
+// Gloo prefixes its messages with "[file:line] "; the rank and peer we add say more.
+std::string glooMessage(const std::exception& e) {
+  std::string text = e.what();
+  if (!text.empty() && text[0] == '[') {
+    auto end = text.find("] ");
+    if (end != std::string::npos) text.erase(0, end + 2);
+  }
+  return text;
+}
+
+// A context per call needs fresh keys; ranks agree on the counter because each rank creates
+// its contexts on a store in the same order (keyed by rank too, for ranks sharing a process).
+int nextGeneration(const gloo::rendezvous::Store& store, int rank) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> counters;
+  std::lock_guard<std::mutex> lock(mutex);
+  return counters[{&store, rank}]++;
+}
+
+}  // namespace
+
+GlooTransport::GlooTransport(std::shared_ptr<gloo::Context> context, Duration timeout)
+    : context_(std::move(context)),
+      rank_(context_->rank),
+      size_(context_->size),
+      timeout_(timeout),
+      sends_(size_),
+      recvs_(size_) {
+  CERAR_ENFORCE(timeout_.count() > 0, "GlooTransport: the timeout must be positive");
+}
+
+GlooTransport::~GlooTransport() {
+  bool pending = false;
+  for (int peer = 0; peer < size_; ++peer) {
+    pending = pending || !sends_[peer].empty() || !recvs_[peer].empty();
+  }
+  // Abandoned transfers: close the pairs so Gloo stops touching the caller's memory and the
+  // peers fail at once instead of waiting for their timeout.
+  if (pending && failure_.empty()) {
+    try {
+      context_->closeConnections();
+    } catch (...) {
+    }
+  }
+  sends_.clear();
+  recvs_.clear();
+}
+
+void GlooTransport::checkUsable(int peer, const char* op) const {
+  if (!failure_.empty()) {
+    throw Error(detail::concat("rank ", rank_, ": cannot ", op, " rank ", peer,
+                               ": the Gloo transport is unusable after an earlier failure (",
+                               failure_, ")"));
+  }
+  CERAR_ENFORCE(peer >= 0 && peer < size_ && peer != rank_, "rank ", rank_, ": cannot ", op,
+                " rank ", peer, " in a group of ", size_);
+}
+
+void GlooTransport::fail(const std::string& what, bool timedOut, int peer) {
+  failure_ = what;
+  // Gloo has closed some or all pairs; close the rest so that no pending transfer writes into
+  // memory the caller may free after this error, then drop every pending transfer.
+  try {
+    context_->closeConnections();
+  } catch (...) {
+  }
+  for (int p = 0; p < size_; ++p) {
+    sends_[p].clear();
+    recvs_[p].clear();
+  }
+  if (timedOut) throw TimeoutError(what, peer);
+  throw Error(what);
+}
+
+void GlooTransport::post(bool send, int peer, void* data, size_t bytes) {
+  checkUsable(peer, send ? "send to" : "receive from");
+  CERAR_ENFORCE(bytes > 0 && data != nullptr, "rank ", rank_, ": zero-byte or null ",
+                send ? "send to" : "receive from", " rank ", peer, " (not allowed)");
+  try {
+    auto buffer = context_->createUnboundBuffer(data, bytes);
+    if (send) {
+      buffer->send(peer, kSlot);
+    } else {
+      buffer->recv(peer, kSlot);
+    }
+    (send ? sends_ : recvs_)[peer].push_back({std::move(buffer), bytes});
+  } catch (const std::exception& e) {
+    fail(detail::concat("rank ", rank_, ": posting a ", send ? "send" : "receive", " of ", bytes,
+                        " bytes ", send ? "to" : "from", " rank ", peer,
+                        " failed: ", glooMessage(e)),
+         false, peer);
+  }
+}
+
+void GlooTransport::wait(bool send, int peer) {
+  checkUsable(peer, send ? "wait for a send to" : "wait for a receive from");
+  auto& queue = (send ? sends_ : recvs_)[peer];
+  CERAR_ENFORCE(!queue.empty(), "rank ", rank_, ": ", send ? "waitSend" : "waitRecv", "(",
+                peer, ") without a pending transfer");
+  Pending op = std::move(queue.front());
+  queue.pop_front();
+  const auto start = std::chrono::steady_clock::now();
+  std::string why;
+  try {
+    if (send ? op.buffer->waitSend(timeout_) : op.buffer->waitRecv(timeout_)) return;
+    why = "aborted";
+  } catch (const std::exception& e) {
+    why = glooMessage(e);
+  }
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  if (why.find("Timed out") != std::string::npos || elapsed >= timeout_) {
+    fail(detail::concat("rank ", rank_, ": timed out after ", timeout_.count(),
+                        " ms waiting to ", send ? "send " : "receive ", op.bytes, " bytes ",
+                        send ? "to" : "from", " rank ", peer),
+         true, peer);
+  }
+  fail(detail::concat("rank ", rank_, ": ", send ? "send of " : "receive of ", op.bytes,
+                      " bytes ", send ? "to" : "from", " rank ", peer, " failed: ", why),
+       false, peer);
+}
+
+void GlooTransport::postSend(int peer, const void* data, size_t bytes) {
+  // Gloo's buffer type is not const-aware; a send only reads.
+  post(true, peer, const_cast<void*>(data), bytes);
+}
+void GlooTransport::postRecv(int peer, void* data, size_t bytes) { post(false, peer, data, bytes); }
+void GlooTransport::waitSend(int peer) { wait(true, peer); }
+void GlooTransport::waitRecv(int peer) { wait(false, peer); }
+
+std::unique_ptr<GlooTransport> connectGloo(gloo::rendezvous::Store& store, int rank, int size,
+                                           const GlooOptions& options) {
+  CERAR_ENFORCE(size >= 1 && rank >= 0 && rank < size, "connectGloo: rank ", rank,
+                " is not in a group of ", size);
+  CERAR_ENFORCE(options.timeout.count() > 0, "connectGloo: the timeout must be positive");
+  // A peer that dies turns our next write into SIGPIPE, which would kill this process.
+  static std::once_flag sigpipe;
+  std::call_once(sigpipe, [] { std::signal(SIGPIPE, SIG_IGN); });
+
+  const std::string prefix = detail::concat(options.prefix, "/", nextGeneration(store, rank));
+  try {
+    gloo::transport::tcp::attr attr;
+    if (!options.hostname.empty()) {
+      attr.hostname = options.hostname;
+    } else {
+      attr.iface = options.iface;
+    }
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    // Must precede connectFullMesh: the pairs copy the timeout when they are created.
+    context->setTimeout(options.timeout);
+    gloo::rendezvous::PrefixStore scoped(prefix, store);
+    context->connectFullMesh(scoped, device);
+    return std::make_unique<GlooTransport>(std::move(context), options.timeout);
+  } catch (const std::exception& e) {
+    throw Error(detail::concat("rank ", rank, ": Gloo rendezvous of ", size,
+                               " ranks (keys '", prefix, "/...') failed: ", glooMessage(e)));
+  }
+}
+
+}  // namespace cerar

@@ -1,0 +1,84 @@
+// Gloo TCP transport: point-to-point transfers over a Gloo context's pairs (UnboundBuffers).
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/transport/transport.h"
+
+namespace gloo {
+class Context;
+namespace rendezvous {
+class Store;
+}
+namespace transport {
+class UnboundBuffer;
+}
+}  // namespace gloo
+
+namespace cerar {
+
+struct GlooOptions {
+  std::string iface = "lo";  // interface whose address the ranks publish
+  std::string hostname;      // overrides iface when set (an address or a resolvable name)
+  std::chrono::milliseconds timeout{30000};  // rendezvous limit and default limit of a wait
+  std::string prefix = "cerar";              // key prefix of the contexts in the store
+};
+
+// One rank's link to every other rank of a Gloo context. Each post creates an UnboundBuffer
+// over exactly the caller's bytes (Gloo allows one pending operation per buffer) and queues it
+// per peer, so waits complete posts in order.
+//
+// Failure: Gloo closes every pair of the context after any error or timeout, so the first
+// failure makes the transport unusable; later calls throw at once, repeating the first error.
+// Limits of Gloo that the plans must respect: both ends post equal byte counts (a longer send
+// aborts the receiving process inside Gloo), and no transfer to oneself.
+class GlooTransport : public Transport {
+ public:
+  // `context` must be connected (connectFullMesh done); `timeout` limits each wait.
+  GlooTransport(std::shared_ptr<gloo::Context> context, Duration timeout);
+  ~GlooTransport() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Duration timeout() const override { return timeout_; }
+
+  void postSend(int peer, const void* data, size_t bytes) override;
+  void postRecv(int peer, void* data, size_t bytes) override;
+  void waitSend(int peer) override;
+  void waitRecv(int peer) override;
+
+  // The underlying context, e.g. to run Gloo's own collectives over the same links. Gloo's
+  // collectives use other slots, so they do not interfere with this transport's transfers.
+  std::shared_ptr<gloo::Context> context() const { return context_; }
+
+ private:
+  struct Pending {
+    std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+    size_t bytes;
+  };
+  void checkUsable(int peer, const char* op) const;
+  void post(bool send, int peer, void* data, size_t bytes);
+  void wait(bool send, int peer);
+  [[noreturn]] void fail(const std::string& what, bool timedOut, int peer);
+
+  std::shared_ptr<gloo::Context> context_;  // first member: outlives the buffers below
+  int rank_;
+  int size_;
+  Duration timeout_;
+  std::vector<std::deque<Pending>> sends_;  // per peer, oldest first
+  std::vector<std::deque<Pending>> recvs_;
+  std::string failure_;  // the first error; non-empty means unusable
+};
+
+// Connects rank `rank` of `size` through `store` over Gloo's TCP transport. Each call uses a
+// fresh key prefix (options.prefix + a per-(store, rank) counter), since Gloo never overwrites
+// keys: every rank must create its contexts on the same store in the same order.
+// Throws cerar::Error naming the rank when the rendezvous fails or times out.
+std::unique_ptr<GlooTransport> connectGloo(gloo::rendezvous::Store& store, int rank, int size,
+                                           const GlooOptions& options = {});
+
+}  // namespace cerar
