@@ -36,6 +36,7 @@ struct TcpStoreServer::Impl {
   asio::io_context io;  // first member: destroyed last, after every socket and timer
   tcp::acceptor acceptor{io};
   std::string secret;
+  uint16_t port = 0;  // cached: the acceptor belongs to the io thread once serving
   std::thread thread;
   mutable std::mutex mutex;
   std::map<std::string, std::vector<char>> data;  // guarded by mutex
@@ -198,11 +199,14 @@ TcpStoreServer::TcpStoreServer(const std::string& host, uint16_t port, std::stri
     : impl_(std::make_unique<Impl>()) {
   impl_->secret = std::move(secret);
   try {
-    tcp::endpoint endpoint(asio::ip::make_address(host), port);
+    // A name ("localhost", the host's name) or an address; the first match is used.
+    tcp::endpoint endpoint =
+        *tcp::resolver(impl_->io).resolve(host, std::to_string(port)).begin();
     impl_->acceptor.open(endpoint.protocol());
     impl_->acceptor.set_option(tcp::acceptor::reuse_address(true));
     impl_->acceptor.bind(endpoint);
     impl_->acceptor.listen(asio::socket_base::max_listen_connections);
+    impl_->port = impl_->acceptor.local_endpoint().port();
   } catch (const boost::system::system_error& e) {
     throw Error(detail::concat("rendezvous store: cannot listen on ", host, ":", port, ": ",
                                e.what()));
@@ -215,7 +219,7 @@ TcpStoreServer::~TcpStoreServer() {
   impl_->waiters.clear();  // sessions parked there close with them
 }
 
-uint16_t TcpStoreServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+uint16_t TcpStoreServer::port() const { return impl_->port; }
 
 void TcpStoreServer::start() {
   CERAR_ENFORCE(!impl_->thread.joinable(), "TcpStoreServer::start called twice");

@@ -1,0 +1,160 @@
+// The rendezvous store: set/get, blocking get, timeouts, counters, the job secret.
+#include <atomic>
+#include <thread>
+
+#include <gloo/common/error.h>
+#include <gtest/gtest.h>
+
+#include "core/rendezvous/tcp_store.h"
+#include "ops/common/error.h"
+
+namespace cerar {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+std::vector<char> bytes(const std::string& s) { return std::vector<char>(s.begin(), s.end()); }
+
+long msSince(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+TEST(TcpStore, SetGetCheckAndLocalRead) {
+  TcpStoreServer server("127.0.0.1", 0, "s3cret");
+  server.start();
+  TcpStore store("127.0.0.1", server.port(), "s3cret", 2s);
+  EXPECT_FALSE(store.check({"a"}));
+  store.set("a", bytes("alpha"));
+  store.set("empty", {});
+  EXPECT_EQ(store.get("a"), bytes("alpha"));
+  EXPECT_TRUE(store.get("empty").empty());
+  EXPECT_TRUE(store.check({"a", "empty"}));
+  EXPECT_FALSE(store.check({"a", "b"}));
+  store.set("a", bytes("again"));  // documented: a second set overwrites
+  EXPECT_EQ(store.get("a"), bytes("again"));
+  EXPECT_EQ(server.tryGet("a"), bytes("again"));
+  EXPECT_FALSE(server.tryGet("b").has_value());
+  std::vector<char> big(3 << 20);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
+  store.set("big", big);
+  EXPECT_EQ(store.get("big"), big);
+}
+
+TEST(TcpStore, GetBlocksUntilAnotherClientSets) {
+  TcpStoreServer server("127.0.0.1", 0, "k");
+  server.start();
+  TcpStore reader("127.0.0.1", server.port(), "k", 5s);
+  std::thread writer([port = server.port()] {
+    TcpStore store("127.0.0.1", port, "k", 5s);
+    std::this_thread::sleep_for(150ms);
+    store.set("late", bytes("here"));
+    store.set("late2", bytes("too"));
+  });
+  auto start = Clock::now();
+  EXPECT_EQ(reader.get("late"), bytes("here"));
+  EXPECT_GE(msSince(start), 100);
+  reader.wait({"late", "late2"});
+  writer.join();
+}
+
+TEST(TcpStore, TimedWaitAndGetThrowGlooIoException) {
+  TcpStoreServer server("127.0.0.1", 0, "k");
+  server.start();
+  TcpStore store("127.0.0.1", server.port(), "k", 300ms);
+  auto start = Clock::now();
+  try {
+    store.wait({"never"}, 200ms);
+    FAIL() << "wait did not time out";
+  } catch (const gloo::IoException& e) {
+    EXPECT_NE(std::string(e.what()).find("'never'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:"), std::string::npos) << e.what();
+  }
+  EXPECT_GE(msSince(start), 190);
+  EXPECT_LT(msSince(start), 2000);
+  EXPECT_THROW(store.get("never"), gloo::IoException);  // the client's 300 ms
+  // The connection survives a server-side timeout.
+  store.set("x", bytes("1"));
+  EXPECT_EQ(store.get("x"), bytes("1"));
+}
+
+TEST(TcpStore, AddIsAnAtomicCounter) {
+  TcpStoreServer server("127.0.0.1", 0, "k");
+  server.start();
+  std::vector<std::thread> threads;
+  std::atomic<int64_t> maxSeen{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, port = server.port()] {
+      TcpStore store("127.0.0.1", port, "k", 5s);
+      for (int i = 0; i < 50; ++i) {
+        int64_t now = store.add("counter", 1);
+        int64_t seen = maxSeen.load();
+        while (now > seen && !maxSeen.compare_exchange_weak(seen, now)) {
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  TcpStore store("127.0.0.1", server.port(), "k", 5s);
+  EXPECT_EQ(maxSeen.load(), 200);
+  EXPECT_EQ(store.add("counter", -10), 190);
+  EXPECT_EQ(store.get("counter"), bytes("190"));
+  store.set("text", bytes("abc"));
+  EXPECT_THROW(store.add("text", 1), gloo::IoException);
+}
+
+TEST(TcpStore, WrongSecretIsRejected) {
+  TcpStoreServer server("127.0.0.1", 0, "right");
+  server.start();
+  try {
+    TcpStore store("127.0.0.1", server.port(), "wrong", 2s);
+    FAIL() << "a wrong secret was accepted";
+  } catch (const gloo::IoException& e) {
+    EXPECT_NE(std::string(e.what()).find("rendezvous store rejected the job secret"),
+              std::string::npos)
+        << e.what();
+  }
+  // The server keeps serving the right clients.
+  TcpStore store("127.0.0.1", server.port(), "right", 2s);
+  store.set("k", bytes("v"));
+  EXPECT_EQ(store.get("k"), bytes("v"));
+}
+
+TEST(TcpStore, ClientWaitsForAServerThatStartsLater) {
+  // Bound but not serving yet: how a launcher uses it around fork().
+  TcpStoreServer server("127.0.0.1", 0, "k");
+  std::thread starter([&] {
+    std::this_thread::sleep_for(200ms);
+    server.start();
+  });
+  TcpStore store("127.0.0.1", server.port(), "k", 5s);
+  store.set("k", bytes("v"));
+  starter.join();
+  EXPECT_EQ(server.tryGet("k"), bytes("v"));
+}
+
+TEST(TcpStore, NoServerFailsWithinTheTimeoutNamingTheAddress) {
+  uint16_t port;
+  {
+    TcpStoreServer probe("127.0.0.1", 0, "");
+    port = probe.port();
+  }
+  auto start = Clock::now();
+  try {
+    TcpStore store("127.0.0.1", port, "", 300ms);
+    FAIL() << "connected to nothing";
+  } catch (const gloo::IoException& e) {
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(msSince(start), 2000);
+}
+
+TEST(TcpStore, ServerRefusesABusyPort) {
+  TcpStoreServer server("127.0.0.1", 0, "");
+  EXPECT_THROW(TcpStoreServer("127.0.0.1", server.port(), ""), Error);
+}
+
+}  // namespace
+}  // namespace cerar
