@@ -15,6 +15,8 @@
 
 namespace cerar {
 
+class Transport;
+
 // User-level reduction: average divides by the full size (joined ranks included).
 enum class Op : uint8_t { kSum, kAverage, kMin, kMax };
 const char* opName(Op op);
@@ -30,6 +32,8 @@ struct Tensor {
 };
 
 // Called once on the coordinator thread when an operation ends; `error` is empty on success.
+// An operation refused at enqueue (bad arguments, duplicate name, shut down) calls it at once
+// on the enqueuing thread.
 using Callback = std::function<void(const std::string& error)>;
 
 struct OperationState;
@@ -74,6 +78,13 @@ struct RuntimeConfig {
   double stallShutdownSeconds = 0;            // CERAR_STALL_SHUTDOWN_TIME_SECONDS; 0 = never
   double timeoutSeconds = 60;                 // CERAR_TIMEOUT_SECONDS: a dead peer's limit
   std::string logLevel = "warning";           // CERAR_LOG_LEVEL
+  // Rank 0 hosts the rendezvous store (torchrun, mpirun, SLURM); under cerarrun the launcher
+  // hosts it. CERAR_HOST_STORE overrides.
+  bool hostStore = false;
+  // Time the links at start for the cost model (a few ms); false keeps LinkModel's defaults.
+  bool measureLink = true;
+  // Where log lines go; empty: stderr. Called from the coordinator thread.
+  std::function<void(const std::string& line)> logSink;
 
   // Reads the launcher's variables (CERAR_RANK, ...), or torchrun's, Open MPI's or SLURM's
   // (architecture.md, "Conventions"), and the knobs; a bad value throws Error naming it.
@@ -96,6 +107,10 @@ class Runtime {
  public:
   // Connects to the other ranks and starts the coordinator thread.
   static std::unique_ptr<Runtime> start(const RuntimeConfig& config);
+  // Starts over a transport the caller connected (e.g. in-process ranks as threads); rank and
+  // size come from the transport. Every rank's coordinator drives it alone from then on.
+  static std::unique_ptr<Runtime> startWith(const RuntimeConfig& config,
+                                            std::shared_ptr<Transport> transport);
   virtual ~Runtime() = default;
 
   // Joins the coordinator; pending operations fail with "cerar has been shut down".

@@ -31,3 +31,35 @@ fi
 BUILD_DIR=${CERAR_BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$BUILD_DIR"
+
+# ==== Python (owned by bindings/ and frameworks/) ==============================================
+# A venv on Debian's /usr/bin/python3 that also sees apt's python3-torch and python3-numpy
+# (--system-site-packages). pip adds only what Debian lacks (scikit-build-core, jax), pinned to
+# Debian's numpy, which torch 1.13 was built against; then `pip install .` builds the extension
+# cerar._cerar (bindings/) and installs the package (frameworks/cerar) and `cerarrun`.
+# Skipped when nothing changed: a stamp holds a hash of the sources it was built from.
+setup_python() {
+  local venv=.venv
+  local py=$venv/bin/python
+  [ -x "$py" ] || /usr/bin/python3 -m venv --system-site-packages "$venv"
+  local constraints=$venv/cerar-constraints.txt
+  /usr/bin/python3 -c 'import numpy; print("numpy==" + numpy.__version__)' >"$constraints"
+  if ! "$py" -c 'import scikit_build_core, jax, pytest' 2>/dev/null; then
+    echo "setup: pip-installing scikit-build-core and jax into $venv"
+    # jax 0.5+ needs numpy >= 1.25; Debian 12 has 1.24.
+    "$py" -m pip install -q -c "$constraints" "scikit-build-core>=0.10" "jax[cpu]<0.5" pytest
+  fi
+  local stamp=$venv/cerar-build.stamp hash
+  hash=$(find pyproject.toml CMakeLists.txt cmake bindings frameworks core ops -type f \
+      \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.py' -o -name '*.txt' \
+      -o -name '*.cmake' -o -name '*.toml' \) -print0 | sort -z | xargs -0 sha256sum |
+    sha256sum | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$hash" ] || ! "$py" -c 'import cerar' 2>/dev/null; then
+    echo "setup: pip install . (the cerar package into $venv)"
+    CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
+      "$py" -m pip install -q --no-build-isolation -c "$constraints" .
+    echo "$hash" >"$stamp"
+  fi
+}
+setup_python
+# ==== end of the Python section ================================================================

@@ -1,0 +1,216 @@
+// cerar._cerar: the runtime (core/runtime.h) and the rendezvous server, as they are.
+// The Python package frameworks/cerar builds the user API on top of this.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bindings/tensors.h"
+#include "core/rendezvous/tcp_store.h"
+#include "core/runtime.h"
+#include "ops/common/error.h"
+
+namespace py = pybind11;
+using namespace cerar;
+using cerar::bindings::Keep;
+using cerar::bindings::PyHandle;
+using cerar::bindings::RawTensor;
+using cerar::bindings::viewTensor;
+
+namespace {
+
+std::unique_ptr<PyHandle> makeHandle(Handle h, Keep keep, DType dtype) {
+  return std::make_unique<PyHandle>(std::move(h), std::move(keep), dtype);
+}
+
+std::unique_ptr<PyHandle> allreduce(Runtime& rt, const std::string& name, py::handle input,
+                                    py::object output, Op op, double prescale,
+                                    double postscale) {
+  bindings::pruneParked();
+  Keep keep;
+  const bool inPlace = output.is_none();
+  Tensor in = viewTensor(input, inPlace, keep);
+  Tensor out = inPlace ? in : viewTensor(output, true, keep);
+  Handle h;
+  {
+    py::gil_scoped_release release;
+    h = rt.allreduce(name, in, out, op, prescale, postscale);
+  }
+  return makeHandle(std::move(h), std::move(keep), in.dtype);
+}
+
+std::unique_ptr<PyHandle> groupedAllreduce(Runtime& rt, const std::vector<std::string>& names,
+                                           const py::list& inputs, py::object outputs, Op op,
+                                           double prescale, double postscale) {
+  bindings::pruneParked();
+  Keep keep;
+  const bool inPlace = outputs.is_none();
+  std::vector<Tensor> ins, outs;
+  for (auto item : inputs) ins.push_back(viewTensor(item, inPlace, keep));
+  if (inPlace) {
+    outs = ins;
+  } else {
+    for (auto item : py::list(outputs)) outs.push_back(viewTensor(item, true, keep));
+  }
+  const DType dtype = ins.empty() ? DType::kFloat32 : ins.front().dtype;
+  Handle h;
+  {
+    py::gil_scoped_release release;
+    h = rt.groupedAllreduce(names, std::move(ins), std::move(outs), op, prescale, postscale);
+  }
+  return makeHandle(std::move(h), std::move(keep), dtype);
+}
+
+std::unique_ptr<PyHandle> allgather(Runtime& rt, const std::string& name, py::handle input) {
+  bindings::pruneParked();
+  Keep keep;
+  Tensor in = viewTensor(input, false, keep);
+  Handle h;
+  {
+    py::gil_scoped_release release;
+    h = rt.allgather(name, in);
+  }
+  return makeHandle(std::move(h), std::move(keep), in.dtype);
+}
+
+std::unique_ptr<PyHandle> broadcast(Runtime& rt, const std::string& name, py::handle tensor,
+                                    int root) {
+  bindings::pruneParked();
+  Keep keep;
+  Tensor t = viewTensor(tensor, true, keep);
+  Handle h;
+  {
+    py::gil_scoped_release release;
+    h = rt.broadcast(name, t, root);
+  }
+  return makeHandle(std::move(h), std::move(keep), t.dtype);
+}
+
+template <typename F>
+std::unique_ptr<PyHandle> simple(F&& f) {
+  bindings::pruneParked();
+  Handle h;
+  {
+    py::gil_scoped_release release;
+    h = f();
+  }
+  return makeHandle(std::move(h), Keep{}, DType::kUInt8);
+}
+
+py::dict statsDict(const RuntimeStats& s) {
+  py::dict d;
+  d["cycles"] = s.cycles;
+  d["cache_hits"] = s.cacheHits;
+  d["cache_misses"] = s.cacheMisses;
+  d["fused_buffers"] = s.fusedBuffers;
+  d["tensors_reduced"] = s.tensorsReduced;
+  d["bytes_sent"] = s.bytesSent;
+  d["ring_buffers"] = s.ringBuffers;
+  d["cerar_buffers"] = s.cerarBuffers;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_cerar, m) {
+  m.doc() = "cerar's C++ runtime (core/runtime.h); use the `cerar` package instead.";
+  py::register_exception<Error>(m, "CerarError", PyExc_RuntimeError);
+
+  py::enum_<Op>(m, "Op")
+      .value("Sum", Op::kSum)
+      .value("Average", Op::kAverage)
+      .value("Min", Op::kMin)
+      .value("Max", Op::kMax);
+  m.def("parse_dtype", &parseDType, "DType from a name: f32, float32, bf16, ...");
+  py::enum_<DType>(m, "DType")
+      .value("float32", DType::kFloat32)
+      .value("float64", DType::kFloat64)
+      .value("float16", DType::kFloat16)
+      .value("bfloat16", DType::kBFloat16)
+      .value("int32", DType::kInt32)
+      .value("int64", DType::kInt64)
+      .value("uint8", DType::kUInt8);
+
+  py::class_<RawTensor>(m, "RawTensor",
+                        "A tensor by address; holds `owner` alive while operations use it.")
+      .def(py::init([](py::object owner, uintptr_t ptr, DType dtype, std::vector<int64_t> shape,
+                       int device) {
+             return RawTensor{std::move(owner), ptr, dtype, std::move(shape), device};
+           }),
+           py::arg("owner"), py::arg("ptr"), py::arg("dtype"), py::arg("shape"),
+           py::arg("device") = -1)
+      .def_readonly("ptr", &RawTensor::ptr)
+      .def_readonly("shape", &RawTensor::shape)
+      .def_readonly("device", &RawTensor::device);
+
+  py::class_<RuntimeConfig>(m, "RuntimeConfig")
+      .def(py::init<>())
+      .def_static("from_environment", &RuntimeConfig::fromEnvironment)
+      .def_readwrite("rank", &RuntimeConfig::rank)
+      .def_readwrite("size", &RuntimeConfig::size)
+      .def_readwrite("local_rank", &RuntimeConfig::localRank)
+      .def_readwrite("local_size", &RuntimeConfig::localSize)
+      .def_readwrite("rendezvous_addr", &RuntimeConfig::rendezvousAddr)
+      .def_readwrite("rendezvous_port", &RuntimeConfig::rendezvousPort)
+      .def_readwrite("secret", &RuntimeConfig::secret)
+      .def_readwrite("iface", &RuntimeConfig::iface)
+      .def_readwrite("fusion_threshold_bytes", &RuntimeConfig::fusionThresholdBytes)
+      .def_readwrite("cycle_time_ms", &RuntimeConfig::cycleTimeMs)
+      .def_readwrite("cache_capacity", &RuntimeConfig::cacheCapacity)
+      .def_readwrite("algorithm", &RuntimeConfig::algorithm)
+      .def_readwrite("components", &RuntimeConfig::components)
+      .def_readwrite("eps", &RuntimeConfig::eps)
+      .def_readwrite("timeline", &RuntimeConfig::timeline)
+      .def_readwrite("stall_check_seconds", &RuntimeConfig::stallCheckSeconds)
+      .def_readwrite("stall_shutdown_seconds", &RuntimeConfig::stallShutdownSeconds)
+      .def_readwrite("timeout_seconds", &RuntimeConfig::timeoutSeconds)
+      .def_readwrite("log_level", &RuntimeConfig::logLevel)
+      .def_readwrite("host_store", &RuntimeConfig::hostStore)
+      .def_readwrite("measure_link", &RuntimeConfig::measureLink);
+
+  py::class_<PyHandle>(m, "Handle")
+      .def("poll", &PyHandle::poll, "True once the operation has ended.")
+      .def("wait", &PyHandle::wait, py::arg("timeout") = py::none(),
+           "Waits (GIL released); raises CerarError if the operation failed; with a timeout, "
+           "returns False if it is still running.")
+      .def("output", &PyHandle::output, "allgather: the gathered array (after wait).")
+      .def("last_joined_rank", &PyHandle::lastJoinedRank, "join: the rank that joined last.");
+
+  py::class_<Runtime, std::unique_ptr<Runtime>>(m, "Runtime")
+      .def_static("start", &Runtime::start, py::arg("config"),
+                  py::call_guard<py::gil_scoped_release>(),
+                  "Connects to the other ranks and starts the coordinator thread.")
+      .def("shutdown", &Runtime::shutdown, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("rank", &Runtime::rank)
+      .def_property_readonly("size", &Runtime::size)
+      .def_property_readonly("local_rank", &Runtime::localRank)
+      .def_property_readonly("local_size", &Runtime::localSize)
+      .def("allreduce", &allreduce, py::arg("name"), py::arg("input"),
+           py::arg("output") = py::none(), py::arg("op") = Op::kSum, py::arg("prescale") = 1.0,
+           py::arg("postscale") = 1.0, "In place when output is None.")
+      .def("grouped_allreduce", &groupedAllreduce, py::arg("names"), py::arg("inputs"),
+           py::arg("outputs") = py::none(), py::arg("op") = Op::kSum,
+           py::arg("prescale") = 1.0, py::arg("postscale") = 1.0)
+      .def("allgather", &allgather, py::arg("name"), py::arg("input"))
+      .def("broadcast", &broadcast, py::arg("name"), py::arg("tensor"), py::arg("root"))
+      .def("barrier", [](Runtime& rt) { return simple([&] { return rt.barrier(); }); })
+      .def("join", [](Runtime& rt) { return simple([&] { return rt.join(); }); })
+      .def("start_timeline", &Runtime::startTimeline, py::arg("path"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("stop_timeline", &Runtime::stopTimeline, py::call_guard<py::gil_scoped_release>())
+      .def("stats", [](const Runtime& rt) { return statsDict(rt.stats()); });
+
+  py::class_<TcpStoreServer>(m, "StoreServer",
+                             "The rendezvous store's server (binds on construction).")
+      .def(py::init<const std::string&, uint16_t, std::string>(), py::arg("host"),
+           py::arg("port") = 0, py::arg("secret") = "")
+      .def_property_readonly("port", &TcpStoreServer::port)
+      .def("start", &TcpStoreServer::start)
+      .def("try_get", [](const TcpStoreServer& s, const std::string& key) -> py::object {
+        auto value = s.tryGet(key);
+        if (!value) return py::none();
+        return py::bytes(value->data(), value->size());
+      });
+}

@@ -1,0 +1,68 @@
+// Python objects as cerar::Tensor views, and the Python side of an operation's Handle.
+// No logic beyond conversion: every decision is the runtime's (core/runtime.h).
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "core/runtime.h"
+
+namespace cerar::bindings {
+namespace py = pybind11;
+
+// A tensor given by address (torch's data_ptr(), CUDA memory, anything without the buffer
+// protocol). Holds `owner` so the memory outlives every operation that uses it.
+struct RawTensor {
+  py::object owner;
+  uintptr_t ptr = 0;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  int device = -1;
+};
+
+// What an operation keeps alive until it ends: the Python objects and the buffer views.
+struct Keep {
+  std::vector<py::object> objects;
+  std::vector<std::unique_ptr<py::buffer_info>> buffers;
+};
+
+// Views `obj` (a RawTensor, or any C-contiguous object with the buffer protocol, e.g. a numpy
+// array) as a Tensor without copying; records in `keep` what must stay alive.
+// Throws TypeError for an unsupported type or dtype, ValueError for a non-contiguous buffer.
+Tensor viewTensor(py::handle obj, bool writable, Keep& keep);
+
+// numpy's dtype for `dtype` (bfloat16, which numpy lacks, comes back as uint16 bits).
+py::dtype numpyDType(DType dtype);
+
+// One asynchronous operation, as Python sees it. While the operation runs it keeps the
+// tensors alive; if Python drops it early, the tensors are parked until the operation ends.
+class PyHandle {
+ public:
+  PyHandle(Handle handle, Keep keep, DType dtype);
+  ~PyHandle();
+  PyHandle(const PyHandle&) = delete;
+  PyHandle& operator=(const PyHandle&) = delete;
+
+  bool poll() const;
+  // Waits with the GIL released (still answering Ctrl-C); raises CerarError on failure.
+  // With a timeout, returns False if the operation is still running then.
+  bool wait(std::optional<double> timeoutSeconds);
+  // allgather: the gathered tensor as a new numpy array.
+  py::array output() const;
+  int lastJoinedRank() const;
+
+ private:
+  Handle handle_;
+  std::unique_ptr<Keep> keep_;
+  DType dtype_;
+};
+
+// Releases the parked tensors of operations that have ended (called with the GIL held).
+void pruneParked();
+
+}  // namespace cerar::bindings

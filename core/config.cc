@@ -1,0 +1,197 @@
+#include "core/config.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include "core/log.h"
+#include "ops/algorithms/plan.h"
+#include "ops/common/error.h"
+
+namespace cerar {
+namespace {
+
+class Env {
+ public:
+  explicit Env(const EnvironmentLookup& lookup) : lookup_(lookup) {}
+
+  std::optional<std::string> text(const std::string& name) const {
+    auto value = lookup_(name);
+    if (value && value->empty()) return std::nullopt;  // VAR= counts as unset
+    return value;
+  }
+  bool has(const std::string& name) const { return text(name).has_value(); }
+
+  // An integer in [low, high]; `fallback` when unset.
+  long long integer(const std::string& name, long long fallback, long long low,
+                    long long high) const {
+    auto value = text(name);
+    if (!value) return fallback;
+    errno = 0;
+    char* end = nullptr;
+    const long long parsed = std::strtoll(value->c_str(), &end, 10);
+    if (errno != 0 || end == value->c_str() || *end != '\0' || parsed < low || parsed > high) {
+      throw Error(detail::concat("bad value for ", name, ": '", *value,
+                                 "' (expected an integer in [", low, ", ", high, "])"));
+    }
+    return parsed;
+  }
+  long long required(const std::string& name, long long low, long long high) const {
+    if (!has(name)) throw Error(name + " is not set");
+    return integer(name, 0, low, high);
+  }
+  // A finite number >= low; `fallback` when unset.
+  double number(const std::string& name, double fallback, double low) const {
+    auto value = text(name);
+    if (!value) return fallback;
+    errno = 0;
+    char* end = nullptr;
+    const double parsed = std::strtod(value->c_str(), &end);
+    if (errno != 0 || end == value->c_str() || *end != '\0' || !std::isfinite(parsed) ||
+        parsed < low) {
+      throw Error(detail::concat("bad value for ", name, ": '", *value,
+                                 "' (expected a number >= ", low, ")"));
+    }
+    return parsed;
+  }
+  bool flag(const std::string& name, bool fallback) const {
+    auto value = text(name);
+    if (!value) return fallback;
+    if (*value == "1" || *value == "true") return true;
+    if (*value == "0" || *value == "false") return false;
+    throw Error("bad value for " + name + ": '" + *value + "' (expected 0 or 1)");
+  }
+
+ private:
+  const EnvironmentLookup& lookup_;
+};
+
+constexpr long long kMaxRanks = 1 << 20;
+
+// The rendezvous address for launchers that do not provide one: loopback suffices when every
+// rank is on this node.
+std::string addressOrLoopback(const Env& env, const RuntimeConfig& c, const char* launcher) {
+  if (auto addr = env.text("CERAR_RENDEZVOUS_ADDR")) return *addr;
+  if (c.localSize == c.size) return "127.0.0.1";
+  throw Error(std::string("CERAR_RENDEZVOUS_ADDR is not set: under ") + launcher +
+              " across nodes it must name the host of rank 0");
+}
+
+void readIdentity(const Env& env, RuntimeConfig& c) {
+  if (env.has("CERAR_RANK")) {  // cerarrun: the launcher hosts the store
+    c.size = int(env.required("CERAR_SIZE", 1, kMaxRanks));
+    c.rank = int(env.required("CERAR_RANK", 0, c.size - 1));
+    c.localSize = int(env.integer("CERAR_LOCAL_SIZE", c.size, 1, c.size));
+    c.localRank = int(env.integer("CERAR_LOCAL_RANK", c.rank % c.localSize, 0, c.localSize - 1));
+    c.rendezvousAddr = env.text("CERAR_RENDEZVOUS_ADDR").value_or("127.0.0.1");
+    c.rendezvousPort = int(env.integer("CERAR_RENDEZVOUS_PORT", 0, 0, 65535));
+    c.hostStore = false;
+  } else if (env.has("RANK") && env.has("WORLD_SIZE")) {  // torchrun
+    c.size = int(env.required("WORLD_SIZE", 1, kMaxRanks));
+    c.rank = int(env.required("RANK", 0, c.size - 1));
+    c.localSize = int(env.integer("LOCAL_WORLD_SIZE", c.size, 1, c.size));
+    c.localRank = int(env.integer("LOCAL_RANK", c.rank % c.localSize, 0, c.localSize - 1));
+    c.rendezvousAddr = env.text("CERAR_RENDEZVOUS_ADDR")
+                           .value_or(env.text("MASTER_ADDR").value_or("127.0.0.1"));
+    const long long master = env.integer("MASTER_PORT", 29500, 1, 65534);
+    c.rendezvousPort =
+        int(env.integer("CERAR_RENDEZVOUS_PORT", master + kTorchrunPortOffset, 1, 65535));
+    c.hostStore = true;
+  } else if (env.has("OMPI_COMM_WORLD_RANK")) {  // mpirun (Open MPI)
+    c.size = int(env.required("OMPI_COMM_WORLD_SIZE", 1, kMaxRanks));
+    c.rank = int(env.required("OMPI_COMM_WORLD_RANK", 0, c.size - 1));
+    c.localSize = int(env.integer("OMPI_COMM_WORLD_LOCAL_SIZE", c.size, 1, c.size));
+    c.localRank =
+        int(env.integer("OMPI_COMM_WORLD_LOCAL_RANK", c.rank % c.localSize, 0, c.localSize - 1));
+    c.rendezvousAddr = addressOrLoopback(env, c, "mpirun");
+    c.rendezvousPort =
+        int(env.integer("CERAR_RENDEZVOUS_PORT", kDefaultRendezvousPort, 1, 65535));
+    c.hostStore = true;
+  } else if (env.has("SLURM_PROCID")) {  // srun
+    c.size = int(env.required("SLURM_NTASKS", 1, kMaxRanks));
+    c.rank = int(env.required("SLURM_PROCID", 0, c.size - 1));
+    const long long nodes = env.integer("SLURM_NNODES", 1, 1, kMaxRanks);
+    c.localSize = int(env.integer("SLURM_NTASKS_PER_NODE", (c.size + nodes - 1) / nodes, 1,
+                                  c.size));
+    c.localRank = int(env.integer("SLURM_LOCALID", c.rank % c.localSize, 0, c.size - 1));
+    if (nodes == 1) c.localSize = c.size;
+    c.rendezvousAddr = addressOrLoopback(env, c, "SLURM");
+    // A port derived from the job id keeps concurrent jobs on one node apart.
+    const long long job = env.integer("SLURM_JOB_ID", 0, 0, (1ll << 62));
+    c.rendezvousPort = int(env.integer("CERAR_RENDEZVOUS_PORT", 20000 + job % 20000, 1, 65535));
+    c.hostStore = true;
+  }
+  c.hostStore = env.flag("CERAR_HOST_STORE", c.hostStore);
+}
+
+}  // namespace
+
+RuntimeConfig configFromEnvironment(const EnvironmentLookup& lookup) {
+  Env env(lookup);
+  RuntimeConfig c;
+  readIdentity(env, c);
+  c.secret = env.text("CERAR_SECRET").value_or("");
+  c.iface = env.text("CERAR_IFACE").value_or("");
+  c.fusionThresholdBytes =
+      size_t(env.integer("CERAR_FUSION_THRESHOLD", (long long)c.fusionThresholdBytes, 0, 1ll << 40));
+  c.cycleTimeMs = env.number("CERAR_CYCLE_TIME", c.cycleTimeMs, 0);
+  c.cacheCapacity =
+      size_t(env.integer("CERAR_CACHE_CAPACITY", (long long)c.cacheCapacity, 0, 1 << 24));
+  c.algorithm = env.text("CERAR_ALGORITHM").value_or(c.algorithm);
+  c.components = int(env.integer("CERAR_COMPONENTS", 0, 0, 1 << 24));
+  c.eps = env.number("CERAR_EPS", 0, 0);
+  c.timeline = env.text("CERAR_TIMELINE").value_or("");
+  c.stallCheckSeconds = env.number("CERAR_STALL_CHECK_TIME_SECONDS", c.stallCheckSeconds, 0);
+  c.stallShutdownSeconds =
+      env.number("CERAR_STALL_SHUTDOWN_TIME_SECONDS", c.stallShutdownSeconds, 0);
+  c.timeoutSeconds = env.number("CERAR_TIMEOUT_SECONDS", c.timeoutSeconds, 0);
+  c.logLevel = env.text("CERAR_LOG_LEVEL").value_or(c.logLevel);
+  c.measureLink = env.flag("CERAR_MEASURE_LINK", c.measureLink);
+  try {
+    validateConfig(c);
+  } catch (const Error& e) {
+    throw Error(std::string("cerar configuration from the environment: ") + e.what());
+  }
+  if (c.secret.empty() && c.size > 1) {
+    Logger(c.rank, parseLogLevel(c.logLevel))
+        .log(env.has("CERAR_RANK") ? LogLevel::kWarning : LogLevel::kInfo,
+             "CERAR_SECRET is not set: the rendezvous store admits any client that knows "
+             "its address");
+  }
+  return c;
+}
+
+RuntimeConfig RuntimeConfig::fromEnvironment() {
+  return configFromEnvironment([](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  });
+}
+
+void validateConfig(const RuntimeConfig& c) {
+  CERAR_ENFORCE(c.size >= 1, "size must be >= 1, got ", c.size);
+  CERAR_ENFORCE(c.rank >= 0 && c.rank < c.size, "rank ", c.rank, " out of range for size ",
+                c.size);
+  CERAR_ENFORCE(c.localSize >= 1 && c.localRank >= 0 && c.localRank < c.localSize,
+                "local rank ", c.localRank, " out of range for local size ", c.localSize);
+  CERAR_ENFORCE(c.rendezvousPort >= 0 && c.rendezvousPort <= 65535, "rendezvous port ",
+                c.rendezvousPort, " out of range");
+  CERAR_ENFORCE(c.cycleTimeMs > 0 && std::isfinite(c.cycleTimeMs),
+                "CERAR_CYCLE_TIME must be positive, got ", c.cycleTimeMs);
+  CERAR_ENFORCE(c.algorithm == "auto" || c.algorithm == "ring" || c.algorithm == "cerar",
+                "CERAR_ALGORITHM must be auto, ring or cerar, got '", c.algorithm, "'");
+  if (c.components != 0 && c.size > 1) {
+    const std::string invalid = validateCerarParameters(c.size, c.components);
+    CERAR_ENFORCE(invalid.empty(), "CERAR_COMPONENTS=", c.components, ": ", invalid);
+  }
+  CERAR_ENFORCE(c.components >= 0, "CERAR_COMPONENTS must be >= 0, got ", c.components);
+  CERAR_ENFORCE(c.eps >= 0 && std::isfinite(c.eps), "CERAR_EPS must be >= 0, got ", c.eps);
+  CERAR_ENFORCE(c.stallCheckSeconds >= 0 && c.stallShutdownSeconds >= 0,
+                "stall times must be >= 0");
+  CERAR_ENFORCE(c.timeoutSeconds > 0 && std::isfinite(c.timeoutSeconds),
+                "CERAR_TIMEOUT_SECONDS must be positive, got ", c.timeoutSeconds);
+  parseLogLevel(c.logLevel);
+}
+
+}  // namespace cerar

@@ -1,0 +1,30 @@
+// Reading and checking RuntimeConfig (CERAR_* knobs and the launchers' variables).
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "core/runtime.h"
+
+namespace cerar {
+
+// Looks up one environment variable; nullopt when unset.
+using EnvironmentLookup = std::function<std::optional<std::string>(const std::string& name)>;
+
+// RuntimeConfig::fromEnvironment over any lookup (tests pass a map). Identity comes from the
+// first launcher found: cerarrun (CERAR_RANK, ...), torchrun (RANK, WORLD_SIZE, ...), Open MPI
+// (OMPI_COMM_WORLD_*), SLURM (SLURM_PROCID, ...); none means a single process.
+// Throws Error naming the variable and its value when one is malformed.
+RuntimeConfig configFromEnvironment(const EnvironmentLookup& lookup);
+
+// Checks ranges and combinations; throws Error naming the setting and its value.
+void validateConfig(const RuntimeConfig& config);
+
+// The port rank 0's store uses under torchrun: MASTER_PORT + 1, since torchrun's own store
+// holds MASTER_PORT.
+constexpr int kTorchrunPortOffset = 1;
+// The port under Open MPI without CERAR_RENDEZVOUS_PORT (torchrun's default + 1).
+constexpr int kDefaultRendezvousPort = 29501;
+
+}  // namespace cerar

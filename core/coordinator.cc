@@ -1,0 +1,206 @@
+#include "core/coordinator.h"
+
+#include <thread>
+
+#include "core/fusion.h"
+#include "core/link_probe.h"
+#include "ops/collectives.h"
+#include "ops/common/error.h"
+
+namespace cerar {
+namespace {
+
+constexpr int kCoordinatorRank = 0;
+
+SelectionPolicy policyOf(const RuntimeConfig& config) {
+  SelectionPolicy policy;
+  policy.algorithm = config.algorithm;
+  policy.components = config.components;
+  policy.eps = config.eps;
+  return policy;
+}
+
+}  // namespace
+
+Coordinator::Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport> transport,
+                         Queue& queue, Timeline& timeline, const Logger& logger)
+    : config_(config), transport_(transport), queue_(queue), timeline_(timeline),
+      logger_(logger), cache_(config.cacheCapacity),
+      stallInspector_(config.stallCheckSeconds, config.stallShutdownSeconds),
+      dispatcher_(std::move(transport), policyOf(config), timeline) {
+  if (transport_->rank() == kCoordinatorRank) {
+    table_ = std::make_unique<NegotiationTable>(transport_->size());
+  }
+}
+
+void Coordinator::probe() {
+  if (config_.measureLink) dispatcher_.setLink(probeLink(*transport_));
+  const LinkModel& link = dispatcher_.link();
+  logger_.log(LogLevel::kInfo, detail::concat("link model: alpha ", link.alpha * 1e6,
+                                              " us, beta ", link.beta * 1e9, " ns/B, gamma ",
+                                              link.gamma * 1e9, " ns/B"));
+}
+
+RuntimeStats Coordinator::stats() const {
+  std::lock_guard<std::mutex> lock(statsMutex_);
+  return published_;
+}
+
+void Coordinator::publishStats() {
+  std::lock_guard<std::mutex> lock(statsMutex_);
+  published_ = working_;
+}
+
+void Coordinator::run() {
+  const auto cycle = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double, std::milli>(config_.cycleTimeMs));
+  auto next = Clock::now();
+  try {
+    while (true) {
+      queue_.sleepUntil(next);
+      next = std::max(next + cycle, Clock::now());  // a late cycle does not cause a burst
+      const ResponseMessage answer = negotiate(collectRequests());
+      ++working_.cycles;
+      if (answer.shutdown) {
+        farewell();
+        finish("cerar has been shut down");
+        return;
+      }
+      process(answer);
+      publishStats();
+    }
+  } catch (const TimeoutError& e) {
+    finish(detail::concat("cerar: rank ", transport_->rank(), " lost contact with rank ",
+                          e.peer(), ": ", e.what()));
+  } catch (const std::exception& e) {
+    finish(detail::concat("cerar: rank ", transport_->rank(), ": the runtime failed: ",
+                          e.what()));
+  }
+}
+
+RequestMessage Coordinator::collectRequests() {
+  RequestMessage message;
+  message.shutdown = queue_.shutdownRequested();
+  auto fresh = queue_.drain(message.join);
+  const auto now = Clock::now();
+  for (auto& entry : fresh) {
+    entry->requested = now;
+    const int64_t slot =
+        cache_.capacity() > 0 ? cache_.lookup(entry->request, transport_->rank()) : -1;
+    if (slot >= 0) {
+      setBit(message.cacheBits, static_cast<size_t>(slot));
+      ++working_.cacheHits;
+    } else {
+      message.requests.push_back(entry->request);
+      if (cache_.capacity() > 0) ++working_.cacheMisses;
+    }
+    pending_[entry->request.key()] = std::move(entry);
+  }
+  return message;
+}
+
+ResponseMessage Coordinator::negotiate(const RequestMessage& request) {
+  Transport& t = *transport_;
+  auto gathered = gatherBytes(t, encode(request), kCoordinatorRank);
+  std::vector<uint8_t> answer;
+  if (t.rank() == kCoordinatorRank) {
+    const auto now = Clock::now();
+    for (int rank = 0; rank < t.size(); ++rank) {
+      table_->receive(rank, decodeRequestMessage(gathered[rank]), cache_, now);
+    }
+    // The table can be long; a stall is judged in seconds, so a glance every 50 ms suffices.
+    if (now - lastInspection_ >= std::chrono::milliseconds(50)) {
+      lastInspection_ = now;
+      auto report = stallInspector_.inspect(table_->waiting(), now);
+      if (!report.warning.empty()) logger_.log(LogLevel::kWarning, report.warning);
+      for (const auto& [key, error] : report.failures) {
+        logger_.log(LogLevel::kError, error);
+        table_->fail(key, error);
+      }
+    }
+    answer = encode(table_->decide(cache_));
+  }
+  return decodeResponseMessage(broadcastBytes(t, answer, kCoordinatorRank));
+}
+
+void Coordinator::process(const ResponseMessage& message) {
+  // Cached units first, in slot order, then the full ones: the same list on every rank.
+  std::vector<Response> units;
+  for (size_t slot : setBits(message.cacheBits)) units.push_back(cache_.at(slot));
+  units.insert(units.end(), message.responses.begin(), message.responses.end());
+  for (const Response& unit : units) cache_.put(unit);  // same order everywhere: caches agree
+
+  const auto responded = Clock::now();
+  for (const Response& unit : units) {
+    auto it = pending_.find(unit.key());
+    if (it == pending_.end()) continue;
+    it->second->responded = responded;
+    for (const auto& name : unit.names) {
+      timeline_.record(name, "NEGOTIATE", it->second->enqueued, responded,
+                       detail::concat("\"kind\": \"", kindName(unit.description.kind), "\""));
+    }
+  }
+
+  for (const auto& group : planFusion(units, config_.fusionThresholdBytes)) {
+    std::vector<const Response*> members;
+    std::vector<Entry*> entries;
+    for (size_t index : group) {
+      members.push_back(&units[index]);
+      auto it = pending_.find(units[index].key());
+      entries.push_back(it == pending_.end() ? nullptr : it->second.get());
+    }
+    if (!members.front()->error.empty()) {  // errors are never fused
+      complete(members.front()->key(), members.front()->error);
+      continue;
+    }
+    const auto dispatched = Clock::now();
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (entries[i] == nullptr) continue;
+      for (const auto& name : members[i]->names) {
+        timeline_.record(name, "WAIT", entries[i]->responded, dispatched);
+      }
+    }
+    dispatcher_.run(members, entries, working_);
+    for (const Response* member : members) complete(member->key(), "");
+  }
+
+  if (message.lastJoinedRank >= 0) {
+    if (auto join = queue_.takeJoin()) {
+      join->lastJoinedRank = message.lastJoinedRank;
+      join->complete("");
+    }
+  }
+}
+
+void Coordinator::complete(const std::string& key, const std::string& error) {
+  auto it = pending_.find(key);
+  if (it == pending_.end()) return;  // a unit this rank never submitted (it has joined)
+  std::unique_ptr<Entry> entry = std::move(it->second);
+  pending_.erase(it);
+  queue_.release(entry->request.names);  // before the callback, which may enqueue the name again
+  entry->state->complete(error);
+}
+
+void Coordinator::farewell() {
+  // Nobody closes its links before everyone has the shutdown answer: a link closed early
+  // could reset a peer's last transfer.
+  try {
+    gatherBytes(*transport_, {}, kCoordinatorRank);
+    broadcastBytes(*transport_, {}, kCoordinatorRank);
+  } catch (const std::exception& e) {
+    logger_.log(LogLevel::kDebug, std::string("shutdown handshake: ") + e.what());
+  }
+}
+
+void Coordinator::finish(const std::string& why) {
+  logger_.log(why == "cerar has been shut down" ? LogLevel::kDebug : LogLevel::kError, why);
+  std::shared_ptr<OperationState> join;
+  auto undrained = queue_.close(why, join);
+  for (auto& [key, entry] : pending_) entry->state->complete(why);
+  pending_.clear();
+  for (auto& entry : undrained) entry->state->complete(why);
+  if (join) join->complete(why);
+  publishStats();
+}
+
+}  // namespace cerar

@@ -1,0 +1,58 @@
+// The coordinator thread's work, every cycle on every rank: report newly ready units to the
+// coordinator rank (0), receive one ordered answer, and run it — so every rank runs the same
+// collectives in the same order, whatever order and threads they were enqueued from.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "core/dispatch.h"
+#include "core/log.h"
+#include "core/negotiation.h"
+#include "core/operation.h"
+#include "core/response_cache.h"
+#include "core/stall_inspector.h"
+
+namespace cerar {
+
+class Coordinator {
+ public:
+  Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport> transport, Queue& queue,
+              Timeline& timeline, const Logger& logger);
+
+  // Measures the links for the cost model (all ranks together). Call before run().
+  void probe();
+  // Runs cycles until a rank asks to shut down or the transport fails; then every operation
+  // still pending on this rank fails with the reason, and later enqueues are refused.
+  void run();
+  // A copy of the counters; any thread.
+  RuntimeStats stats() const;
+
+ private:
+  RequestMessage collectRequests();
+  ResponseMessage negotiate(const RequestMessage& request);
+  void process(const ResponseMessage& message);
+  void complete(const std::string& key, const std::string& error);
+  void farewell();
+  void finish(const std::string& why);
+  void publishStats();
+
+  RuntimeConfig config_;
+  std::shared_ptr<Transport> transport_;
+  Queue& queue_;
+  Timeline& timeline_;
+  const Logger& logger_;
+  ResponseCache cache_;
+  std::unique_ptr<NegotiationTable> table_;  // rank 0 only
+  StallInspector stallInspector_;
+  Clock::time_point lastInspection_{};
+  Dispatcher dispatcher_;
+  std::unordered_map<std::string, std::unique_ptr<Entry>> pending_;  // by unit key
+  RuntimeStats working_;  // the coordinator thread's
+  mutable std::mutex statsMutex_;
+  RuntimeStats published_;
+};
+
+}  // namespace cerar

@@ -1,0 +1,50 @@
+// Runs negotiated units on this rank: packs an allreduce fusion group into the persistent
+// fusion buffer, selects the algorithm, reduces, unpacks; allgather, broadcast and barrier.
+// Owned and called by the coordinator thread only.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/operation.h"
+#include "core/selection.h"
+#include "core/timeline.h"
+#include "ops/communicator.h"
+
+namespace cerar {
+
+class Dispatcher {
+ public:
+  Dispatcher(std::shared_ptr<Transport> transport, SelectionPolicy policy, Timeline& timeline);
+
+  void setLink(const LinkModel& link) { link_ = link; }
+  const LinkModel& link() const { return link_; }
+
+  // Runs one fusion group. entries[i] is this rank's entry of units[i], or null when this
+  // rank has joined and contributes the op's identity. Results are written to the entries'
+  // outputs (allgather: to the state); completing the handles is the caller's. Transport
+  // failures propagate (the runtime cannot continue after them).
+  void run(const std::vector<const Response*>& units, const std::vector<Entry*>& entries,
+           RuntimeStats& stats);
+
+ private:
+  void allreduce(const std::vector<const Response*>& units, const std::vector<Entry*>& entries,
+                 RuntimeStats& stats);
+  void allgather(const Response& unit, Entry* entry, RuntimeStats& stats);
+  void broadcast(const Response& unit, Entry* entry, RuntimeStats& stats);
+  // Timeline events of one phase for every tensor of the group.
+  void record(const std::vector<const Response*>& units, const char* phase,
+              Clock::time_point start, Clock::time_point end, const std::string& args = "");
+
+  std::shared_ptr<Transport> transport_;
+  Communicator communicator_;
+  SelectionPolicy policy_;
+  LinkModel link_;
+  Timeline& timeline_;
+  std::vector<std::byte> fusion_;  // grows to the largest group, then reused
+};
+
+// The engine's reduction of a user-level op (average reduces as a sum).
+ReduceOp reduceOpOf(Op op);
+
+}  // namespace cerar

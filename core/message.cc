@@ -1,0 +1,94 @@
+#include "core/message.h"
+
+#include <sstream>
+
+namespace cerar {
+
+const char* kindName(Kind kind) {
+  switch (kind) {
+    case Kind::kAllreduce: return "allreduce";
+    case Kind::kAllgather: return "allgather";
+    case Kind::kBroadcast: return "broadcast";
+    case Kind::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+bool Description::agrees(const Description& other) const {
+  if (kind != Kind::kAllgather) return *this == other;
+  if (kind != other.kind || dtype != other.dtype || op != other.op || device != other.device ||
+      root != other.root || prescale != other.prescale || postscale != other.postscale ||
+      shapes.size() != other.shapes.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const auto& a = shapes[i];
+    const auto& b = other.shapes[i];
+    if (a.size() != b.size() || a.empty()) return false;
+    if (!std::equal(a.begin() + 1, a.end(), b.begin() + 1)) return false;
+  }
+  return true;
+}
+
+size_t shapeElements(const std::vector<int64_t>& shape) {
+  size_t n = 1;
+  for (int64_t dim : shape) n *= static_cast<size_t>(dim);
+  return n;
+}
+
+size_t Description::elements() const {
+  size_t total = 0;
+  for (const auto& shape : shapes) total += shapeElements(shape);
+  return total;
+}
+
+size_t Description::bytes() const { return elements() * dtypeSize(dtype); }
+
+std::string Description::toString() const {
+  std::ostringstream out;
+  out << kindName(kind) << " " << dtypeName(dtype);
+  if (kind == Kind::kAllreduce) out << " " << opName(op);
+  for (const auto& shape : shapes) {
+    out << " shape [";
+    for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+    out << "]";
+  }
+  if (kind == Kind::kBroadcast) out << " root " << root;
+  if (prescale != 1.0) out << " prescale " << prescale;
+  if (postscale != 1.0) out << " postscale " << postscale;
+  out << (device < 0 ? " on host" : " on cuda:" + std::to_string(device));
+  return out.str();
+}
+
+namespace {
+std::string joinNames(const std::vector<std::string>& names) {
+  std::string key;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i) key += '\x1f';  // a separator no sane tensor name contains
+    key += names[i];
+  }
+  return key;
+}
+}  // namespace
+
+std::string Request::key() const { return joinNames(names); }
+std::string Response::key() const { return joinNames(names); }
+
+void setBit(std::vector<uint8_t>& bits, size_t index) {
+  if (bits.size() <= index / 8) bits.resize(index / 8 + 1, 0);
+  bits[index / 8] |= uint8_t(1u << (index % 8));
+}
+
+bool testBit(const std::vector<uint8_t>& bits, size_t index) {
+  return index / 8 < bits.size() && (bits[index / 8] >> (index % 8)) & 1u;
+}
+
+std::vector<size_t> setBits(const std::vector<uint8_t>& bits) {
+  std::vector<size_t> indices;
+  for (size_t i = 0; i < bits.size() * 8; ++i) {
+    if (testBit(bits, i)) indices.push_back(i);
+  }
+  return indices;
+}
+
+}  // namespace cerar

@@ -1,0 +1,83 @@
+// The vocabulary of negotiation: what a rank asks for (Request) and what the coordinator rank
+// answers (Response). Pure data, shared by the table on the coordinator rank, the response
+// cache, the fusion planner and the executor of responses.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/runtime.h"
+
+namespace cerar {
+
+enum class Kind : uint8_t { kAllreduce, kAllgather, kBroadcast, kBarrier };
+const char* kindName(Kind kind);
+// Elements of one tensor of this shape (1 for a scalar).
+size_t shapeElements(const std::vector<int64_t>& shape);
+
+// Everything that must agree across ranks for one negotiated unit (a tensor, or the tensors
+// of a grouped allreduce). For allgather the first dimension may differ per rank.
+struct Description {
+  Kind kind = Kind::kAllreduce;
+  DType dtype = DType::kFloat32;
+  Op op = Op::kSum;
+  int32_t device = -1;
+  int32_t root = 0;  // broadcast only
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::vector<std::vector<int64_t>> shapes;  // one per tensor of the unit
+
+  bool operator==(const Description& other) const = default;
+  // Equal, ignoring the first dimension of an allgather's tensor.
+  bool agrees(const Description& other) const;
+  size_t elements() const;  // over all tensors of the unit
+  size_t bytes() const;
+  // One line for error messages: "allreduce f32 sum shape [4, 3] ...".
+  std::string toString() const;
+};
+
+// One rank's readiness of a unit. `names` has one name per tensor (several for a group).
+struct Request {
+  std::vector<std::string> names;
+  Description description;
+
+  // The key that ranks match on: the names, joined.
+  std::string key() const;
+  bool operator==(const Request& other) const = default;
+};
+
+// The coordinator's answer for one unit, identical on every rank.
+struct Response {
+  std::vector<std::string> names;
+  Description description;      // the first submitter's (first dimension: see firstDims)
+  std::vector<int64_t> firstDims;  // allgather: rows of every rank (0 for joined ranks)
+  std::string error;            // non-empty: every rank fails the unit with this message
+
+  std::string key() const;
+  bool operator==(const Response& other) const = default;
+};
+
+// Sent by every rank to the coordinator rank each cycle.
+struct RequestMessage {
+  bool shutdown = false;
+  bool join = false;                 // this rank joined in this cycle
+  std::vector<uint8_t> cacheBits;    // response-cache slots of newly ready, cached units
+  std::vector<Request> requests;     // newly ready units not in the cache
+};
+
+// Sent by the coordinator rank to every rank each cycle; every rank runs it in the same order:
+// the cached units in slot order, then `responses` in order.
+struct ResponseMessage {
+  bool shutdown = false;
+  int32_t lastJoinedRank = -1;       // >= 0: every rank has joined, and this one was last
+  std::vector<uint8_t> cacheBits;
+  std::vector<Response> responses;
+};
+
+// Bit vectors of cache slots.
+void setBit(std::vector<uint8_t>& bits, size_t index);
+bool testBit(const std::vector<uint8_t>& bits, size_t index);
+std::vector<size_t> setBits(const std::vector<uint8_t>& bits);
+
+}  // namespace cerar

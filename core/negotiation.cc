@@ -1,0 +1,314 @@
+#include "core/negotiation.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "ops/common/error.h"
+
+namespace cerar {
+namespace {
+
+// Little-endian-agnostic: both ends are this build on the same architecture family, so
+// fixed-size fields are copied as they are in memory.
+class Writer {
+ public:
+  template <typename T>
+  void put(T value) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&value);
+    bytes.insert(bytes.end(), p, p + sizeof(T));
+  }
+  void putString(const std::string& s) {
+    put<uint32_t>(static_cast<uint32_t>(s.size()));
+    bytes.insert(bytes.end(), s.begin(), s.end());
+  }
+  void putBytes(const std::vector<uint8_t>& b) {
+    put<uint32_t>(static_cast<uint32_t>(b.size()));
+    bytes.insert(bytes.end(), b.begin(), b.end());
+  }
+  std::vector<uint8_t> bytes;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::vector<uint8_t>& bytes) : bytes_(bytes) {}
+  template <typename T>
+  T get() {
+    need(sizeof(T));
+    T value;
+    std::memcpy(&value, bytes_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return value;
+  }
+  std::string getString() {
+    const uint32_t n = get<uint32_t>();
+    need(n);
+    std::string s(reinterpret_cast<const char*>(bytes_.data()) + at_, n);
+    at_ += n;
+    return s;
+  }
+  std::vector<uint8_t> getBytes() {
+    const uint32_t n = get<uint32_t>();
+    need(n);
+    std::vector<uint8_t> b(bytes_.begin() + at_, bytes_.begin() + at_ + n);
+    at_ += n;
+    return b;
+  }
+  // Counts are checked against what is left, so a corrupt count cannot allocate wildly.
+  uint32_t getCount(size_t minBytesEach) {
+    const uint32_t n = get<uint32_t>();
+    need(size_t(n) * minBytesEach);
+    return n;
+  }
+  void finish() const {
+    CERAR_ENFORCE(at_ == bytes_.size(), "malformed negotiation message: ",
+                  bytes_.size() - at_, " trailing bytes");
+  }
+
+ private:
+  void need(size_t n) const {
+    CERAR_ENFORCE(n <= bytes_.size() - at_, "malformed negotiation message: truncated at byte ",
+                  at_, " of ", bytes_.size());
+  }
+  const std::vector<uint8_t>& bytes_;
+  size_t at_ = 0;
+};
+
+void putNames(Writer& w, const std::vector<std::string>& names) {
+  w.put<uint32_t>(static_cast<uint32_t>(names.size()));
+  for (const auto& name : names) w.putString(name);
+}
+
+std::vector<std::string> getNames(Reader& r) {
+  std::vector<std::string> names(r.getCount(4));
+  for (auto& name : names) name = r.getString();
+  return names;
+}
+
+void putDescription(Writer& w, const Description& d) {
+  w.put<uint8_t>(static_cast<uint8_t>(d.kind));
+  w.put<uint8_t>(static_cast<uint8_t>(d.dtype));
+  w.put<uint8_t>(static_cast<uint8_t>(d.op));
+  w.put<int32_t>(d.device);
+  w.put<int32_t>(d.root);
+  w.put<double>(d.prescale);
+  w.put<double>(d.postscale);
+  w.put<uint32_t>(static_cast<uint32_t>(d.shapes.size()));
+  for (const auto& shape : d.shapes) {
+    w.put<uint32_t>(static_cast<uint32_t>(shape.size()));
+    for (int64_t dim : shape) w.put<int64_t>(dim);
+  }
+}
+
+Description getDescription(Reader& r) {
+  Description d;
+  d.kind = static_cast<Kind>(r.get<uint8_t>());
+  d.dtype = static_cast<DType>(r.get<uint8_t>());
+  d.op = static_cast<Op>(r.get<uint8_t>());
+  CERAR_ENFORCE(uint8_t(d.kind) <= uint8_t(Kind::kBarrier) &&
+                    uint8_t(d.dtype) <= uint8_t(DType::kUInt8) && uint8_t(d.op) <= uint8_t(Op::kMax),
+                "malformed negotiation message: bad enum");
+  d.device = r.get<int32_t>();
+  d.root = r.get<int32_t>();
+  d.prescale = r.get<double>();
+  d.postscale = r.get<double>();
+  d.shapes.resize(r.getCount(4));
+  for (auto& shape : d.shapes) {
+    shape.resize(r.getCount(8));
+    for (auto& dim : shape) dim = r.get<int64_t>();
+  }
+  return d;
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode(const RequestMessage& message) {
+  Writer w;
+  w.put<uint8_t>(uint8_t(message.shutdown) | uint8_t(message.join) << 1);
+  w.putBytes(message.cacheBits);
+  w.put<uint32_t>(static_cast<uint32_t>(message.requests.size()));
+  for (const auto& request : message.requests) {
+    putNames(w, request.names);
+    putDescription(w, request.description);
+  }
+  return std::move(w.bytes);
+}
+
+RequestMessage decodeRequestMessage(const std::vector<uint8_t>& bytes) {
+  Reader r(bytes);
+  RequestMessage message;
+  const uint8_t flags = r.get<uint8_t>();
+  message.shutdown = flags & 1;
+  message.join = flags & 2;
+  message.cacheBits = r.getBytes();
+  message.requests.resize(r.getCount(8));
+  for (auto& request : message.requests) {
+    request.names = getNames(r);
+    request.description = getDescription(r);
+  }
+  r.finish();
+  return message;
+}
+
+std::vector<uint8_t> encode(const ResponseMessage& message) {
+  Writer w;
+  w.put<uint8_t>(uint8_t(message.shutdown));
+  w.put<int32_t>(message.lastJoinedRank);
+  w.putBytes(message.cacheBits);
+  w.put<uint32_t>(static_cast<uint32_t>(message.responses.size()));
+  for (const auto& response : message.responses) {
+    putNames(w, response.names);
+    putDescription(w, response.description);
+    w.put<uint32_t>(static_cast<uint32_t>(response.firstDims.size()));
+    for (int64_t dim : response.firstDims) w.put<int64_t>(dim);
+    w.putString(response.error);
+  }
+  return std::move(w.bytes);
+}
+
+ResponseMessage decodeResponseMessage(const std::vector<uint8_t>& bytes) {
+  Reader r(bytes);
+  ResponseMessage message;
+  message.shutdown = r.get<uint8_t>() & 1;
+  message.lastJoinedRank = r.get<int32_t>();
+  message.cacheBits = r.getBytes();
+  message.responses.resize(r.getCount(8));
+  for (auto& response : message.responses) {
+    response.names = getNames(r);
+    response.description = getDescription(r);
+    response.firstDims.resize(r.getCount(8));
+    for (auto& dim : response.firstDims) dim = r.get<int64_t>();
+    response.error = r.getString();
+  }
+  r.finish();
+  return message;
+}
+
+// --- the coordinator rank's table ---------------------------------------------------------
+
+namespace {
+std::string quoteNames(const std::vector<std::string>& names) {
+  std::string out = names.size() == 1 ? "tensor " : "tensors ";
+  for (size_t i = 0; i < names.size(); ++i) out += (i ? ", '" : "'") + names[i] + "'";
+  return out;
+}
+}  // namespace
+
+NegotiationTable::NegotiationTable(int size) : size_(size), joined_(size, false) {}
+
+void NegotiationTable::receive(int rank, const RequestMessage& message,
+                               const ResponseCache& cache, Clock::time_point now) {
+  CERAR_ENFORCE(rank >= 0 && rank < size_, "negotiation: rank ", rank, " out of range");
+  shutdown_ = shutdown_ || message.shutdown;
+  if (message.join) {
+    joined_[rank] = true;
+    lastJoined_ = rank;
+  }
+  for (size_t slot : setBits(message.cacheBits)) {
+    const Response& cached = cache.at(slot);
+    Request request{cached.names, cached.description};
+    if (request.description.kind == Kind::kAllgather) {
+      request.description.shapes[0][0] = cached.firstDims.at(rank);
+    }
+    add(rank, request, now);
+  }
+  for (const auto& request : message.requests) add(rank, request, now);
+}
+
+void NegotiationTable::add(int rank, const Request& request, Clock::time_point now) {
+  const std::string key = request.key();
+  auto [it, fresh] = entries_.try_emplace(key);
+  Entry& entry = it->second;
+  if (fresh) {
+    entry.sequence = sequence_++;
+    entry.firstSeen = now;
+    entry.firstRank = rank;
+    entry.first = request;
+    entry.submitted.assign(size_, false);
+    entry.firstDims.assign(size_, 0);
+  } else if (entry.submitted[rank]) {
+    // A rank never has one name in flight twice; seeing it is a protocol error worth naming.
+    entry.error = "rank " + std::to_string(rank) + " submitted " + quoteNames(request.names) +
+                  " twice";
+  } else if (entry.error.empty() && !request.description.agrees(entry.first.description)) {
+    entry.error = "mismatched " + quoteNames(request.names) + ": rank " +
+                  std::to_string(entry.firstRank) + " submitted " +
+                  entry.first.description.toString() + ", rank " + std::to_string(rank) +
+                  " submitted " + request.description.toString();
+  }
+  entry.submitted[rank] = true;
+  if (request.description.kind == Kind::kAllgather && !request.description.shapes.empty() &&
+      !request.description.shapes[0].empty()) {
+    entry.firstDims[rank] = request.description.shapes[0][0];
+  }
+}
+
+bool NegotiationTable::complete(const Entry& entry) const {
+  if (entry.failNow) return true;
+  for (int rank = 0; rank < size_; ++rank) {
+    if (!entry.submitted[rank] && !joined_[rank]) return false;
+  }
+  return true;
+}
+
+Response NegotiationTable::respond(const Entry& entry) const {
+  Response response;
+  response.names = entry.first.names;
+  response.description = entry.first.description;
+  response.error = entry.error;
+  const Description& d = response.description;
+  if (d.kind == Kind::kAllgather) response.firstDims = entry.firstDims;
+  if (response.error.empty() && d.kind == Kind::kBroadcast && d.root >= 0 && d.root < size_ &&
+      !entry.submitted[d.root]) {
+    response.error = "broadcast of " + quoteNames(response.names) + ": root rank " +
+                     std::to_string(d.root) + " has joined and cannot send";
+  }
+  return response;
+}
+
+ResponseMessage NegotiationTable::decide(const ResponseCache& cache) {
+  ResponseMessage message;
+  message.shutdown = shutdown_;
+  std::vector<std::map<std::string, Entry>::iterator> ready;
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (complete(it->second)) ready.push_back(it);
+  }
+  std::sort(ready.begin(), ready.end(),
+            [](auto a, auto b) { return a->second.sequence < b->second.sequence; });
+  for (auto it : ready) {
+    Response response = respond(it->second);
+    const int64_t slot = response.error.empty() ? cache.find(response) : -1;
+    if (slot >= 0) {
+      setBit(message.cacheBits, static_cast<size_t>(slot));
+    } else {
+      message.responses.push_back(std::move(response));
+    }
+    entries_.erase(it);
+  }
+  if (std::all_of(joined_.begin(), joined_.end(), [](bool j) { return j; })) {
+    message.lastJoinedRank = lastJoined_;
+    joined_.assign(size_, false);
+    lastJoined_ = -1;
+  }
+  return message;
+}
+
+std::vector<NegotiationTable::Waiting> NegotiationTable::waiting() const {
+  std::vector<Waiting> out;
+  for (const auto& [key, entry] : entries_) {
+    Waiting w{key, entry.first.names, {}, entry.firstSeen};
+    for (int rank = 0; rank < size_; ++rank) {
+      if (!entry.submitted[rank] && !joined_[rank]) w.missingRanks.push_back(rank);
+    }
+    if (!w.missingRanks.empty()) out.push_back(std::move(w));
+  }
+  return out;
+}
+
+void NegotiationTable::fail(const std::string& key, const std::string& error) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  it->second.error = error;
+  it->second.failNow = true;
+}
+
+}  // namespace cerar

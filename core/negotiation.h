@@ -1,0 +1,77 @@
+// Negotiation: the wire form of the messages, and the coordinator rank's table that matches
+// what every rank has submitted. Pure (no sockets, no threads), so it is unit-tested directly.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/message.h"
+#include "core/response_cache.h"
+
+namespace cerar {
+
+std::vector<uint8_t> encode(const RequestMessage& message);
+std::vector<uint8_t> encode(const ResponseMessage& message);
+// Throw Error on malformed input (a truncated or foreign message).
+RequestMessage decodeRequestMessage(const std::vector<uint8_t>& bytes);
+ResponseMessage decodeResponseMessage(const std::vector<uint8_t>& bytes);
+
+// What the coordinator rank knows of the units that some ranks have submitted.
+// Not thread-safe: owned by the coordinator thread of rank 0.
+class NegotiationTable {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit NegotiationTable(int size);
+
+  // Records one rank's message of this cycle. Cache bits are resolved against `cache` as it
+  // is before this cycle's answer (the state the sender used).
+  void receive(int rank, const RequestMessage& message, const ResponseCache& cache,
+               Clock::time_point now);
+
+  // This cycle's answer: every unit submitted by all ranks that have not joined (in the order
+  // first seen), as a cache bit when `cache` holds exactly that response, else in full; a
+  // unit whose descriptions disagree becomes an error response naming both ranks. Those units
+  // leave the table.
+  ResponseMessage decide(const ResponseCache& cache);
+
+  // A unit waiting for some ranks (for the stall inspector).
+  struct Waiting {
+    std::string key;
+    std::vector<std::string> names;
+    std::vector<int> missingRanks;
+    Clock::time_point firstSeen;
+  };
+  std::vector<Waiting> waiting() const;
+  // Makes the unit `key` an error response in the next decide() (stall shutdown).
+  void fail(const std::string& key, const std::string& error);
+
+  bool joined(int rank) const { return joined_[rank]; }
+
+ private:
+  struct Entry {
+    uint64_t sequence = 0;  // order first seen
+    Clock::time_point firstSeen;
+    int firstRank = -1;
+    Request first;                      // the first submitter's request
+    std::vector<bool> submitted;
+    std::vector<int64_t> firstDims;     // allgather rows per rank
+    std::string error;
+    bool failNow = false;               // error due without waiting for every rank
+  };
+  void add(int rank, const Request& request, Clock::time_point now);
+  bool complete(const Entry& entry) const;
+  Response respond(const Entry& entry) const;
+
+  int size_;
+  uint64_t sequence_ = 0;
+  std::map<std::string, Entry> entries_;
+  std::vector<bool> joined_;
+  int lastJoined_ = -1;
+  bool shutdown_ = false;
+};
+
+}  // namespace cerar

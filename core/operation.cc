@@ -1,0 +1,98 @@
+#include "core/operation.h"
+
+namespace cerar {
+
+void OperationState::complete(const std::string& why) {
+  Callback run;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (done) return;
+    done = true;
+    error = why;
+    run = std::move(callback);
+  }
+  ended.notify_all();
+  if (run) run(why);
+}
+
+std::string Queue::push(std::unique_ptr<Entry> entry) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!closed_.empty()) return closed_;
+  for (const auto& name : entry->request.names) {
+    if (inFlight_.count(name)) {
+      return "a collective named '" + name +
+             "' is already in flight on this rank; names must be unique until it completes";
+    }
+  }
+  // Names repeated within one group are caught by enqueue's validation.
+  for (const auto& name : entry->request.names) inFlight_.insert(name);
+  incoming_.push_back(std::move(entry));
+  return "";
+}
+
+std::string Queue::pushJoin(std::shared_ptr<OperationState> state) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!closed_.empty()) return closed_;
+  if (join_) return "this rank has already joined; wait for that join to complete";
+  join_ = std::move(state);
+  joinNew_ = true;
+  return "";
+}
+
+std::vector<std::unique_ptr<Entry>> Queue::drain(bool& join) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::unique_ptr<Entry>> out;
+  out.reserve(incoming_.size());
+  for (auto& entry : incoming_) out.push_back(std::move(entry));
+  incoming_.clear();
+  join = joinNew_;
+  joinNew_ = false;
+  return out;
+}
+
+std::shared_ptr<OperationState> Queue::takeJoin() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::move(join_);
+}
+
+void Queue::release(const std::vector<std::string>& names) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& name : names) inFlight_.erase(name);
+}
+
+void Queue::requestShutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    shutdown_ = true;
+  }
+  wake_.notify_all();
+}
+
+bool Queue::shutdownRequested() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return shutdown_;
+}
+
+void Queue::sleepUntil(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  wake_.wait_until(lock, deadline, [&] { return shutdown_; });
+}
+
+std::vector<std::unique_ptr<Entry>> Queue::close(const std::string& why,
+                                                 std::shared_ptr<OperationState>& join) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (closed_.empty()) closed_ = why;
+  std::vector<std::unique_ptr<Entry>> out;
+  for (auto& entry : incoming_) out.push_back(std::move(entry));
+  incoming_.clear();
+  inFlight_.clear();
+  join = std::move(join_);
+  return out;
+}
+
+std::string Queue::closedReason() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return closed_;
+}
+
+}  // namespace cerar

@@ -1,0 +1,83 @@
+// The state shared between the threads that enqueue operations and the coordinator thread:
+// one OperationState per handle, one Entry per negotiated unit, and the queue between them.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "core/message.h"
+#include "core/runtime.h"
+
+namespace cerar {
+
+using Clock = std::chrono::steady_clock;
+
+// What a Handle observes. complete() runs once; later calls are ignored.
+struct OperationState {
+  std::mutex mutex;
+  std::condition_variable ended;
+  bool done = false;
+  std::string error;
+  Callback callback;
+  // Written by the coordinator before complete(); read by the caller after wait().
+  std::vector<std::byte> output;
+  std::vector<int64_t> outputShape;
+  int lastJoinedRank = -1;
+
+  // Marks the operation ended, wakes waiters, then runs the callback (outside the lock, on
+  // the calling thread).
+  void complete(const std::string& why);
+};
+
+// One unit (a tensor, or a grouped allreduce) of this rank, from enqueue to completion.
+struct Entry {
+  Request request;
+  std::vector<Tensor> inputs;
+  std::vector<Tensor> outputs;
+  std::shared_ptr<OperationState> state;
+  Clock::time_point enqueued, requested, responded;
+};
+
+// Entries waiting for the coordinator. Thread safety: every member may be called from any
+// thread.
+class Queue {
+ public:
+  // Accepts the entry, or returns why not (a name in flight, or the queue is closed).
+  std::string push(std::unique_ptr<Entry> entry);
+  // Accepts a join; returns why not.
+  std::string pushJoin(std::shared_ptr<OperationState> state);
+  // Takes what was pushed since the last call; `join` is set when a join is new.
+  std::vector<std::unique_ptr<Entry>> drain(bool& join);
+  // The join being negotiated (null if none); clears it.
+  std::shared_ptr<OperationState> takeJoin();
+  // `names` are no longer in flight (may be enqueued again).
+  void release(const std::vector<std::string>& names);
+
+  void requestShutdown();
+  bool shutdownRequested();
+  // Sleeps until `deadline` or a shutdown request.
+  void sleepUntil(Clock::time_point deadline);
+  // Refuses every later push with `why`; returns the entries and join not yet drained.
+  std::vector<std::unique_ptr<Entry>> close(const std::string& why,
+                                            std::shared_ptr<OperationState>& join);
+  // Empty while open.
+  std::string closedReason();
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::unique_ptr<Entry>> incoming_;
+  std::unordered_set<std::string> inFlight_;
+  std::shared_ptr<OperationState> join_;
+  bool joinNew_ = false;
+  bool shutdown_ = false;
+  std::string closed_;
+};
+
+}  // namespace cerar

@@ -1,0 +1,345 @@
+#include "core/runtime.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <thread>
+#include <unordered_set>
+
+#include "core/config.h"
+#include "core/coordinator.h"
+#include "core/rendezvous/tcp_store.h"
+#include "core/scaling.h"
+#include "ops/common/error.h"
+#include "ops/transport/gloo_tcp.h"
+#include "ops/transport/inproc.h"
+
+namespace cerar {
+
+const char* opName(Op op) {
+  switch (op) {
+    case Op::kSum: return "sum";
+    case Op::kAverage: return "average";
+    case Op::kMin: return "min";
+    case Op::kMax: return "max";
+  }
+  return "?";
+}
+
+size_t Tensor::elements() const { return shapeElements(shape); }
+size_t Tensor::bytes() const { return elements() * dtypeSize(dtype); }
+
+// --- Handle -----------------------------------------------------------------------------
+
+Handle::Handle(std::shared_ptr<OperationState> state) : state_(std::move(state)) {}
+
+namespace {
+OperationState& stateOf(const std::shared_ptr<OperationState>& state) {
+  if (!state) throw Error("cerar: empty handle (not returned by an operation)");
+  return *state;
+}
+}  // namespace
+
+bool Handle::poll() const {
+  auto& s = stateOf(state_);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.done;
+}
+
+void Handle::wait() const {
+  auto& s = stateOf(state_);
+  std::unique_lock<std::mutex> lock(s.mutex);
+  s.ended.wait(lock, [&] { return s.done; });
+  if (!s.error.empty()) throw Error(s.error);
+}
+
+bool Handle::waitFor(std::chrono::milliseconds limit) const {
+  auto& s = stateOf(state_);
+  std::unique_lock<std::mutex> lock(s.mutex);
+  if (!s.ended.wait_for(lock, limit, [&] { return s.done; })) return false;
+  if (!s.error.empty()) throw Error(s.error);
+  return true;
+}
+
+const std::vector<std::byte>& Handle::output() const { return stateOf(state_).output; }
+const std::vector<int64_t>& Handle::outputShape() const { return stateOf(state_).outputShape; }
+int Handle::lastJoinedRank() const { return stateOf(state_).lastJoinedRank; }
+
+// --- the runtime ------------------------------------------------------------------------
+
+namespace {
+
+// "{rank}" in a timeline path becomes the rank; without it only rank 0 writes, so that ranks
+// sharing a file system do not write one file at once.
+std::string timelinePath(const std::string& path, int rank) {
+  const auto at = path.find("{rank}");
+  if (at != std::string::npos) {
+    return path.substr(0, at) + std::to_string(rank) + path.substr(at + 6);
+  }
+  return rank == 0 ? path : "";
+}
+
+class RuntimeImpl final : public Runtime {
+ public:
+  RuntimeImpl(const RuntimeConfig& config, std::shared_ptr<Transport> transport,
+              std::unique_ptr<TcpStoreServer> server, std::unique_ptr<TcpStore> store)
+      : config_(config), transport_(std::move(transport)), server_(std::move(server)),
+        store_(std::move(store)),
+        logger_(transport_->rank(), parseLogLevel(config.logLevel), config.logSink),
+        timeline_(transport_->rank()),
+        coordinator_(config_, transport_, queue_, timeline_, logger_) {
+    if (!config_.timeline.empty()) startTimeline(config_.timeline);
+    coordinator_.probe();
+    thread_ = std::thread([this] { coordinator_.run(); });
+    coordinatorId_ = thread_.get_id();  // before any operation exists to call back
+  }
+  ~RuntimeImpl() override { shutdown(); }
+
+  void shutdown() override {
+    queue_.requestShutdown();
+    // From a callback (the coordinator thread itself): the request suffices; the thread ends
+    // after this cycle and is joined by a later shutdown() or the destructor.
+    if (std::this_thread::get_id() == coordinatorId_) return;
+    std::lock_guard<std::mutex> lock(shutdownMutex_);
+    if (!thread_.joinable()) return;
+    thread_.join();
+    timeline_.stop();
+  }
+
+  int rank() const override { return transport_->rank(); }
+  int size() const override { return transport_->size(); }
+  int localRank() const override { return config_.localRank; }
+  int localSize() const override { return config_.localSize; }
+
+  Handle allreduce(const std::string& name, Tensor input, Tensor output, Op op, double prescale,
+                   double postscale, Callback callback) override {
+    return groupedAllreduce({name}, {std::move(input)}, {std::move(output)}, op, prescale,
+                            postscale, std::move(callback));
+  }
+
+  Handle groupedAllreduce(const std::vector<std::string>& names, std::vector<Tensor> inputs,
+                          std::vector<Tensor> outputs, Op op, double prescale, double postscale,
+                          Callback callback) override {
+    auto entry = std::make_unique<Entry>();
+    entry->request.names = names;
+    Description& d = entry->request.description;
+    d.kind = Kind::kAllreduce;
+    d.op = op;
+    d.prescale = prescale;
+    d.postscale = postscale;
+    std::string invalid = checkNames(names, "allreduce");
+    if (invalid.empty() && (inputs.size() != names.size() || outputs.size() != names.size())) {
+      invalid = detail::concat("grouped allreduce: ", names.size(), " names, ", inputs.size(),
+                               " inputs and ", outputs.size(), " outputs");
+    }
+    for (size_t i = 0; invalid.empty() && i < inputs.size(); ++i) {
+      const Tensor& in = inputs[i];
+      const Tensor& out = outputs[i];
+      if (i == 0) d.dtype = in.dtype, d.device = in.device;
+      invalid = checkTensor(names[i], in);
+      if (!invalid.empty()) break;
+      if (out.dtype != in.dtype || out.shape != in.shape || out.device != in.device ||
+          (out.data == nullptr && out.elements() > 0)) {
+        invalid = "allreduce of '" + names[i] + "': the output must match the input's dtype, "
+                  "shape and device";
+      } else if (in.dtype != d.dtype || in.device != d.device) {
+        invalid = "grouped allreduce: '" + names[i] + "' differs in dtype or device from '" +
+                  names[0] + "'; a group is one fusion unit";
+      }
+      d.shapes.push_back(in.shape);
+    }
+    if (invalid.empty()) invalid = checkOp(names.front(), d.dtype, op, prescale, postscale);
+    entry->inputs = std::move(inputs);
+    entry->outputs = std::move(outputs);
+    return enqueue(std::move(entry), invalid, std::move(callback));
+  }
+
+  Handle allgather(const std::string& name, Tensor input, Callback callback) override {
+    auto entry = std::make_unique<Entry>();
+    entry->request.names = {name};
+    Description& d = entry->request.description;
+    d.kind = Kind::kAllgather;
+    d.dtype = input.dtype;
+    d.device = input.device;
+    d.shapes = {input.shape};
+    std::string invalid = checkNames({name}, "allgather");
+    if (invalid.empty()) invalid = checkTensor(name, input);
+    if (invalid.empty() && input.shape.empty()) {
+      invalid = "allgather of '" + name + "': a scalar has no first dimension to concatenate";
+    }
+    entry->inputs = {input};
+    entry->outputs = {input};
+    return enqueue(std::move(entry), invalid, std::move(callback));
+  }
+
+  Handle broadcast(const std::string& name, Tensor tensor, int root, Callback callback) override {
+    auto entry = std::make_unique<Entry>();
+    entry->request.names = {name};
+    Description& d = entry->request.description;
+    d.kind = Kind::kBroadcast;
+    d.dtype = tensor.dtype;
+    d.device = tensor.device;
+    d.root = root;
+    d.shapes = {tensor.shape};
+    std::string invalid = checkNames({name}, "broadcast");
+    if (invalid.empty()) invalid = checkTensor(name, tensor);
+    if (invalid.empty() && (root < 0 || root >= size())) {
+      invalid = detail::concat("broadcast of '", name, "': root ", root, " out of range for ",
+                               size(), " ranks");
+    }
+    entry->inputs = {tensor};
+    entry->outputs = {tensor};
+    return enqueue(std::move(entry), invalid, std::move(callback));
+  }
+
+  Handle barrier(Callback callback) override {
+    auto entry = std::make_unique<Entry>();
+    entry->request.names = {"cerar.barrier"};
+    entry->request.description.kind = Kind::kBarrier;
+    return enqueue(std::move(entry), "", std::move(callback));
+  }
+
+  Handle join(Callback callback) override {
+    auto state = std::make_shared<OperationState>();
+    state->callback = std::move(callback);
+    const std::string refused = queue_.pushJoin(state);
+    if (!refused.empty()) state->complete(refused);
+    return Handle(state);
+  }
+
+  void startTimeline(const std::string& path) override {
+    const std::string mine = timelinePath(path, rank());
+    if (!mine.empty()) timeline_.start(mine);
+  }
+  void stopTimeline() override { timeline_.stop(); }
+  RuntimeStats stats() const override { return coordinator_.stats(); }
+
+ private:
+  static std::string checkNames(const std::vector<std::string>& names, const char* what) {
+    if (names.empty()) return std::string(what) + ": no tensors";
+    std::unordered_set<std::string> seen;
+    for (const auto& name : names) {
+      if (name.empty()) return std::string(what) + ": a tensor name must not be empty";
+      if (name.find('\x1f') != std::string::npos) {
+        return std::string(what) + " of '" + name + "': the name contains the byte 0x1f";
+      }
+      if (!seen.insert(name).second) {
+        return std::string(what) + ": the name '" + name + "' appears twice in one group";
+      }
+    }
+    return "";
+  }
+
+  static std::string checkTensor(const std::string& name, const Tensor& t) {
+    for (int64_t dim : t.shape) {
+      if (dim < 0) return "tensor '" + name + "': negative dimension";
+    }
+    if (t.data == nullptr && t.elements() > 0) return "tensor '" + name + "': null data";
+    if (t.device >= 0) {
+      return "tensor '" + name + "' is on cuda:" + std::to_string(t.device) +
+             "; this runtime reduces host memory only (copy it to the host)";
+    }
+    return "";
+  }
+
+  static std::string checkOp(const std::string& name, DType dtype, Op op, double prescale,
+                             double postscale) {
+    if (op == Op::kAverage && !isFloatDType(dtype)) {
+      return detail::concat("allreduce of '", name, "': average needs a floating-point dtype, "
+                            "got ", dtypeName(dtype), " (use sum)");
+    }
+    if (!std::isfinite(prescale) || !std::isfinite(postscale)) {
+      return "allreduce of '" + name + "': scale factors must be finite";
+    }
+    if ((prescale != 1.0 || postscale != 1.0) && !isFloatDType(dtype)) {
+      return detail::concat("allreduce of '", name, "': prescale/postscale need a "
+                            "floating-point dtype, got ", dtypeName(dtype));
+    }
+    return "";
+  }
+
+  Handle enqueue(std::unique_ptr<Entry> entry, const std::string& invalid, Callback callback) {
+    auto state = std::make_shared<OperationState>();
+    state->callback = std::move(callback);
+    entry->state = state;
+    entry->enqueued = Clock::now();
+    const std::string refused =
+        invalid.empty() ? queue_.push(std::move(entry)) : "cerar: " + invalid;
+    if (!refused.empty()) state->complete(refused);  // the callback runs on this thread
+    return Handle(state);
+  }
+
+  RuntimeConfig config_;
+  std::shared_ptr<Transport> transport_;
+  std::unique_ptr<TcpStoreServer> server_;
+  std::unique_ptr<TcpStore> store_;
+  Logger logger_;
+  Timeline timeline_;
+  Queue queue_;
+  Coordinator coordinator_;
+  std::mutex shutdownMutex_;
+  std::thread thread_;
+  std::thread::id coordinatorId_;
+};
+
+std::string localHostname() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
+bool isLoopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+}  // namespace
+
+std::unique_ptr<Runtime> Runtime::startWith(const RuntimeConfig& config,
+                                            std::shared_ptr<Transport> transport) {
+  CERAR_ENFORCE(transport != nullptr, "cerar: startWith needs a transport");
+  RuntimeConfig adjusted = config;
+  adjusted.rank = transport->rank();
+  adjusted.size = transport->size();
+  if (adjusted.localSize > adjusted.size || adjusted.localRank >= adjusted.localSize) {
+    adjusted.localRank = 0, adjusted.localSize = 1;
+  }
+  validateConfig(adjusted);
+  return std::make_unique<RuntimeImpl>(adjusted, std::move(transport), nullptr, nullptr);
+}
+
+std::unique_ptr<Runtime> Runtime::start(const RuntimeConfig& config) {
+  validateConfig(config);
+  const auto timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(std::ceil(config.timeoutSeconds * 1000)));
+  if (config.size == 1) {
+    InprocHub hub(1, timeout);
+    return std::make_unique<RuntimeImpl>(config, hub.connect(0), nullptr, nullptr);
+  }
+  CERAR_ENFORCE(config.rendezvousPort > 0, "cerar: rank ", config.rank, " of ", config.size,
+                ": no rendezvous port (set CERAR_RENDEZVOUS_PORT)");
+  std::unique_ptr<TcpStoreServer> server;
+  if (config.hostStore && config.rank == 0) {
+    const std::string bind = isLoopback(config.rendezvousAddr) ? config.rendezvousAddr : "0.0.0.0";
+    server = std::make_unique<TcpStoreServer>(bind, uint16_t(config.rendezvousPort),
+                                              config.secret);
+    server->start();
+  }
+  auto store = std::make_unique<TcpStore>(config.rendezvousAddr, uint16_t(config.rendezvousPort),
+                                          config.secret, timeout);
+  GlooOptions options;
+  if (!config.iface.empty()) {
+    options.iface = config.iface;
+  } else if (isLoopback(config.rendezvousAddr)) {
+    options.iface = "lo";
+  } else {
+    options.hostname = localHostname();
+  }
+  options.timeout = timeout;
+  options.prefix = "cerar/runtime";
+  std::shared_ptr<Transport> transport =
+      connectGloo(*store, config.rank, config.size, options);
+  return std::make_unique<RuntimeImpl>(config, std::move(transport), std::move(server),
+                                       std::move(store));
+}
+
+}  // namespace cerar

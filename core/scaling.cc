@@ -1,0 +1,89 @@
+#include "core/scaling.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "ops/codec/half.h"
+#include "ops/common/error.h"
+
+namespace cerar {
+namespace {
+
+template <typename T>
+void scale(const void* src, void* dst, size_t n, double factor) {
+  const T* in = static_cast<const T*>(src);
+  T* out = static_cast<T*>(dst);
+  const T f = static_cast<T>(factor);
+  for (size_t i = 0; i < n; ++i) out[i] = in[i] * f;
+}
+
+template <typename H>
+void scaleHalf(const void* src, void* dst, size_t n, double factor) {
+  const H* in = static_cast<const H*>(src);
+  H* out = static_cast<H*>(dst);
+  const float f = static_cast<float>(factor);
+  for (size_t i = 0; i < n; ++i) out[i] = codec::fromFloat<H>(codec::toFloat(in[i]) * f);
+}
+
+template <typename T>
+void fill(void* dst, size_t n, T value) {
+  std::fill_n(static_cast<T*>(dst), n, value);
+}
+
+template <typename T>
+T extreme(ReduceOp op) {
+  if constexpr (std::numeric_limits<T>::has_infinity) {
+    return op == ReduceOp::kMin ? std::numeric_limits<T>::infinity()
+                                : -std::numeric_limits<T>::infinity();
+  } else {
+    return op == ReduceOp::kMin ? std::numeric_limits<T>::max()
+                                : std::numeric_limits<T>::lowest();
+  }
+}
+
+}  // namespace
+
+bool isFloatDType(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kFloat16 ||
+         dtype == DType::kBFloat16;
+}
+
+void scaledCopy(DType dtype, const void* src, void* dst, size_t n, double factor) {
+  if (n == 0) return;
+  if (factor == 1.0) {
+    if (src != dst) std::memmove(dst, src, n * dtypeSize(dtype));
+    return;
+  }
+  switch (dtype) {
+    case DType::kFloat32: return scale<float>(src, dst, n, factor);
+    case DType::kFloat64: return scale<double>(src, dst, n, factor);
+    case DType::kFloat16: return scaleHalf<codec::Half>(src, dst, n, factor);
+    case DType::kBFloat16: return scaleHalf<codec::BFloat16>(src, dst, n, factor);
+    default:
+      throw Error(detail::concat("cannot scale ", dtypeName(dtype), " tensors by ", factor));
+  }
+}
+
+void fillIdentity(DType dtype, ReduceOp op, void* dst, size_t n) {
+  if (n == 0) return;
+  if (op == ReduceOp::kSum) {
+    std::memset(dst, 0, n * dtypeSize(dtype));  // all-zero bits are 0 in every dtype here
+    return;
+  }
+  switch (dtype) {
+    case DType::kFloat32: return fill<float>(dst, n, extreme<float>(op));
+    case DType::kFloat64: return fill<double>(dst, n, extreme<double>(op));
+    case DType::kFloat16:
+      return fill<codec::Half>(dst, n, codec::fromFloat<codec::Half>(extreme<float>(op)));
+    case DType::kBFloat16:
+      return fill<codec::BFloat16>(dst, n,
+                                   codec::fromFloat<codec::BFloat16>(extreme<float>(op)));
+    case DType::kInt32: return fill<int32_t>(dst, n, extreme<int32_t>(op));
+    case DType::kInt64: return fill<int64_t>(dst, n, extreme<int64_t>(op));
+    case DType::kUInt8: return fill<uint8_t>(dst, n, extreme<uint8_t>(op));
+  }
+}
+
+}  // namespace cerar

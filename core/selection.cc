@@ -1,0 +1,53 @@
+#include "core/selection.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace cerar {
+
+double ringSeconds(int N, double bytes, const LinkModel& link) {
+  if (N <= 1) return 0;
+  return 2.0 * (N - 1) * (link.alpha + bytes / N * (link.beta + link.gamma));
+}
+
+double cerarSeconds(int N, int c, double bytes, const LinkModel& link) {
+  if (N <= 1) return 0;
+  return (c + N - 2) * (link.alpha + bytes / c * (link.beta + link.gamma));
+}
+
+int bestComponents(int N, double bytes, size_t elements, const LinkModel& link) {
+  if (N <= 2) return N;
+  const double perByte = link.beta + link.gamma;
+  const double ideal =
+      link.alpha > 0 ? std::sqrt((N - 2) * bytes * perByte / link.alpha) : double(elements);
+  // More components than elements only adds empty rounds.
+  const double maxR = std::max(1.0, std::floor(double(elements) / N));
+  const double low = std::clamp(std::floor(ideal / N), 1.0, maxR);
+  const double high = std::clamp(std::ceil(ideal / N), 1.0, maxR);
+  const int cLow = static_cast<int>(low) * N;
+  const int cHigh = static_cast<int>(high) * N;
+  return cerarSeconds(N, cHigh, bytes, link) < cerarSeconds(N, cLow, bytes, link) ? cHigh : cLow;
+}
+
+Selection selectAlgorithm(int N, DType dtype, ReduceOp op, size_t elements,
+                          const LinkModel& link, const SelectionPolicy& policy) {
+  const double bytes = double(elements) * dtypeSize(dtype);
+  Selection ring{Algorithm::kRing, N, 0, ringSeconds(N, bytes, link)};
+  const bool cerarCan = N >= 2 && op == ReduceOp::kSum && isCerarDType(dtype);
+  if (!cerarCan || policy.algorithm == "ring") return ring;
+  const bool forced = policy.algorithm == "cerar";
+  if (!forced && (N <= 2 || bytes < double(policy.minCerarBytes))) return ring;
+
+  const int c = policy.components > 0 ? policy.components
+                                      : bestComponents(N, bytes, elements, link);
+  Selection cerar{Algorithm::kCerar, c, policy.eps > 0 ? policy.eps : defaultEps(dtype),
+                  cerarSeconds(N, c, bytes, link)};
+  if (forced) return cerar;
+  // c == N is the ring itself (same rounds, same bytes, exact): keep the ring.
+  if (c == N || cerar.predictedSeconds > (1.0 - policy.minGain) * ring.predictedSeconds) {
+    return ring;
+  }
+  return cerar;
+}
+
+}  // namespace cerar

@@ -1,0 +1,51 @@
+// Algorithm selection per fused buffer: the exact ring or CERAR, and CERAR's c, from the
+// alpha-beta cost model of cerar-protocol.md ("Choosing c"). Pure.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "ops/communicator.h"
+
+namespace cerar {
+
+// Per-round costs of the links: latency alpha (s), wire time beta (s/byte), local arithmetic
+// gamma (s/byte). The defaults are a 10 Gbit/s Ethernet guess, used until measured.
+struct LinkModel {
+  double alpha = 50e-6;
+  double beta = 0.8e-9;
+  double gamma = 0.2e-9;
+};
+
+struct SelectionPolicy {
+  std::string algorithm = "auto";  // auto | ring | cerar
+  int components = 0;              // forces c when > 0
+  double eps = 0;                  // 0: the spec's default per dtype
+  // CERAR is approximate; take it only when it pays: buffers of at least this size, and a
+  // predicted saving of at least minGain (a near tie is not worth the error).
+  size_t minCerarBytes = 1u << 20;
+  double minGain = 0.10;
+};
+
+struct Selection {
+  Algorithm algorithm = Algorithm::kRing;
+  int components = 0;  // c (N for the ring)
+  double eps = 0;      // 0 for the ring
+  double predictedSeconds = 0;
+};
+
+// T = 2(N-1) * (alpha + (d/N)(beta+gamma)), d in bytes.
+double ringSeconds(int N, double bytes, const LinkModel& link);
+// T(c) = (c+N-2) * (alpha + (d/c)(beta+gamma)).
+double cerarSeconds(int N, int c, double bytes, const LinkModel& link);
+// The multiple of N (>= N, <= max(N, elements)) nearest sqrt((N-2) d (beta+gamma) / alpha)
+// with the lower modelled time.
+int bestComponents(int N, double bytes, size_t elements, const LinkModel& link);
+
+// The choice for one buffer: the ring for N <= 2, min/max, and dtypes other than f32/f64, and
+// for small buffers; CERAR where the model predicts a clear saving. A forced algorithm wins
+// where CERAR can run at all (min/max and integer/half always take the ring).
+Selection selectAlgorithm(int N, DType dtype, ReduceOp op, size_t elements,
+                          const LinkModel& link, const SelectionPolicy& policy);
+
+}  // namespace cerar

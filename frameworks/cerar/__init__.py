@@ -1,0 +1,116 @@
+"""cerar: Horovod-style tensor fusion whose all-reduce is CERAR, an approximate
+communication-efficient ring (or the exact ring).
+
+    import cerar
+    cerar.init()                      # reads CERAR_* (cerarrun), torchrun's, Open MPI's or SLURM's
+    print(cerar.rank(), cerar.size())
+
+Framework APIs: cerar.numpy, cerar.torch, cerar.jax. Launcher: ``cerarrun -np 4 python train.py``.
+"""
+import atexit
+import itertools
+import threading
+
+from cerar._cerar import CerarError, Op
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "size", "rank", "local_rank", "local_size",
+    "start_timeline", "stop_timeline", "stats", "CerarError", "Op",
+    "Sum", "Average", "Min", "Max",
+]
+__version__ = "0.1.0"
+
+Sum = Op.Sum
+Average = Op.Average
+Min = Op.Min
+Max = Op.Max
+
+_lock = threading.Lock()
+_runtime = None
+_counters = {}
+
+
+def init(**overrides):
+    """Starts the runtime (connects to the other ranks); a no-op when already started.
+
+    The configuration comes from the environment (RuntimeConfig::fromEnvironment); keyword
+    arguments override its fields, e.g. ``init(algorithm="ring", fusion_threshold_bytes=1 << 20)``.
+    Raises CerarError when a setting is bad or the other ranks cannot be reached.
+    """
+    global _runtime
+    from cerar import _cerar
+    with _lock:
+        if _runtime is not None:
+            return
+        config = _cerar.RuntimeConfig.from_environment()
+        for key, value in overrides.items():
+            if key.startswith("_") or not hasattr(config, key):
+                raise TypeError(f"cerar.init: unknown setting {key!r}")
+            setattr(config, key, value)
+        _runtime = _cerar.Runtime.start(config)
+        _counters.clear()
+
+
+def shutdown():
+    """Stops the runtime; pending operations fail with "cerar has been shut down". Idempotent."""
+    global _runtime
+    with _lock:
+        runtime, _runtime = _runtime, None
+    if runtime is not None:
+        runtime.shutdown()
+
+
+def is_initialized():
+    return _runtime is not None
+
+
+def _rt():
+    runtime = _runtime
+    if runtime is None:
+        raise ValueError("cerar has not been initialized; call cerar.init() first")
+    return runtime
+
+
+def size():
+    return _rt().size
+
+
+def rank():
+    return _rt().rank
+
+
+def local_rank():
+    return _rt().local_rank
+
+
+def local_size():
+    return _rt().local_size
+
+
+def start_timeline(path):
+    """Starts writing a chrome://tracing timeline to `path`."""
+    _rt().start_timeline(str(path))
+
+
+def stop_timeline():
+    _rt().stop_timeline()
+
+
+def stats():
+    """The runtime's counters (cycles, cache hits, fused buffers, bytes sent, ...) as a dict."""
+    return _rt().stats()
+
+
+def _auto_name(kind, name=None):
+    """`name`, or a deterministic one: "<kind>.noname.<n>", counted per kind since init().
+
+    Every rank must make its unnamed calls in the same order, as with Horovod.
+    """
+    if name is not None:
+        return str(name)
+    with _lock:
+        counter = _counters.setdefault(kind, itertools.count())
+        return f"{kind}.noname.{next(counter)}"
+
+
+atexit.register(shutdown)

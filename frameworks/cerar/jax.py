@@ -1,0 +1,87 @@
+"""Collectives on jax arrays and pytrees, through numpy (host memory).
+
+    import cerar.jax as cj
+    grads = cj.allreduce_tree(grads)            # averaged in one fused grouped call per dtype
+    params = cj.broadcast_tree(params, root_rank=0)
+
+Call these outside jit: they move the arrays to the host and back.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import cerar.numpy as cn
+from cerar import (Average, CerarError, Max, Min, Sum, _auto_name, init, is_initialized,
+                   local_rank, local_size, rank, shutdown, size)
+
+__all__ = [
+    "allreduce", "allreduce_tree", "allgather", "broadcast", "broadcast_tree", "barrier",
+    "join", "init", "shutdown", "size", "rank", "local_rank", "local_size", "is_initialized",
+    "Sum", "Average", "Min", "Max", "CerarError",
+]
+
+
+def _host(x):
+    return np.array(np.asarray(x), order="C", copy=True)
+
+
+def _back(array, like):
+    out = jnp.asarray(array)
+    devices = getattr(like, "devices", None)
+    if callable(devices):
+        out = jax.device_put(out, next(iter(devices())))
+    return out
+
+
+def allreduce(x, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces a jax array across ranks; returns a new jax array."""
+    return _back(cn.allreduce_(_host(x), op, name, prescale_factor, postscale_factor), x)
+
+
+def allreduce_tree(tree, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces every leaf of a pytree (e.g. gradients), fused: one grouped all-reduce per
+    dtype, in a fixed order. Returns a pytree of the same structure."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    arrays = [_host(leaf) for leaf in leaves]
+    base = _auto_name("allreduce_tree", name)
+    by_dtype = {}
+    for index, array in enumerate(arrays):
+        by_dtype.setdefault(array.dtype.name, []).append(index)
+    handles = []
+    for dtype_name in sorted(by_dtype):
+        group = [arrays[i] for i in by_dtype[dtype_name]]
+        handles.append(cn.grouped_allreduce_async_(group, op, f"{base}.{dtype_name}",
+                                                   prescale_factor, postscale_factor))
+    for handle in handles:
+        handle.wait()
+    return jax.tree_util.tree_unflatten(
+        treedef, [_back(a, leaf) for a, leaf in zip(arrays, leaves)])
+
+
+def allgather(x, name=None):
+    """Concatenates every rank's array along the first dimension."""
+    return _back(cn.allgather(_host(x), name), x)
+
+
+def broadcast(x, root_rank=0, name=None):
+    return _back(cn.broadcast_(_host(x), root_rank, name), x)
+
+
+def broadcast_tree(tree, root_rank=0, name=None):
+    """Every leaf of `tree` from root_rank (e.g. initial parameters)."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    base = _auto_name("broadcast_tree", name)
+    arrays = [_host(leaf) for leaf in leaves]
+    handles = [cn.broadcast_async_(a, root_rank, f"{base}.{i}") for i, a in enumerate(arrays)]
+    for handle in handles:
+        handle.wait()
+    return jax.tree_util.tree_unflatten(
+        treedef, [_back(a, leaf) for a, leaf in zip(arrays, leaves)])
+
+
+def barrier():
+    cn.barrier()
+
+
+def join():
+    return cn.join()

@@ -1,0 +1,135 @@
+"""Collectives on numpy arrays (zero-copy: the runtime reads and writes the arrays' memory).
+
+Out-of-place calls (allreduce, broadcast, allgather) return new arrays; the ones ending in "_"
+work in place. The *_async forms return a Handle; ``synchronize(handle)`` returns the result.
+Names match operations across ranks; unnamed calls get "<op>.noname.<n>" in call order.
+"""
+import numpy as np
+
+from cerar import Average, _auto_name, _rt
+from cerar._cerar import DType, RawTensor
+from cerar._handle import Handle, poll, synchronize
+
+__all__ = [
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
+    "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "allgather",
+    "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
+    "barrier", "join", "poll", "synchronize", "Handle",
+]
+
+
+def _view(array):
+    """What the bindings take: the array itself, or (bfloat16, which has no buffer format) its
+    address."""
+    if array.dtype.name == "bfloat16":  # ml_dtypes / jax
+        return RawTensor(array, array.ctypes.data, DType.bfloat16, list(array.shape))
+    return array
+
+
+def _fresh(tensor):
+    """A C-contiguous copy of `tensor` (anything np.asarray takes)."""
+    return np.array(np.asarray(tensor), order="C", copy=True)
+
+
+def _writable(array):
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"cerar.numpy: in-place operations need a numpy array, got {type(array)}")
+    if not (array.flags.c_contiguous and array.flags.writeable):
+        raise ValueError("cerar.numpy: in-place operations need a writable C-contiguous array")
+    return array
+
+
+def allreduce_async_(array, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces `array` in place across ranks; returns a Handle whose result is `array`."""
+    _writable(array)
+    handle = _rt().allreduce(_auto_name("allreduce", name), _view(array), None, op,
+                             prescale_factor, postscale_factor)
+    return Handle(handle, lambda _: array)
+
+
+def allreduce_async(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces a copy of `tensor`; the Handle's result is the new array."""
+    return allreduce_async_(_fresh(tensor), op, name, prescale_factor, postscale_factor)
+
+
+def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+    return allreduce_async(tensor, op, name, prescale_factor, postscale_factor).wait()
+
+
+def allreduce_(array, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+    return allreduce_async_(array, op, name, prescale_factor, postscale_factor).wait()
+
+
+def grouped_allreduce_async_(arrays, op=Average, name=None, prescale_factor=1.0,
+                             postscale_factor=1.0):
+    """Reduces a list of arrays in place as one fused unit (names "<name>.<i>")."""
+    arrays = [_writable(a) for a in arrays]
+    base = _auto_name("grouped_allreduce", name)
+    names = [f"{base}.{i}" for i in range(len(arrays))]
+    handle = _rt().grouped_allreduce(names, [_view(a) for a in arrays], None, op,
+                                     prescale_factor, postscale_factor)
+    return Handle(handle, lambda _: arrays)
+
+
+def grouped_allreduce_async(tensors, op=Average, name=None, prescale_factor=1.0,
+                            postscale_factor=1.0):
+    return grouped_allreduce_async_([_fresh(t) for t in tensors], op, name, prescale_factor,
+                                    postscale_factor)
+
+
+def grouped_allreduce(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+    return grouped_allreduce_async(tensors, op, name, prescale_factor, postscale_factor).wait()
+
+
+def grouped_allreduce_(arrays, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+    return grouped_allreduce_async_(arrays, op, name, prescale_factor, postscale_factor).wait()
+
+
+def allgather_async(tensor, name=None):
+    """Concatenates every rank's `tensor` along the first dimension (sizes may differ)."""
+    array = np.ascontiguousarray(np.asarray(tensor))
+    if array.ndim == 0:
+        array = array.reshape(1)
+    dtype = array.dtype
+    handle = _rt().allgather(_auto_name("allgather", name), _view(array))
+
+    def finish(h):
+        out = h.output()
+        return out.view(dtype) if out.dtype != dtype else out
+    return Handle(handle, finish)
+
+
+def allgather(tensor, name=None):
+    return allgather_async(tensor, name).wait()
+
+
+def broadcast_async_(array, root_rank, name=None):
+    """Overwrites `array` with root_rank's, in place."""
+    _writable(array)
+    handle = _rt().broadcast(_auto_name("broadcast", name), _view(array), int(root_rank))
+    return Handle(handle, lambda _: array)
+
+
+def broadcast_async(tensor, root_rank, name=None):
+    return broadcast_async_(_fresh(tensor), root_rank, name)
+
+
+def broadcast(tensor, root_rank, name=None):
+    return broadcast_async(tensor, root_rank, name).wait()
+
+
+def broadcast_(array, root_rank, name=None):
+    return broadcast_async_(array, root_rank, name).wait()
+
+
+def barrier():
+    """Returns once every rank has called barrier()."""
+    _rt().barrier().wait()
+
+
+def join():
+    """Declares that this rank has no more data; returns the rank that joined last once every
+    rank has joined (meanwhile this rank contributes the identity to the others' collectives)."""
+    handle = _rt().join()
+    handle.wait()
+    return handle.last_joined_rank()

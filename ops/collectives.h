@@ -1,0 +1,34 @@
+// Collectives besides the all-reduce, over any Transport: ring allgather with per-rank sizes,
+// pipelined broadcast, and the small variable-length messages of a control plane.
+// Each is called by every rank of the group with matching arguments; one thread per transport.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "ops/transport/transport.h"
+
+namespace cerar {
+
+// `buffer` holds the blocks of all ranks in rank order, blockBytes[i] bytes for rank i; this
+// rank's block must be in place. After N-1 ring steps every rank holds every block. Empty
+// blocks are skipped on both ends (zero-byte posts are not allowed).
+void ringAllgather(Transport& transport, void* buffer, const std::vector<size_t>& blockBytes);
+
+// Every rank ends with root's `bytes` bytes at `data`. A chain root -> root+1 -> ... in
+// segments, so a long buffer streams through the ring instead of the root sending N-1 copies.
+void chainBroadcast(Transport& transport, void* data, size_t bytes, int root,
+                    size_t segmentBytes = 256 * 1024);
+
+// Control-plane messages of any length (including empty). A message travels as one fixed-size
+// frame (length + the first bytes) and, if longer, one more transfer for the rest, so short
+// messages cost one transfer.
+// gatherBytes: every rank's `mine` to root; root gets them indexed by rank, others nothing.
+std::vector<std::vector<uint8_t>> gatherBytes(Transport& transport,
+                                              const std::vector<uint8_t>& mine, int root);
+// broadcastBytes: root's `message` to every rank (star: messages are small).
+std::vector<uint8_t> broadcastBytes(Transport& transport, const std::vector<uint8_t>& message,
+                                    int root);
+
+}  // namespace cerar

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The main demo: data-parallel training of an MLP on scikit-learn's digits with 4 ranks on this
+# machine, once with CERAR and once with the exact ring; prints both results side by side.
+# Usage: scripts/main.sh [extra torch_train.py arguments, e.g. --epochs 5]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NP=${NP:-4}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+echo "setup: installing and building (scripts/setup.sh; the first run takes a few minutes)"
+if ! scripts/setup.sh >"$out/setup.log" 2>&1; then
+  cat "$out/setup.log"
+  exit 1
+fi
+for algorithm in cerar ring; do
+  echo
+  echo "=== $algorithm: cerarrun -np $NP --algorithm $algorithm python examples/torch_train.py $*"
+  .venv/bin/cerarrun -np "$NP" --algorithm "$algorithm" \
+    .venv/bin/python examples/torch_train.py "$@" | tee "$out/$algorithm.log"
+done
+.venv/bin/python - "$out/cerar.log" "$out/ring.log" <<'PY'
+import json, sys
+results = []
+for path in sys.argv[1:]:
+    lines = [l.split("RESULT ", 1)[1] for l in open(path) if "RESULT " in l]
+    results.append(json.loads(lines[-1]))
+rows = [("final train loss", "train_loss", "{:.4f}"), ("final val loss", "val_loss", "{:.4f}"),
+        ("final val accuracy", "val_acc", "{:.4f}"), ("samples/s", "samples_per_s", "{:.0f}"),
+        ("all-reduce wait ms/step", "allreduce_ms_per_step", "{:.3f}"),
+        ("buffers via CERAR", "cerar_buffers", "{}"), ("buffers via ring", "ring_buffers", "{}"),
+        ("wall time s", "seconds", "{:.1f}")]
+print()
+print(f"{'':26}{'CERAR':>12}{'exact ring':>12}")
+for label, key, fmt in rows:
+    print(f"{label:26}" + "".join(f"{fmt.format(r.get(key)):>12}" for r in results))
+PY

@@ -1,0 +1,149 @@
+// The runtime with every rank a forked process on loopback: over Gloo transports made by the
+// local-job launcher, and through Runtime::start from a launcher's environment (the store
+// hosted by the launcher, or by rank 0 as under torchrun).
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/rendezvous/tcp_store.h"
+#include "runtime_scenarios.h"
+#include "tools/local_job.h"
+
+namespace cerar {
+namespace {
+
+using namespace scenarios;
+
+std::vector<std::string> runProcesses(int N, const Scenario& scenario) {
+  LocalJobOptions options;
+  options.size = N;
+  options.transport = LocalTransport::kGloo;
+  options.timeout = 20s;
+  options.deadline = 60s;
+  options.failureGrace = 2s;
+  return runLocalJob(options, [&](int rank, std::shared_ptr<Transport> transport) {
+    Starter start = [transport](RuntimeConfig config) {
+      return Runtime::startWith(config, transport);
+    };
+    return scenario(rank, start);
+  });
+}
+
+TEST(RuntimeMultiprocess, OutOfOrderAndMultiThreaded) {
+  runProcesses(4, outOfOrderMultiThreaded);
+}
+
+TEST(RuntimeMultiprocess, ThousandSmallTensorsFusedEqualUnfused) {
+  auto results = runProcesses(4, fusedEqualsUnfused);
+  for (const auto& r : results) EXPECT_EQ(r, results[0]);  // bit-identical on every rank
+}
+
+TEST(RuntimeMultiprocess, CacheHitsInSteadyLoop) { runProcesses(4, cacheHits); }
+
+TEST(RuntimeMultiprocess, JoinWithUnevenSteps) {
+  auto results = runProcesses(4, joinUneven);
+  for (const auto& r : results) EXPECT_EQ(r, "last joined 3");
+}
+
+TEST(RuntimeMultiprocess, TimelineParsesAndHoldsThePhases) {
+  const std::string pattern =
+      ::testing::TempDir() + "cerar_timeline_" + std::to_string(getpid()) + "_{rank}.json";
+  runProcesses(4, [&](int rank, const Starter& start) { return timeline(rank, start, pattern); });
+}
+
+TEST(RuntimeMultiprocess, StallReportNamesTheMissingRank) {
+  auto results = runProcesses(4, stallReport);
+  EXPECT_EQ(results, (std::vector<std::string>{"failed", "failed", "failed", "missing"}));
+}
+
+TEST(RuntimeMultiprocess, MismatchFailsEveryRankAtNegotiation) {
+  auto results = runProcesses(4, mismatch);
+  for (const auto& r : results) EXPECT_EQ(r, results[0]);  // the same message everywhere
+}
+
+TEST(RuntimeMultiprocess, ShutdownWithWorkPending) { runProcesses(4, shutdownPending); }
+
+// --- Runtime::start from the environment ----------------------------------------------------
+
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t length = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Forks N ranks that each set `environment(rank)` and run opsAndScales through
+// Runtime::start(fromEnvironment()); returns the ranks' exit codes.
+using Environment = std::vector<std::pair<std::string, std::string>>;
+std::vector<int> forkRanks(int N, const std::function<Environment(int)>& environment,
+                           const std::function<void()>& afterFork = {}) {
+  std::fflush(nullptr);
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < N; ++rank) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      int code = 1;
+      try {
+        for (const auto& [name, value] : environment(rank)) setenv(name.c_str(), value.c_str(), 1);
+        setenv("CERAR_CYCLE_TIME", "1", 1);
+        setenv("CERAR_TIMEOUT_SECONDS", "20", 1);
+        const RuntimeConfig config = RuntimeConfig::fromEnvironment();
+        // The scenario's own settings give way to the environment's (and the link probe runs).
+        opsAndScales(rank, [&](RuntimeConfig) { return Runtime::start(config); });
+        code = 0;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+      }
+      std::fflush(nullptr);
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  if (afterFork) afterFork();
+  std::vector<int> codes;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  for (pid_t pid : pids) {
+    int status = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) kill(pid, SIGKILL);
+      std::this_thread::sleep_for(5ms);
+    }
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+  return codes;
+}
+
+TEST(RuntimeMultiprocess, StartUnderTheLauncherWhichHostsTheStore) {
+  TcpStoreServer server("127.0.0.1", 0, "s3cret");  // served after fork, as cerarrun does
+  const std::string port = std::to_string(server.port());
+  auto codes = forkRanks(4, [&](int rank) {
+    return Environment{{"CERAR_RANK", std::to_string(rank)}, {"CERAR_SIZE", "4"},
+                       {"CERAR_LOCAL_RANK", std::to_string(rank)}, {"CERAR_LOCAL_SIZE", "4"},
+                       {"CERAR_RENDEZVOUS_ADDR", "127.0.0.1"}, {"CERAR_RENDEZVOUS_PORT", port},
+                       {"CERAR_SECRET", "s3cret"}};
+  }, [&] { server.start(); });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0, 0}));
+}
+
+TEST(RuntimeMultiprocess, StartUnderTorchrunWhereRankZeroHostsTheStore) {
+  const int port = freePort();
+  auto codes = forkRanks(4, [&](int rank) {
+    return Environment{{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "4"},
+                       {"LOCAL_RANK", std::to_string(rank)}, {"LOCAL_WORLD_SIZE", "4"},
+                       {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port - 1)},
+                       {"CERAR_SECRET", "t0rch"}};
+  });
+  EXPECT_EQ(codes, (std::vector<int>{0, 0, 0, 0}));
+}
+
+}  // namespace
+}  // namespace cerar

@@ -1,0 +1,357 @@
+// The runtime's pure parts: configuration, negotiation messages and matching, response cache,
+// fusion planner, algorithm selection, stall inspector, scaling helpers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "core/config.h"
+#include "core/fusion.h"
+#include "core/negotiation.h"
+#include "core/response_cache.h"
+#include "core/scaling.h"
+#include "core/selection.h"
+#include "core/stall_inspector.h"
+#include "ops/common/error.h"
+
+namespace cerar {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+RuntimeConfig fromMap(const Env& env) {
+  return configFromEnvironment([&](const std::string& name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  });
+}
+
+std::string errorOf(const Env& env) {
+  try {
+    fromMap(env);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(RuntimeConfig, NoLauncherIsOneProcess) {
+  RuntimeConfig c = fromMap({});
+  EXPECT_EQ(c.rank, 0);
+  EXPECT_EQ(c.size, 1);
+  EXPECT_EQ(c.fusionThresholdBytes, 64u << 20);
+  EXPECT_EQ(c.algorithm, "auto");
+}
+
+TEST(RuntimeConfig, LauncherVariablesAndKnobs) {
+  RuntimeConfig c = fromMap({{"CERAR_RANK", "2"}, {"CERAR_SIZE", "4"}, {"CERAR_LOCAL_RANK", "0"},
+                             {"CERAR_LOCAL_SIZE", "2"}, {"CERAR_RENDEZVOUS_ADDR", "10.0.0.1"},
+                             {"CERAR_RENDEZVOUS_PORT", "4242"}, {"CERAR_SECRET", "s"},
+                             {"CERAR_FUSION_THRESHOLD", "0"}, {"CERAR_CYCLE_TIME", "2.5"},
+                             {"CERAR_CACHE_CAPACITY", "16"}, {"CERAR_ALGORITHM", "cerar"},
+                             {"CERAR_COMPONENTS", "8"}, {"CERAR_EPS", "0.001"},
+                             {"CERAR_STALL_CHECK_TIME_SECONDS", "5"},
+                             {"CERAR_LOG_LEVEL", "DEBUG"}});
+  EXPECT_EQ(c.rank, 2);
+  EXPECT_EQ(c.size, 4);
+  EXPECT_EQ(c.localSize, 2);
+  EXPECT_EQ(c.rendezvousAddr, "10.0.0.1");
+  EXPECT_EQ(c.rendezvousPort, 4242);
+  EXPECT_FALSE(c.hostStore);  // cerarrun hosts the store
+  EXPECT_EQ(c.fusionThresholdBytes, 0u);
+  EXPECT_DOUBLE_EQ(c.cycleTimeMs, 2.5);
+  EXPECT_EQ(c.cacheCapacity, 16u);
+  EXPECT_EQ(c.components, 8);
+  EXPECT_DOUBLE_EQ(c.eps, 0.001);
+  EXPECT_DOUBLE_EQ(c.stallCheckSeconds, 5);
+}
+
+TEST(RuntimeConfig, TorchrunMpiAndSlurm) {
+  RuntimeConfig t = fromMap({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "3"},
+                             {"LOCAL_WORLD_SIZE", "4"}, {"MASTER_ADDR", "node0"},
+                             {"MASTER_PORT", "29500"}});
+  EXPECT_EQ(t.rank, 3);
+  EXPECT_EQ(t.size, 8);
+  EXPECT_EQ(t.localRank, 3);
+  EXPECT_EQ(t.rendezvousAddr, "node0");
+  EXPECT_EQ(t.rendezvousPort, 29501);  // MASTER_PORT + 1
+  EXPECT_TRUE(t.hostStore);
+
+  RuntimeConfig m = fromMap({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                             {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                             {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  EXPECT_EQ(m.rank, 1);
+  EXPECT_EQ(m.rendezvousAddr, "127.0.0.1");  // one node
+  EXPECT_TRUE(m.hostStore);
+
+  RuntimeConfig s = fromMap({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
+                             {"SLURM_NNODES", "2"}, {"SLURM_JOB_ID", "1234"},
+                             {"CERAR_RENDEZVOUS_ADDR", "head"}});
+  EXPECT_EQ(s.rank, 5);
+  EXPECT_EQ(s.localRank, 1);
+  EXPECT_EQ(s.localSize, 4);
+  EXPECT_EQ(s.rendezvousAddr, "head");
+  EXPECT_EQ(s.rendezvousPort, 21234);
+  EXPECT_NE(errorOf({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "8"}, {"SLURM_NNODES", "2"}})
+                .find("CERAR_RENDEZVOUS_ADDR"),
+            std::string::npos);
+}
+
+TEST(RuntimeConfig, BadValuesNameTheVariable) {
+  EXPECT_NE(errorOf({{"CERAR_FUSION_THRESHOLD", "lots"}}).find("CERAR_FUSION_THRESHOLD: 'lots'"),
+            std::string::npos);
+  EXPECT_NE(errorOf({{"CERAR_CYCLE_TIME", "-1"}}).find("CERAR_CYCLE_TIME"), std::string::npos);
+  EXPECT_NE(errorOf({{"CERAR_ALGORITHM", "tree"}}).find("tree"), std::string::npos);
+  EXPECT_NE(errorOf({{"CERAR_LOG_LEVEL", "loud"}}).find("loud"), std::string::npos);
+  EXPECT_NE(errorOf({{"CERAR_RANK", "4"}, {"CERAR_SIZE", "4"}}).find("CERAR_RANK: '4'"),
+            std::string::npos);
+  EXPECT_NE(errorOf({{"CERAR_RANK", "0"}, {"CERAR_SIZE", "4"}, {"CERAR_COMPONENTS", "6"}})
+                .find("CERAR_COMPONENTS=6"),
+            std::string::npos);
+  EXPECT_NE(errorOf({{"CERAR_RANK", "0"}}).find("CERAR_SIZE is not set"), std::string::npos);
+}
+
+// --- negotiation ---------------------------------------------------------------------------
+
+Request request(const std::string& name, std::vector<int64_t> shape,
+                Kind kind = Kind::kAllreduce, Op op = Op::kSum) {
+  Request r;
+  r.names = {name};
+  r.description.kind = kind;
+  r.description.op = op;
+  r.description.shapes = {std::move(shape)};
+  return r;
+}
+
+RequestMessage messageOf(std::vector<Request> requests) {
+  RequestMessage m;
+  m.requests = std::move(requests);
+  return m;
+}
+
+TEST(RuntimeNegotiation, MessagesRoundTripAndRejectTruncation) {
+  RequestMessage m = messageOf({request("a", {3, 4}), request("b", {})});
+  m.shutdown = true;
+  setBit(m.cacheBits, 9);
+  m.requests[1].names.push_back("c");
+  m.requests[1].description.prescale = 0.5;
+  auto bytes = encode(m);
+  RequestMessage back = decodeRequestMessage(bytes);
+  EXPECT_TRUE(back.shutdown);
+  EXPECT_FALSE(back.join);
+  EXPECT_EQ(setBits(back.cacheBits), std::vector<size_t>{9});
+  ASSERT_EQ(back.requests.size(), 2u);
+  EXPECT_EQ(back.requests[0], m.requests[0]);
+  EXPECT_EQ(back.requests[1], m.requests[1]);
+  bytes.pop_back();
+  EXPECT_THROW(decodeRequestMessage(bytes), Error);
+
+  ResponseMessage r;
+  r.lastJoinedRank = 3;
+  Response unit{{"x"}, request("x", {2}).description, {1, 2}, "boom"};
+  r.responses = {unit};
+  ResponseMessage rback = decodeResponseMessage(encode(r));
+  EXPECT_EQ(rback.lastJoinedRank, 3);
+  ASSERT_EQ(rback.responses.size(), 1u);
+  EXPECT_EQ(rback.responses[0], unit);
+}
+
+TEST(RuntimeNegotiation, ReadyOnlyWhenEveryRankSubmittedInFirstSeenOrder) {
+  NegotiationTable table(3);
+  ResponseCache cache(0);
+  const auto now = NegotiationTable::Clock::now();
+  table.receive(0, messageOf({request("b", {2}), request("a", {2})}), cache, now);
+  table.receive(1, messageOf({request("a", {2}), request("b", {2})}), cache, now);
+  EXPECT_TRUE(table.decide(cache).responses.empty());
+  table.receive(2, messageOf({request("a", {2})}), cache, now);
+  auto answer = table.decide(cache);
+  ASSERT_EQ(answer.responses.size(), 1u);
+  EXPECT_EQ(answer.responses[0].names[0], "a");
+  table.receive(2, messageOf({request("b", {2})}), cache, now);
+  ASSERT_EQ(table.decide(cache).responses.size(), 1u);
+}
+
+TEST(RuntimeNegotiation, MismatchNamesTensorRanksAndBothDescriptions) {
+  NegotiationTable table(3);
+  ResponseCache cache(0);
+  const auto now = NegotiationTable::Clock::now();
+  table.receive(0, messageOf({request("w", {4, 3})}), cache, now);
+  table.receive(1, messageOf({request("w", {4, 3})}), cache, now);
+  table.receive(2, messageOf({request("w", {5, 3})}), cache, now);
+  auto answer = table.decide(cache);
+  ASSERT_EQ(answer.responses.size(), 1u);
+  const std::string& error = answer.responses[0].error;
+  EXPECT_NE(error.find("'w'"), std::string::npos) << error;
+  EXPECT_NE(error.find("rank 0 submitted allreduce f32 sum shape [4, 3]"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("rank 2 submitted allreduce f32 sum shape [5, 3]"), std::string::npos)
+      << error;
+}
+
+TEST(RuntimeNegotiation, AllgatherRowsMayDifferAndJoinedRanksCountAsReady) {
+  NegotiationTable table(3);
+  ResponseCache cache(0);
+  const auto now = NegotiationTable::Clock::now();
+  RequestMessage join;
+  join.join = true;
+  table.receive(0, messageOf({request("g", {1, 2}, Kind::kAllgather)}), cache, now);
+  table.receive(1, messageOf({request("g", {3, 2}, Kind::kAllgather)}), cache, now);
+  table.receive(2, join, cache, now);
+  auto answer = table.decide(cache);
+  ASSERT_EQ(answer.responses.size(), 1u);
+  EXPECT_TRUE(answer.responses[0].error.empty()) << answer.responses[0].error;
+  EXPECT_EQ(answer.responses[0].firstDims, (std::vector<int64_t>{1, 3, 0}));
+  EXPECT_EQ(answer.lastJoinedRank, -1);
+  table.receive(0, join, cache, now);
+  table.receive(1, join, cache, now);
+  EXPECT_EQ(table.decide(cache).lastJoinedRank, 1);  // the last of the cycle's joiners
+}
+
+TEST(RuntimeNegotiation, CachedUnitsTravelAsBits) {
+  NegotiationTable table(2);
+  ResponseCache cache(8);
+  const auto now = NegotiationTable::Clock::now();
+  for (int rank = 0; rank < 2; ++rank) table.receive(rank, messageOf({request("a", {2})}), cache, now);
+  auto first = table.decide(cache);
+  ASSERT_EQ(first.responses.size(), 1u);
+  cache.put(first.responses[0]);
+  const int64_t slot = cache.lookup(request("a", {2}), 1);
+  ASSERT_GE(slot, 0);
+  EXPECT_EQ(cache.lookup(request("a", {3}), 1), -1);  // another shape is another unit
+  RequestMessage bits;
+  setBit(bits.cacheBits, size_t(slot));
+  table.receive(0, bits, cache, now);
+  table.receive(1, bits, cache, now);
+  auto second = table.decide(cache);
+  EXPECT_TRUE(second.responses.empty());
+  EXPECT_EQ(setBits(second.cacheBits), std::vector<size_t>{size_t(slot)});
+}
+
+TEST(RuntimeCache, LeastRecentlyUsedIsEvictedIdenticallyEverywhere) {
+  ResponseCache a(2), b(2);
+  auto unit = [](const std::string& n) { return Response{{n}, request(n, {1}).description, {}, ""}; };
+  for (auto* cache : {&a, &b}) {
+    cache->put(unit("x"));
+    cache->put(unit("y"));
+    cache->put(unit("x"));  // touch x: y is now the least recently used
+    cache->put(unit("z"));
+  }
+  EXPECT_EQ(a.find(unit("y")), -1);
+  EXPECT_EQ(a.find(unit("x")), b.find(unit("x")));
+  EXPECT_EQ(a.find(unit("z")), b.find(unit("z")));
+  EXPECT_EQ(a.size(), 2u);
+  ResponseCache off(0);
+  off.put(unit("x"));
+  EXPECT_EQ(off.find(unit("x")), -1);
+}
+
+// --- fusion and selection ---------------------------------------------------------------------
+
+Response allreduceUnit(const std::string& name, int64_t elements, DType dtype = DType::kFloat32) {
+  Response r{{name}, request(name, {elements}).description, {}, ""};
+  r.description.dtype = dtype;
+  return r;
+}
+
+TEST(RuntimeFusion, PacksCompatibleUnitsUpToTheThreshold) {
+  std::vector<Response> units = {allreduceUnit("a", 10), allreduceUnit("b", 10, DType::kFloat64),
+                                 allreduceUnit("c", 10), allreduceUnit("big", 1000),
+                                 allreduceUnit("d", 10)};
+  Response gather = allreduceUnit("g", 4);
+  gather.description.kind = Kind::kAllgather;
+  units.push_back(gather);
+  Response failed = allreduceUnit("e", 1);
+  failed.error = "x";
+  units.push_back(failed);
+  auto groups = planFusion(units, 120);  // 30 f32 elements
+  std::vector<std::vector<size_t>> expected = {{0, 2, 4}, {1}, {3}, {5}, {6}};
+  EXPECT_EQ(groups, expected);
+  EXPECT_EQ(planFusion(units, 0).size(), units.size());
+  EXPECT_EQ(planFusion(units, 80), (std::vector<std::vector<size_t>>{{0, 2}, {1}, {3}, {4}, {5}, {6}}));
+}
+
+TEST(RuntimeSelection, RingForSmallIntegerMinMaxAndTwoRanks) {
+  LinkModel link;
+  SelectionPolicy automatic;
+  const size_t big = 64u << 20;
+  EXPECT_EQ(selectAlgorithm(4, DType::kFloat32, ReduceOp::kSum, 1000, link, automatic).algorithm,
+            Algorithm::kRing);
+  EXPECT_EQ(selectAlgorithm(4, DType::kInt32, ReduceOp::kSum, big, link, automatic).algorithm,
+            Algorithm::kRing);
+  EXPECT_EQ(selectAlgorithm(4, DType::kFloat32, ReduceOp::kMax, big, link, automatic).algorithm,
+            Algorithm::kRing);
+  EXPECT_EQ(selectAlgorithm(2, DType::kFloat32, ReduceOp::kSum, big, link, automatic).algorithm,
+            Algorithm::kRing);
+  Selection s = selectAlgorithm(8, DType::kFloat32, ReduceOp::kSum, big, link, automatic);
+  EXPECT_EQ(s.algorithm, Algorithm::kCerar);
+  EXPECT_EQ(s.components % 8, 0);
+  EXPECT_GT(s.components, 8);
+  EXPECT_EQ(s.eps, defaultEps(DType::kFloat32));
+  EXPECT_LT(s.predictedSeconds, ringSeconds(8, big * 4.0, link));
+}
+
+TEST(RuntimeSelection, ComponentsFollowTheCostModel) {
+  LinkModel link{100e-6, 1e-9, 0};
+  // sqrt((N-2) d b / alpha) = sqrt(6 * 2^26 * 1e-9 / 1e-4) ~ 63.5 -> a multiple of 8 near it.
+  const int c = bestComponents(8, double(1 << 26), size_t(1) << 24, link);
+  EXPECT_TRUE(c == 56 || c == 64) << c;
+  for (int other = 8; other <= 256; other += 8) {
+    EXPECT_LE(cerarSeconds(8, c, double(1 << 26), link),
+              cerarSeconds(8, other, double(1 << 26), link) * (1 + 1e-9));
+  }
+  EXPECT_EQ(bestComponents(4, 1e9, 3, link), 4);  // never more components than elements
+}
+
+TEST(RuntimeSelection, ForcedSettingsWinWhereCerarCanRun) {
+  LinkModel link;
+  SelectionPolicy forced;
+  forced.algorithm = "cerar";
+  forced.components = 12;
+  forced.eps = 1e-3;
+  Selection s = selectAlgorithm(4, DType::kFloat64, ReduceOp::kSum, 100, link, forced);
+  EXPECT_EQ(s.algorithm, Algorithm::kCerar);
+  EXPECT_EQ(s.components, 12);
+  EXPECT_EQ(s.eps, 1e-3);
+  EXPECT_EQ(selectAlgorithm(4, DType::kFloat32, ReduceOp::kMin, 100, link, forced).algorithm,
+            Algorithm::kRing);
+  SelectionPolicy ring;
+  ring.algorithm = "ring";
+  EXPECT_EQ(selectAlgorithm(16, DType::kFloat32, ReduceOp::kSum, 1u << 28, link, ring).algorithm,
+            Algorithm::kRing);
+}
+
+TEST(RuntimeStall, WarnsByMissingRankThenFails) {
+  StallInspector inspector(1.0, 3.0);
+  const auto t0 = StallInspector::Clock::now();
+  std::vector<NegotiationTable::Waiting> waiting = {{"a", {"a"}, {2}, t0}, {"b", {"b"}, {2, 3}, t0}};
+  EXPECT_TRUE(inspector.inspect(waiting, t0 + std::chrono::milliseconds(500)).warning.empty());
+  auto report = inspector.inspect(waiting, t0 + std::chrono::milliseconds(1500));
+  EXPECT_NE(report.warning.find("rank 2 is missing 'a', 'b'"), std::string::npos)
+      << report.warning;
+  EXPECT_NE(report.warning.find("rank 3 is missing 'b'"), std::string::npos) << report.warning;
+  EXPECT_TRUE(report.failures.empty());
+  // Not again within the check time.
+  EXPECT_TRUE(inspector.inspect(waiting, t0 + std::chrono::milliseconds(2000)).warning.empty());
+  report = inspector.inspect(waiting, t0 + std::chrono::milliseconds(3500));
+  ASSERT_EQ(report.failures.size(), 2u);
+  EXPECT_NE(report.failures[1].second.find("ranks 2, 3 have not submitted"), std::string::npos)
+      << report.failures[1].second;
+}
+
+TEST(RuntimeScaling, ScaledCopiesAndIdentities) {
+  std::vector<float> in = {1, 2, 3}, out(3);
+  scaledCopy(DType::kFloat32, in.data(), out.data(), 3, 0.5);
+  EXPECT_EQ(out, (std::vector<float>{0.5f, 1, 1.5f}));
+  std::vector<double> d(2);
+  fillIdentity(DType::kFloat64, ReduceOp::kMin, d.data(), 2);
+  EXPECT_EQ(d[0], std::numeric_limits<double>::infinity());
+  std::vector<int32_t> i(2, 7);
+  fillIdentity(DType::kInt32, ReduceOp::kMax, i.data(), 2);
+  EXPECT_EQ(i[1], std::numeric_limits<int32_t>::lowest());
+  EXPECT_THROW(scaledCopy(DType::kInt32, i.data(), i.data(), 2, 2.0), Error);
+}
+
+}  // namespace
+}  // namespace cerar

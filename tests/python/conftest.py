@@ -1,0 +1,44 @@
+"""Helpers: every multi-rank test runs `cerarrun -np N python workers/<script>` on loopback."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+WORKERS = Path(__file__).resolve().parent / "workers"
+
+
+def run_job(script, np=4, args=(), launcher_args=(), timeout=120, env=None):
+    """Runs workers/<script> as `np` ranks through the launcher; returns CompletedProcess
+    (stdout and stderr as text)."""
+    command = [sys.executable, "-m", "cerar.run", "-np", str(np), *launcher_args,
+               sys.executable, str(WORKERS / script), *map(str, args)]
+    full_env = {**os.environ, "CERAR_LOG_LEVEL": "warning", **(env or {})}
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              env=full_env, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as error:
+        pytest.fail(f"{script} did not finish in {timeout} s\nstdout:\n{error.stdout}\n"
+                    f"stderr:\n{error.stderr}")
+
+
+def assert_ok(result, marker, np=4):
+    """Exit status 0 and `marker` printed by every rank."""
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"exit {result.returncode}\n{output}"
+    for rank in range(np):
+        assert f"[{rank}] {marker}" in result.stdout, f"rank {rank} did not print {marker!r}\n{output}"
+
+
+def runtime_available():
+    """True when the C++ runtime is linked in (the extension imports)."""
+    try:
+        import cerar  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+needs_runtime = pytest.mark.skipif(not runtime_available(),
+                                   reason="cerar's extension does not import")

@@ -1,0 +1,11 @@
+"""cerar.jax: arrays and pytrees across ranks."""
+import pytest
+
+from conftest import assert_ok, needs_runtime, run_job
+
+pytest.importorskip("jax")
+pytestmark = needs_runtime
+
+
+def test_jax_collectives():
+    assert_ok(run_job("jax_ops.py", np=4, env={"JAX_PLATFORMS": "cpu"}), "jax OK")

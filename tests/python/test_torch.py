@@ -1,0 +1,19 @@
+"""cerar.torch across ranks on loopback: collectives, DistributedOptimizer, broadcasts."""
+import pytest
+
+from conftest import assert_ok, needs_runtime, run_job
+
+pytestmark = needs_runtime
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "cerar"])
+def test_torch_collectives(algorithm):
+    assert_ok(run_job("torch_ops.py", np=4, args=[algorithm]), "torch OK")
+
+
+def test_distributed_optimizer_and_broadcasts():
+    assert_ok(run_job("torch_optimizer.py", np=4, timeout=150), "optimizer OK")
+
+
+def test_distributed_optimizer_three_ranks():
+    assert_ok(run_job("torch_optimizer.py", np=3, timeout=150), "optimizer OK", np=3)
