@@ -31,6 +31,9 @@ const Plan& Communicator::planFor(Algorithm algorithm, int c, size_t d) {
   const auto key = std::make_tuple(algorithm, c, d);
   auto it = plans_.find(key);
   if (it == plans_.end()) {
+    // A runtime fuses buffers of many sizes; plans are cheap to rebuild, so the cache is
+    // bounded by dropping it whole rather than growing without limit.
+    if (plans_.size() >= kMaxCachedPlans) plans_.clear();
     Plan plan = algorithm == Algorithm::kRing ? makeRingPlan(size(), d, rank())
                                               : makeCerarPlan(size(), c, d, rank());
     it = plans_.emplace(key, std::move(plan)).first;

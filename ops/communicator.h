@@ -44,6 +44,7 @@ class Communicator {
 
   std::shared_ptr<Transport> transport_;
   Executor executor_;
+  static constexpr size_t kMaxCachedPlans = 64;
   std::map<std::tuple<Algorithm, int, size_t>, Plan> plans_;  // cached per (algorithm, c, d)
 };
 
