@@ -61,8 +61,9 @@ struct Frame {
     Frame frame;
     const uint64_t length = message.size();
     std::memcpy(frame.bytes.data(), &length, sizeof length);
-    std::memcpy(frame.bytes.data() + sizeof length, message.data(),
-                std::min(message.size(), kInlineBytes));
+    if (!message.empty())  // an empty vector's data() may be null, which memcpy forbids
+      std::memcpy(frame.bytes.data() + sizeof length, message.data(),
+                  std::min(message.size(), kInlineBytes));
     return frame;
   }
   uint64_t length() const {
@@ -88,8 +89,9 @@ std::vector<uint8_t> finishMessage(Transport& t, int peer, const Frame& frame) {
   CERAR_ENFORCE(length < (uint64_t(1) << 40), "rank ", t.rank(), ": control message of ",
                 length, " bytes from rank ", peer, " (corrupt frame)");
   std::vector<uint8_t> message(length);
-  std::memcpy(message.data(), frame.bytes.data() + sizeof(uint64_t),
-              std::min<size_t>(length, kInlineBytes));
+  if (length > 0)
+    std::memcpy(message.data(), frame.bytes.data() + sizeof(uint64_t),
+                std::min<size_t>(length, kInlineBytes));
   if (length > kInlineBytes) {
     t.postRecv(peer, message.data() + kInlineBytes, length - kInlineBytes);
     t.waitRecv(peer);
