@@ -1,4 +1,6 @@
 # CUDA codec kernels and the NCCL transport: built when the toolkit and NCCL are found.
+# Included after the `cerar` target exists. Without CUDA (or with -DCERAR_WITH_CUDA=OFF)
+# nothing below builds and the engine is unaffected.
 set(CERAR_HAVE_CUDA OFF)
 if(CERAR_WITH_CUDA)
   include(CheckLanguage)
@@ -13,3 +15,43 @@ if(CERAR_WITH_CUDA)
   endif()
 endif()
 message(STATUS "cerar: CUDA/NCCL parts ${CERAR_HAVE_CUDA}")
+
+# The engine's source glob also picks up the device transports, which need CUDA: they belong
+# to cerar_cuda alone.
+get_target_property(_cerar_sources cerar SOURCES)
+list(FILTER _cerar_sources EXCLUDE REGEX "/ops/transport/(nccl|staged)\\.cc$")
+set_property(TARGET cerar PROPERTY SOURCES ${_cerar_sources})
+
+if(CERAR_HAVE_CUDA)
+  # An H200 (sm_90); `native` fails on machines without a GPU.
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 90)
+  endif()
+  enable_language(CUDA)
+  # C++17 in the kernels: CMake before 3.26 cannot ask nvcc for C++20.
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+
+  set(_cerar_cuda_dir ${PROJECT_SOURCE_DIR}/ops/codec/cuda)
+  add_library(cerar_cuda STATIC
+    ${_cerar_cuda_dir}/codec_cuda.cu ${_cerar_cuda_dir}/cuda_util.cc
+    ${_cerar_cuda_dir}/device_executor.cc
+    ${PROJECT_SOURCE_DIR}/ops/transport/nccl.cc ${PROJECT_SOURCE_DIR}/ops/transport/staged.cc)
+  # The directory's compile options are for the host compiler: hand them to nvcc through
+  # -Xcompiler. No FMA contraction on the device either (cerar-protocol.md).
+  get_target_property(_cerar_options cerar_cuda COMPILE_OPTIONS)
+  set(_cerar_wrapped)
+  foreach(_option IN LISTS _cerar_options)
+    list(APPEND _cerar_wrapped "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=${_option}>"
+                               "$<$<NOT:$<COMPILE_LANGUAGE:CUDA>>:${_option}>")
+  endforeach()
+  set_property(TARGET cerar_cuda PROPERTY COMPILE_OPTIONS
+    ${_cerar_wrapped} "$<$<COMPILE_LANGUAGE:CUDA>:--fmad=false>")
+  target_include_directories(cerar_cuda PUBLIC ${NCCL_INCLUDE_DIR})
+  target_link_libraries(cerar_cuda PUBLIC cerar CUDA::cudart ${NCCL_LIBRARY})
+
+  if(CERAR_BUILD_TESTS)
+    enable_testing()
+    add_subdirectory(${PROJECT_SOURCE_DIR}/tests/gpu ${PROJECT_BINARY_DIR}/tests/gpu)
+  endif()
+endif()

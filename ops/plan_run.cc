@@ -1,0 +1,125 @@
+#include "ops/plan_run.h"
+
+#include <algorithm>
+
+#include "ops/common/error.h"
+
+namespace cerar {
+
+PlanRun::PlanRun(const Plan& plan, Transport& transport, std::byte* data, size_t elementBytes,
+                 size_t segmentElements, void* const* send, void* const* recv,
+                 SegmentCodec& codec)
+    : plan_(plan), transport_(transport), data_(data), elementBytes_(elementBytes),
+      segment_(segmentElements), send_(send), recv_(recv), codec_(codec) {}
+
+void PlanRun::execute(RunStats& stats) {
+  const int L = plan_.numRounds();
+  for (size_t k = 0; k < segments(plan_.rounds[0].receive); ++k)
+    postReceive(1, plan_.rounds[0].receive, k);
+  for (int t = 1; t <= L + 1; ++t) {
+    round_ = t;
+    const Round* round = t <= L ? &plan_.rounds[t - 1] : nullptr;
+    const size_t sendSegments = round ? segments(round->message) : 0;
+    const size_t arrivedSegments = t > 1 ? segments(plan_.rounds[t - 2].receive) : 0;
+    const size_t nextSegments = t < L ? segments(plan_.rounds[t].receive) : 0;
+    const size_t count = std::max({sendSegments, arrivedSegments, nextSegments});
+    for (size_t k = 0; k < count; ++k) {
+      if (k < arrivedSegments) transport_.waitRecv(transport_.prev());
+      if (k < sendSegments) sendSegment(t, *round, k);
+      if (t > L && k < arrivedSegments) storeFinal(k);
+      // The receive of round t+1 lands where round t-1's message was, consumed above.
+      if (k < nextSegments) postReceive(t + 1, plan_.rounds[t].receive, k);
+    }
+    if (round) {
+      stats.bytesSent += round->message * elementBytes_;
+      stats.bytesReceived += round->receive * elementBytes_;
+    }
+  }
+  waitSendsThrough(L + 1, 0);
+  stats.rounds = L;
+}
+
+size_t PlanRun::segmentLength(size_t elements, size_t k) const {
+  return std::min(segment_, elements - k * segment_);
+}
+
+std::byte* PlanRun::at(void* base, size_t element) const {
+  return static_cast<std::byte*>(base) + element * elementBytes_;
+}
+
+std::byte* PlanRun::out(const Range& range, size_t k) const {
+  return at(data_, range.offset + k * segment_);
+}
+
+// y: what arrived in the previous round, same segment.
+std::byte* PlanRun::arrived(int t, size_t k) const {
+  return at(recv_[(t - 1) % 2], k * segment_);
+}
+
+void PlanRun::postReceive(int t, size_t elements, size_t k) {
+  transport_.postRecv(transport_.prev(), at(recv_[t % 2], k * segment_),
+                      segmentLength(elements, k) * elementBytes_);
+}
+
+// Sends complete in posting order; wait for those up to and including (t, k).
+void PlanRun::waitSendsThrough(int t, size_t k) {
+  while (!pendingSends_.empty() && pendingSends_.front() <= std::make_pair(t, k)) {
+    pendingSends_.pop_front();
+    transport_.waitSend(transport_.next());
+  }
+}
+
+void PlanRun::sendSegment(int t, const Round& round, size_t k) {
+  const size_t n = segmentLength(round.message, k);
+  const std::byte* y = arrived(t, k);
+  std::byte* message = at(send_[t % 2], k * segment_);
+  const std::byte* source = message;
+  switch (round.action) {
+    case Action::kSendGradient:
+      source = out(round.grad, k);  // zero-copy: the slice is not written before it arrives
+      break;
+    case Action::kAccumulate:
+      waitSendsThrough(t - 2, k);  // the send buffer segment of round t-2 is reused
+      codec_.accumulate(y, out(round.grad, k), message, n);
+      break;
+    case Action::kFinishFirst:
+      codec_.finishFirst(y, out(round.store, k), n);
+      source = out(round.store, k);
+      break;
+    case Action::kFinishDecode:
+      codec_.finishDecode(y, out(round.previous, k), out(round.store, k), n);
+      source = out(round.store, k);
+      break;
+    case Action::kStoreAndEncode: {
+      waitSendsThrough(t - 2, k);
+      const size_t gradStart = std::min(round.grad.length, k * segment_);
+      const size_t gradLength = std::min(n, round.grad.length - gradStart);
+      codec_.storeAndEncode(y, out(round.grad, k), gradLength, out(round.store, k), message, n);
+      break;
+    }
+    case Action::kStoreAndForward:
+      codec_.store(y, out(round.store, k), n);
+      source = out(round.store, k);
+      break;
+  }
+  transport_.postSend(transport_.next(), source, n * elementBytes_);
+  pendingSends_.emplace_back(t, k);
+}
+
+void PlanRun::storeFinal(size_t k) {
+  const Range& range = plan_.finalStore;
+  codec_.store(arrived(plan_.numRounds() + 1, k), out(range, k),
+               segmentLength(range.length, k));
+}
+
+void rethrowInRound(int round, int rounds) {
+  try {
+    throw;
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(detail::concat(e.what(), " in round ", round, " of ", rounds), e.peer());
+  } catch (const Error& e) {
+    throw Error(detail::concat(e.what(), " in round ", round, " of ", rounds));
+  }
+}
+
+}  // namespace cerar

@@ -1,0 +1,263 @@
+#include "ops/transport/nccl.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#ifndef CERAR_NO_GLOO
+#include <gloo/rendezvous/store.h>
+#endif
+
+#include "ops/common/error.h"
+
+namespace cerar {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One ncclGroupStart/End of buffered posts and the event recorded after it.
+struct Group {
+  cudaEvent_t event = nullptr;  // null until the group is enqueued
+  ~Group() {
+    if (event) cudaEventDestroy(event);
+  }
+};
+
+struct Post {
+  bool send;
+  int peer;
+  void* data;
+  size_t bytes;
+};
+
+// Polls briefly, then sleeps a little: waits are short on a healthy ring, and a stuck one
+// must not burn a core until its deadline.
+void backoff(int& spins) {
+  if (++spins < 1000) {
+    std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+// Polls a non-blocking communicator until it leaves ncclInProgress; returns its state.
+ncclResult_t settle(ncclComm_t comm, ncclResult_t result, Clock::time_point deadline) {
+  int spins = 0;
+  while (result == ncclInProgress && Clock::now() < deadline) {
+    backoff(spins);
+    if (ncclCommGetAsyncError(comm, &result) != ncclSuccess) return ncclInternalError;
+  }
+  return result;
+}
+
+}  // namespace
+
+struct NcclTransport::Impl {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  std::vector<Post> unflushed;
+  std::shared_ptr<Group> open = std::make_shared<Group>();  // the group being filled
+  std::vector<std::deque<std::shared_ptr<Group>>> sends, recvs;  // per peer, oldest first
+};
+
+NcclId newNcclId() {
+  ncclUniqueId id;
+  const ncclResult_t result = ncclGetUniqueId(&id);
+  if (result != ncclSuccess)
+    throw Error(detail::concat("ncclGetUniqueId: ", ncclGetErrorString(result)));
+  NcclId out;
+  static_assert(sizeof(id) == sizeof(out));
+  std::memcpy(out.data(), &id, sizeof id);
+  return out;
+}
+
+NcclTransport::NcclTransport(std::unique_ptr<Impl> impl, int rank, int size, int device,
+                             Duration timeout)
+    : impl_(std::move(impl)), rank_(rank), size_(size), device_(device), timeout_(timeout) {
+  impl_->sends.resize(size_);
+  impl_->recvs.resize(size_);
+}
+
+NcclTransport::~NcclTransport() {
+  cudaSetDevice(device_);
+  if (impl_->comm) {
+    bool pending = !impl_->unflushed.empty();
+    for (int peer = 0; peer < size_; ++peer)
+      pending = pending || !impl_->sends[peer].empty() || !impl_->recvs[peer].empty();
+    // Unwaited transfers may never complete (the peer may be gone): abort rather than hang.
+    ncclResult_t state = ncclInProgress;
+    if (!pending) state = settle(impl_->comm, ncclCommFinalize(impl_->comm),
+                                 Clock::now() + timeout_);
+    if (state == ncclSuccess) {
+      ncclCommDestroy(impl_->comm);
+    } else {
+      ncclCommAbort(impl_->comm);
+    }
+  }
+  if (impl_->stream) cudaStreamDestroy(impl_->stream);
+}
+
+void* NcclTransport::stream() const { return impl_->stream; }
+
+void NcclTransport::checkUsable(int peer, const char* op) const {
+  if (!failure_.empty())
+    throw Error(detail::concat("rank ", rank_, ": NCCL transport unusable after an earlier "
+                               "failure (", failure_, "); cannot ", op, " rank ", peer));
+  CERAR_ENFORCE(peer >= 0 && peer < size_, "rank ", rank_, ": cannot ", op, " rank ", peer,
+                " of ", size_);
+}
+
+void NcclTransport::fail(const std::string& what, bool timedOut, int peer) {
+  failure_ = what;
+  if (impl_->comm) {
+    ncclCommAbort(impl_->comm);  // also unblocks whatever NCCL left on the stream
+    impl_->comm = nullptr;
+  }
+  if (timedOut) throw TimeoutError(what, peer);
+  throw Error(what);
+}
+
+void NcclTransport::postSend(int peer, const void* data, size_t bytes) {
+  checkUsable(peer, "send to");
+  CERAR_ENFORCE(bytes > 0, "rank ", rank_, ": zero-byte send posted");
+  impl_->unflushed.push_back({true, peer, const_cast<void*>(data), bytes});
+  impl_->sends[peer].push_back(impl_->open);
+}
+
+void NcclTransport::postRecv(int peer, void* data, size_t bytes) {
+  checkUsable(peer, "receive from");
+  CERAR_ENFORCE(bytes > 0, "rank ", rank_, ": zero-byte receive posted");
+  impl_->unflushed.push_back({false, peer, data, bytes});
+  impl_->recvs[peer].push_back(impl_->open);
+}
+
+void NcclTransport::flush() {
+  if (impl_->unflushed.empty()) return;
+  const int peer = impl_->unflushed.front().peer;
+  const auto deadline = Clock::now() + timeout_;
+  cudaSetDevice(device_);
+  ncclResult_t result = ncclGroupStart();
+  for (const Post& p : impl_->unflushed) {
+    if (result != ncclSuccess && result != ncclInProgress) break;
+    result = p.send ? ncclSend(p.data, p.bytes, ncclUint8, p.peer, impl_->comm, impl_->stream)
+                    : ncclRecv(p.data, p.bytes, ncclUint8, p.peer, impl_->comm, impl_->stream);
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  if (result == ncclSuccess || result == ncclInProgress) result = end;
+  result = settle(impl_->comm, result, deadline);
+  impl_->unflushed.clear();
+  if (result == ncclInProgress)
+    fail(detail::concat("rank ", rank_, ": NCCL group with rank ", peer, " not enqueued after ",
+                        timeout_.count(), " ms"), true, peer);
+  if (result != ncclSuccess)
+    fail(detail::concat("rank ", rank_, ": NCCL send/recv with rank ", peer, " failed: ",
+                        ncclGetErrorString(result)), false, peer);
+  auto group = std::move(impl_->open);
+  impl_->open = std::make_shared<Group>();
+  cudaError_t status = cudaEventCreateWithFlags(&group->event, cudaEventDisableTiming);
+  if (status == cudaSuccess) status = cudaEventRecord(group->event, impl_->stream);
+  if (status != cudaSuccess)
+    fail(detail::concat("rank ", rank_, ": CUDA event after NCCL group: ",
+                        cudaGetErrorString(status)), false, peer);
+}
+
+void NcclTransport::waitSend(int peer) { wait(true, peer); }
+void NcclTransport::waitRecv(int peer) { wait(false, peer); }
+
+void NcclTransport::wait(bool send, int peer) {
+  const char* what = send ? "send to" : "receive from";
+  checkUsable(peer, what);
+  auto& queue = send ? impl_->sends[peer] : impl_->recvs[peer];
+  CERAR_ENFORCE(!queue.empty(), "rank ", rank_, ": nothing pending to ", what, " rank ", peer);
+  const std::shared_ptr<Group> group = queue.front();
+  queue.pop_front();
+  if (!group->event) flush();
+  const auto deadline = Clock::now() + timeout_;
+  int spins = 0;
+  for (;;) {
+    const cudaError_t status = cudaEventQuery(group->event);
+    if (status == cudaSuccess) return;
+    if (status != cudaErrorNotReady)
+      fail(detail::concat("rank ", rank_, ": CUDA error waiting to ", what, " rank ", peer, ": ",
+                          cudaGetErrorString(status)), false, peer);
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(impl_->comm, &async);
+    if (async != ncclSuccess && async != ncclInProgress)
+      fail(detail::concat("rank ", rank_, ": NCCL error waiting to ", what, " rank ", peer, ": ",
+                          ncclGetErrorString(async)), false, peer);
+    if (Clock::now() >= deadline)
+      fail(detail::concat("rank ", rank_, ": timed out after ", timeout_.count(),
+                          " ms waiting to ", what, " rank ", peer, " (NCCL)"), true, peer);
+    backoff(spins);
+  }
+}
+
+std::unique_ptr<NcclTransport> connectNcclWithId(const NcclId& id, int rank, int size,
+                                                 int device, const NcclOptions& options) {
+  CERAR_ENFORCE(size >= 1 && rank >= 0 && rank < size, "connectNccl: rank ", rank,
+                " is not in a group of ", size);
+  CERAR_ENFORCE(options.timeout.count() > 0, "connectNccl: the timeout must be positive");
+  auto fail = [&](const std::string& why) -> Error {
+    return Error(detail::concat("rank ", rank, ": NCCL init of ", size, " ranks on device ",
+                                device, " failed: ", why));
+  };
+  cudaError_t status = cudaSetDevice(device);
+  if (status != cudaSuccess) throw fail(cudaGetErrorString(status));
+  auto impl = std::make_unique<NcclTransport::Impl>();
+  status = cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking);
+  if (status != cudaSuccess) throw fail(cudaGetErrorString(status));
+  ncclUniqueId uid;
+  std::memcpy(&uid, id.data(), sizeof uid);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // init must not hang on a missing peer: poll it against the deadline
+  ncclResult_t result = ncclCommInitRankConfig(&impl->comm, size, uid, rank, &config);
+  if (impl->comm) result = settle(impl->comm, result, Clock::now() + options.timeout);
+  if (result != ncclSuccess) {
+    if (impl->comm) ncclCommAbort(impl->comm);
+    cudaStreamDestroy(impl->stream);
+    throw fail(result == ncclInProgress
+                   ? detail::concat("timed out after ", options.timeout.count(), " ms")
+                   : std::string(ncclGetErrorString(result)));
+  }
+  return std::make_unique<NcclTransport>(std::move(impl), rank, size, device, options.timeout);
+}
+
+#ifndef CERAR_NO_GLOO
+std::unique_ptr<NcclTransport> connectNccl(gloo::rendezvous::Store& store, int rank, int size,
+                                           int device, const NcclOptions& options) {
+  // Fresh keys per call, agreed by every rank connecting on this store in the same order.
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, int> generations;
+  int generation;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    generation = generations[{&store, rank}]++;
+  }
+  const std::string key = detail::concat(options.prefix, "/", generation, "/id");
+  NcclId id;
+  try {
+    if (rank == 0) {
+      id = newNcclId();
+      store.set(key, std::vector<char>(id.begin(), id.end()));
+    } else {
+      store.wait({key}, options.timeout);
+      const std::vector<char> bytes = store.get(key);
+      CERAR_ENFORCE(bytes.size() == id.size(), "the id under '", key, "' has ", bytes.size(),
+                    " bytes, expected ", id.size());
+      std::memcpy(id.data(), bytes.data(), id.size());
+    }
+  } catch (const std::exception& e) {
+    throw Error(detail::concat("rank ", rank, ": sharing the NCCL id (key '", key,
+                               "') failed: ", e.what()));
+  }
+  return connectNcclWithId(id, rank, size, device, options);
+}
+#endif
+
+}  // namespace cerar

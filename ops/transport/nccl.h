@@ -1,0 +1,83 @@
+// NCCL point-to-point transport for device buffers (ncclSend/ncclRecv on the transport's stream).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "ops/codec/cuda/device_transport.h"
+
+namespace gloo::rendezvous {
+class Store;
+}
+
+namespace cerar {
+
+struct NcclOptions {
+  std::chrono::milliseconds timeout{30000};  // rendezvous limit and default limit of a wait
+  std::string prefix = "cerar-nccl";         // key prefix of the unique ids in the store
+};
+
+// The 128 bytes of an ncclUniqueId.
+using NcclId = std::array<char, 128>;
+// A fresh id (rank 0 makes one and shares it). Works without a GPU.
+NcclId newNcclId();
+
+// One rank of an NCCL communicator. Posts are buffered and enqueued together as one
+// ncclGroupStart/End at the next wait (or flush()), so the send and the receive of a round —
+// which the executor posts back to back and then waits on — share a group, as NCCL needs to
+// avoid a ring deadlock. Each group is followed by an event; waits poll that event and
+// ncclCommGetAsyncError against the timeout (a dead peer can leave NCCL spinning forever, so
+// no wait blocks on CUDA or NCCL without a deadline).
+//
+// Failure: an NCCL error or a timeout aborts the communicator (ncclCommAbort) and throws
+// TimeoutError/Error naming this rank and the peer; every later call throws at once. Build a
+// new transport with a new id to recover.
+// Sending to oneself is allowed (NCCL supports it; a 1-rank communicator can only do that).
+class NcclTransport : public DeviceTransport {
+ public:
+  ~NcclTransport() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Duration timeout() const override { return timeout_; }
+  void* stream() const override;
+  int device() const { return device_; }
+
+  void postSend(int peer, const void* data, size_t bytes) override;
+  void postRecv(int peer, void* data, size_t bytes) override;
+  void waitSend(int peer) override;
+  void waitRecv(int peer) override;
+  // Enqueues the buffered posts now, as one group.
+  void flush();
+
+  // Made by connectNcclWithId (Impl holds the communicator, the stream and the pending posts).
+  struct Impl;
+  NcclTransport(std::unique_ptr<Impl> impl, int rank, int size, int device, Duration timeout);
+
+ private:
+  void checkUsable(int peer, const char* op) const;
+  void wait(bool send, int peer);
+  [[noreturn]] void fail(const std::string& what, bool timedOut, int peer);
+
+  std::unique_ptr<Impl> impl_;
+  int rank_;
+  int size_;
+  int device_;
+  Duration timeout_;
+  std::string failure_;  // the first error; non-empty means unusable
+};
+
+// Joins the communicator of `id` as `rank` of `size` on CUDA device `device` (non-blocking
+// init, polled against options.timeout). Throws cerar::Error naming the rank on failure.
+std::unique_ptr<NcclTransport> connectNcclWithId(const NcclId& id, int rank, int size,
+                                                 int device, const NcclOptions& options = {});
+
+// Rank 0 makes the id and shares it through `store`; every rank then joins. Each call uses
+// fresh keys (options.prefix + a per-(store, rank) counter): all ranks must connect on a store
+// in the same order. Not available in builds without Gloo.
+std::unique_ptr<NcclTransport> connectNccl(gloo::rendezvous::Store& store, int rank, int size,
+                                           int device, const NcclOptions& options = {});
+
+}  // namespace cerar
