@@ -9,7 +9,7 @@ APT_PACKAGES=(
   libgloo-dev libboost-dev googletest libgtest-dev
   pybind11-dev python3-dev python3-venv python3-pip python3-numpy python3-pytest
   python3-torch python3-matplotlib python3-sklearn
-  iproute2 procps
+  iproute2 procps openmpi-bin libopenmpi-dev
 )
 
 missing=()

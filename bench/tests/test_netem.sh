@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Tests for bench/netem.sh, bench/tcp_ring.py and bench/runner.py.
+# Tests for bench/netem.sh, bench/tcp_ring.py and bench/runner.py (and, through
+# tests/test_suite.sh, for run_suite.py and cerar-bench-net).
 #   bench/tests/test_netem.sh [all|args|netns]
 # args : argument checking and loopback smoke runs (no root needed).
 # netns: up/down/clean-up (also after failure and interruption) and a 2-rank smoke run in
@@ -123,10 +124,16 @@ else:
   expect_clean "at the end"
 }
 
+# The suite's own tests (run_suite.py, cerar-bench-net) ride along with the matching part.
+suite_tests() {
+  "$BENCH/tests/test_suite.sh" "$1"; local rc=$?
+  case $rc in 0) ok "test_suite.sh $1" ;; 77) echo "SKIP test_suite.sh $1" ;; *) bad "test_suite.sh $1" ;; esac
+}
+
 case $PART in
-  args) args_tests ;;
-  netns) netns_tests; [ $? = 77 ] && exit 77 ;;
-  all) args_tests; netns_tests ;;
+  args) args_tests; suite_tests args ;;
+  netns) netns_tests; [ $? = 77 ] && exit 77; suite_tests netns ;;
+  all) args_tests; suite_tests args; netns_tests && suite_tests netns ;;
   *) echo "usage: $0 [all|args|netns]" >&2; exit 2 ;;
 esac
 [ $FAILS = 0 ] && echo "PASS" || { echo "$FAILS FAILED"; exit 1; }

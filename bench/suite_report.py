@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Tables and plots from bench/run_suite.py's JSON files (one per cluster config).
+
+  python3 bench/suite_report.py bench/results/NAME      # rewrites NAME/results.md and the PNGs
+
+Limits, with d the buffer in bytes and B the calibrated link rate (Mbit = 10^6 bit):
+exact all-reduce 2(N-1)/N*d/B; CERAR with c components (1+(N-2)/c)*d/B; floor d/B.
+All ratios are between figures measured in the same run of the same config.
+"""
+import glob, json, os, sys
+
+HEADLINE_BYTES = 64 << 20
+ORDER = ["cerar-auto", "ring", "torch-gloo", "mpi-allreduce", "mpi-allreduce-ring", "gloo-ring", "gloo-bcube",
+         "gloo-ringchunked", "gloo-hd"]
+
+
+def limit_s(row, n, rate_mbit):
+    """The contender's own bound: bytes each rank must send over the link rate."""
+    d, bps = row["bytes"], rate_mbit * 1e6 / 8
+    if row.get("c"):
+        return (1 + (n - 2) / row["c"]) * d / bps
+    if row["contender"].startswith("cerar-rt-cerar"):
+        return d / bps  # c is chosen per fused buffer: only the floor is known
+    return 2 * (n - 1) / n * d / bps
+
+
+def floor_s(row, rate_mbit):
+    return row["bytes"] / (rate_mbit * 1e6 / 8)
+
+
+def size_text(b):
+    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+
+
+def sort_key(name):
+    if name in ORDER:
+        return (0, ORDER.index(name), 0)
+    if name.startswith("cerar-c"):
+        return (1, 0, int(name[7:]))
+    return (2, 0, name)
+
+
+def load(outdir):
+    runs = []
+    for path in sorted(glob.glob(os.path.join(outdir, "n*.json"))):
+        with open(path) as f:
+            runs.append(json.load(f))
+    return sorted(runs, key=lambda r: (r["config"]["rate_mbit"] is None, -(r["config"]["rate_mbit"] or 0)))
+
+
+def by_size(run):
+    table = {}
+    for row in run["results"]:
+        table.setdefault(row["bytes"], {})[row["contender"]] = row
+    return table
+
+
+def headline(run):
+    """The figures the project's targets are stated in, at 64 MiB (or the largest size)."""
+    n, rate, table = run["config"]["n"], run["rate_mbit"], by_size(run)
+    sizes = [s for s in table if not any(k.startswith(("cerar-rt", "torch-ddp")) for k in table[s])]
+    if not sizes:
+        return None
+    d = HEADLINE_BYTES if HEADLINE_BYTES in sizes else max(sizes)
+    rows = table[d]
+    out = {"config": run["config"]["name"], "n": n, "bytes": d, "rate_mbit": rate}
+    auto, ring = rows.get("cerar-auto"), rows.get("ring")
+    if auto:
+        out.update(c_auto=auto["c"], cerar_auto_s=auto["best_s"],
+                   cerar_auto_vs_limit=auto["best_s"] / limit_s(auto, n, rate),
+                   cerar_auto_vs_floor=auto["best_s"] / floor_s(auto, rate))
+    if ring:
+        out.update(ring_s=ring["best_s"], ring_vs_limit=ring["best_s"] / limit_s(ring, n, rate))
+    shaped = run["config"]["rate_mbit"]
+    if shaped:  # the same limits at the rate tbf was given: what the links could carry at best
+        out.update({f"{k}_vs_shaped_limit": r["best_s"] / limit_s(r, n, shaped)
+                    for k, r in (("cerar_auto", auto), ("ring", ring)) if r})
+    others = {k: v["best_s"] for k, v in rows.items() if not k.startswith("cerar") and k != "ring"}
+    if auto and "torch-gloo" in rows:
+        out["cerar_auto_over_torch_gloo"] = auto["best_s"] / rows["torch-gloo"]["best_s"]
+    if auto and others:
+        best = min(others, key=others.get)
+        out.update(best_other=best, cerar_auto_over_best_other=auto["best_s"] / others[best])
+    return out
+
+
+def table_md(run, d, rows):
+    n, rate = run["config"]["n"], run["rate_mbit"]
+    names = sorted(rows, key=sort_key)
+    ref = [k for k in ("cerar-auto", "ring", "torch-gloo", "gloo-ring", "mpi-allreduce") if k in rows]
+    lines = [f"**{size_text(d)}** (limit: exact 2(N-1)/N·d/B, CERAR (1+(N-2)/c)·d/B; floor d/B)\n",
+             "| contender | c | best s | median s | limit s | best/limit | best/floor | "
+             + " | ".join(f"÷ {k}" for k in ref) + " | max rel err |",
+             "|---" * (8 + len(ref)) + "|"]
+    for k in names:
+        r = rows[k]
+        lim = limit_s(r, n, rate)
+        extra = f" (+{r['local_backward_s']:.3f} s backward alone)" if "local_backward_s" in r else ""
+        lines.append(f"| {k}{extra} | {r.get('c') or ''} | {r['best_s']:.3f} | {r['median_s']:.3f} | "
+                     f"{lim:.3f} | {r['best_s'] / lim:.2f} | {r['best_s'] / floor_s(r, rate):.2f} | "
+                     + " | ".join(f"{r['best_s'] / rows[x]['best_s']:.2f}" for x in ref)
+                     + f" | {r['max_rel_err']:.2g} |")
+    fit = excess_fit(rows, n, rate)
+    if fit:
+        lines.append(f"\nWhere CERAR's time over its limit goes (least squares over the c grid): "
+                     f"{fit[0]:.3f} s fixed + {fit[1] * 1e3:.2f} ms per round (c+N-2 rounds).")
+    return "\n".join(lines) + "\n"
+
+
+def excess_fit(rows, n, rate):
+    """excess = a + b*(c+N-2) over the cerar-c<k> rows: b is the per-round cost the limit omits
+    (latency, stalls), a the rest (start-up, bandwidth lost to the CPU or to TCP)."""
+    pts = [(r["c"] + n - 2, r["best_s"] - limit_s(r, n, rate))
+           for k, r in rows.items() if k.startswith("cerar-c") and r.get("c")]
+    if len(pts) < 3:
+        return None
+    mx, my = sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts)
+    sxx = sum((p[0] - mx) ** 2 for p in pts)
+    b = sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx if sxx else 0.0
+    return my - b * mx, b
+
+
+def matrix_md(rows):
+    names = sorted(rows, key=sort_key)
+    lines = ["Ratio of best times, row ÷ column:\n", "| | " + " | ".join(names) + " |",
+             "|---" * (len(names) + 1) + "|"]
+    for a in names:
+        lines.append(f"| {a} | " + " | ".join(f"{rows[a]['best_s'] / rows[b]['best_s']:.2f}"
+                                             for b in names) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plots(outdir, run):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    name, n, rate = run["config"]["name"], run["config"]["n"], run["rate_mbit"]
+    table = by_size(run)
+    series = {}
+    for d in sorted(table):
+        for k, r in table[d].items():
+            if not k.startswith(("cerar-rt", "torch-ddp")):
+                series.setdefault(k, []).append((d / 2**20, r["best_s"], r["best_s"] / limit_s(r, n, rate)))
+    made = []
+    for what, col, ylabel in (("time", 1, "best time per all-reduce (s)"),
+                              ("ratio", 2, "best time / its own limit")):
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for k in sorted(series, key=sort_key):
+            pts = series[k]
+            style = "-o" if k in ("cerar-auto", "ring") else ("--." if k.startswith("cerar-c") else ":x")
+            ax.plot([p[0] for p in pts], [p[col] for p in pts], style, label=k)
+        ax.set_xscale("log", base=2)
+        if what == "time":
+            ax.set_yscale("log")
+        else:
+            ax.axhline(1.0, color="gray", lw=0.8)
+        ax.set_xlabel("buffer (MiB)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{name}: B = {rate:.0f} Mbit/s calibrated, fp32 sum")
+        ax.legend(fontsize=7, ncol=2)
+        ax.grid(True, which="both", alpha=0.3)
+        path = f"{name}-{what}.png"
+        fig.savefig(os.path.join(outdir, path), dpi=90, bbox_inches="tight")
+        plt.close(fig)
+        made.append(path)
+    return made
+
+
+def write(outdir):
+    runs = load(outdir)
+    heads = [h for h in map(headline, runs) if h]
+    md = ["# Results\n", f"Command: `sudo {runs[0]['command']}`\n" if runs else "",
+          "B = the calibrated link rate (tcp_ring.py, best of before/after the contenders); "
+          "times are the slowest rank's, best of the repeats.\n",
+          "## Headline\n",
+          "| config | d | B Mbit/s | c auto | CERAR auto s | ÷ its limit | ÷ d/B | ring s | ring ÷ limit "
+          "| CERAR ÷ torch-gloo | best other | CERAR ÷ best other | at the shaped rate: CERAR ÷ limit, ring ÷ limit |",
+          "|---" * 13 + "|"]
+    f = lambda h, k, fmt="{:.2f}": fmt.format(h[k]) if k in h else "n/a"
+    for h in heads:
+        md.append(f"| {h['config']} | {size_text(h['bytes'])} | {h['rate_mbit']:.0f} | {h.get('c_auto', '')} | "
+                  f"{f(h, 'cerar_auto_s', '{:.3f}')} | {f(h, 'cerar_auto_vs_limit')} | {f(h, 'cerar_auto_vs_floor')} | "
+                  f"{f(h, 'ring_s', '{:.3f}')} | {f(h, 'ring_vs_limit')} | {f(h, 'cerar_auto_over_torch_gloo')} | "
+                  f"{h.get('best_other', '')} | {f(h, 'cerar_auto_over_best_other')} | "
+                  f"{f(h, 'cerar_auto_vs_shaped_limit')}, {f(h, 'ring_vs_shaped_limit')} |")
+    for run in runs:
+        cfg, cal = run["config"], run["calibration"]
+        md += [f"\n## {cfg['name']}\n",
+               f"N = {cfg['n']}, shaped {cfg['rate_mbit'] or 'no (loopback)'} Mbit/s; calibrated "
+               + ", ".join(f"{c['min_mbit']:.0f}" for c in cal) + f" Mbit/s -> B = {run['rate_mbit']:.0f}; "
+               f"took {run.get('seconds', '?')} s.",
+               (f"Probe: alpha {run['probe']['alpha_s'] * 1e6:.0f} µs, beta {run['probe']['beta_s_per_byte'] * 1e9:.2f} ns/B, "
+                f"gamma {run['probe']['gamma_s_per_byte'] * 1e9:.2f} ns/B.\n") if run.get("probe") else ""]
+        md += [f"* {n}" for n in run.get("notes", [])]
+        table = by_size(run)
+        for d in sorted(table):
+            md.append(table_md(run, d, table[d]))
+        step = [d for d in table if not any(k.startswith(("cerar-rt", "torch-ddp")) for k in table[d])]
+        if step:
+            d = HEADLINE_BYTES if HEADLINE_BYTES in step else max(step)
+            md.append(matrix_md(table[d]))
+        md += [f"![{p}]({p})" for p in plots(outdir, run)]
+    with open(os.path.join(outdir, "results.md"), "w") as out:
+        out.write("\n".join(md) + "\n")
+    with open(os.path.join(outdir, "headline.json"), "w") as out:
+        json.dump(heads, out, indent=1)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
+        sys.exit("usage: suite_report.py bench/results/NAME")
+    write(sys.argv[1])

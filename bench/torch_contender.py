@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""One rank of the torch contenders; launched once per rank by bench/runner.py (CERAR_RANK,
+CERAR_SIZE, CERAR_RENDEZVOUS_ADDR/PORT, CERAR_NETNS_IFACE). Rank 0 prints one JSON line per
+(size, contender) in cerar-bench-net's format: per run the slowest rank's seconds.
+
+  torch_contender.py --mode allreduce [--sizes 1M,64M] [--repeats R]   torch.distributed (gloo)
+  torch_contender.py --mode ddp       [--repeats R]   ResNet-50 gradients through DDP (gloo)
+  torch_contender.py --mode cerar --algorithm ring|cerar|auto --fusion on|off [--repeats R]
+                                      the same gradients through cerar's runtime (cerar.torch)
+"""
+import argparse, datetime, json, os, statistics, sys, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from resnet50_sizes import SHAPES  # noqa: E402
+from tcp_ring import parse_bytes  # noqa: E402
+
+RANK, SIZE = int(os.environ["CERAR_RANK"]), int(os.environ["CERAR_SIZE"])
+ADDR = os.environ.get("CERAR_RENDEZVOUS_ADDR", "127.0.0.1")
+PORT = int(os.environ.get("CERAR_RENDEZVOUS_PORT", "29500"))
+IFACE = os.environ.get("CERAR_NETNS_IFACE", "lo")
+
+
+def report(contender, nbytes, times, err, **extra):
+    """Slowest rank per run (an all-reduce MAX over the group), printed by rank 0."""
+    t = torch.tensor(times + [err], dtype=torch.float64)
+    if dist.is_initialized():
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    else:  # cerar mode: reduce with the runtime itself
+        import cerar.torch as hvd
+        t = hvd.allreduce(t, op=hvd.Max, name=f"report.{contender}")
+    runs = [round(x, 6) for x in t[:-1].tolist()]
+    if RANK == 0:
+        print(json.dumps(dict(contender=contender, impl="torch", n=SIZE, bytes=nbytes, c=None,
+                              runs_s=runs, best_s=min(runs), median_s=statistics.median(runs),
+                              max_rel_err=float(t[-1]), **extra)), flush=True)
+
+
+def timed(barrier, fn, repeats):
+    """Run 0 warms up (and its result is what the caller checks); then `repeats` timed runs."""
+    times = []
+    for rep in range(repeats + 1):
+        barrier()
+        start = time.perf_counter()
+        fn()
+        if rep:
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def init_gloo(timeout_s):
+    os.environ["GLOO_SOCKET_IFNAME"] = IFACE
+    dist.init_process_group("gloo", init_method=f"tcp://{ADDR}:{PORT}", rank=RANK,
+                            world_size=SIZE, timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def mode_allreduce(a):
+    init_gloo(a.timeout)
+    for nbytes in a.sizes:
+        mine = torch.full((nbytes // 4,), float(RANK + 1))
+        data = torch.empty_like(mine)
+        times = timed(dist.barrier, lambda: (data.copy_(mine), dist.all_reduce(data)), a.repeats)
+        want = SIZE * (SIZE + 1) / 2  # small integers: the sum is exact
+        err = float((data - want).abs().max()) / want
+        report("torch-gloo", nbytes, times, err)
+
+
+class Grads(torch.nn.Module):
+    """Parameters of ResNet-50's shapes; backward of forward(x) gives every one a gradient x."""
+
+    def __init__(self):
+        super().__init__()
+        self.params = torch.nn.ParameterList(torch.nn.Parameter(torch.zeros(s)) for s in SHAPES)
+
+    def forward(self, x):
+        return sum(p.sum() * x for p in self.params)
+
+
+def mode_ddp(a):
+    init_gloo(a.timeout)
+    model = torch.nn.parallel.DistributedDataParallel(Grads())
+    x = torch.tensor(float(RANK + 1))
+    nbytes = 4 * sum(p.numel() for p in model.parameters())
+
+    def step(sync=True):
+        model.zero_grad(set_to_none=False)
+        if sync:
+            model(x).backward()  # DDP waits for every bucket's all-reduce before it returns
+        else:
+            with model.no_sync():  # the forward decides whether the backward all-reduces
+                model(x).backward()
+    for _ in range(2):  # DDP rebuilds its buckets after the first iteration
+        step()
+    local = timed(dist.barrier, lambda: step(sync=False), a.repeats)
+    times = timed(dist.barrier, step, a.repeats)
+    want = (SIZE + 1) / 2  # DDP averages
+    err = max(float((p.grad - want).abs().max()) for p in model.parameters()) / want
+    report("torch-ddp-gloo", nbytes, times, err, tensors=len(SHAPES),
+           local_backward_s=round(min(local), 6))
+
+
+def mode_cerar(a):
+    os.environ.setdefault("CERAR_SECRET", "cerar-bench")  # the runtime checks it is set
+    import cerar.torch as hvd
+    hvd.init(rendezvous_addr=ADDR, rendezvous_port=PORT, host_store=RANK == 0, iface=IFACE,
+             secret=os.environ["CERAR_SECRET"], algorithm=a.algorithm,
+             fusion_threshold_bytes=(64 << 20) if a.fusion == "on" else 0,
+             timeout_seconds=float(a.timeout))
+    grads = [torch.zeros(s) for s in SHAPES]
+    mine = float(RANK + 1)
+    step_no = [0]
+
+    def step():
+        for g in grads:
+            g.fill_(mine)
+        # Backward produces the last layer's gradient first; names are stable across steps.
+        handles = [hvd.allreduce_async_(g, op=hvd.Average, name=f"grad.{i}")
+                   for i, g in reversed(list(enumerate(grads)))]
+        for h in handles:
+            hvd.synchronize(h)
+        step_no[0] += 1
+
+    def barrier():
+        hvd.allreduce(torch.zeros(1), name="barrier")
+    times = timed(barrier, step, a.repeats)
+    want = (SIZE + 1) / 2
+    err = max(float((g - want).abs().max()) for g in grads) / want
+    nbytes = 4 * sum(g.numel() for g in grads)
+    report(f"cerar-rt-{a.algorithm}-fusion-{a.fusion}", nbytes, times, err, tensors=len(SHAPES),
+           stats=dict(hvd.stats()))
+    hvd.shutdown()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mode", choices=["allreduce", "ddp", "cerar"], default="allreduce")
+    p.add_argument("--sizes", default="1M,64M", type=lambda s: [parse_bytes(x) for x in s.split(",") if x])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--timeout", type=int, default=300, help="seconds, per operation")
+    p.add_argument("--algorithm", choices=["ring", "cerar", "auto"], default="auto")
+    p.add_argument("--fusion", choices=["on", "off"], default="on")
+    a = p.parse_args()
+    if a.repeats < 1:
+        p.error("--repeats must be >= 1")
+    {"allreduce": mode_allreduce, "ddp": mode_ddp, "cerar": mode_cerar}[a.mode](a)
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
