@@ -109,6 +109,11 @@ py::dict statsDict(const RuntimeStats& s) {
   d["bytes_sent"] = s.bytesSent;
   d["ring_buffers"] = s.ringBuffers;
   d["cerar_buffers"] = s.cerarBuffers;
+  d["predicted_error_max"] = s.predictedErrorMax;
+  d["measured_error_last"] = s.measuredErrorLast;
+  d["measured_error_max"] = s.measuredErrorMax;
+  d["measured_error_sum"] = s.measuredErrorSum;
+  d["measured_buffers"] = s.measuredBuffers;
   return d;
 }
 
@@ -162,6 +167,8 @@ PYBIND11_MODULE(_cerar, m) {
       .def_readwrite("algorithm", &RuntimeConfig::algorithm)
       .def_readwrite("components", &RuntimeConfig::components)
       .def_readwrite("eps", &RuntimeConfig::eps)
+      .def_readwrite("share_correction", &RuntimeConfig::shareCorrection)
+      .def_readwrite("debug_error", &RuntimeConfig::debugError)
       .def_readwrite("timeline", &RuntimeConfig::timeline)
       .def_readwrite("stall_check_seconds", &RuntimeConfig::stallCheckSeconds)
       .def_readwrite("stall_shutdown_seconds", &RuntimeConfig::stallShutdownSeconds)

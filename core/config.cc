@@ -140,6 +140,8 @@ RuntimeConfig configFromEnvironment(const EnvironmentLookup& lookup) {
   c.algorithm = env.text("CERAR_ALGORITHM").value_or(c.algorithm);
   c.components = int(env.integer("CERAR_COMPONENTS", 0, 0, 1 << 24));
   c.eps = env.number("CERAR_EPS", 0, 0);
+  c.shareCorrection = env.flag("CERAR_SHARE_CORRECTION", c.shareCorrection);
+  c.debugError = env.flag("CERAR_DEBUG_ERROR", c.debugError);
   c.timeline = env.text("CERAR_TIMELINE").value_or("");
   c.stallCheckSeconds = env.number("CERAR_STALL_CHECK_TIME_SECONDS", c.stallCheckSeconds, 0);
   c.stallShutdownSeconds =

@@ -17,6 +17,8 @@ SelectionPolicy policyOf(const RuntimeConfig& config) {
   policy.algorithm = config.algorithm;
   policy.components = config.components;
   policy.eps = config.eps;
+  policy.shareCorrection = config.shareCorrection;
+  policy.measureError = config.debugError;
   return policy;
 }
 

@@ -1,12 +1,39 @@
 #include "core/dispatch.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/scaling.h"
+#include "ops/algorithms/share_correction.h"
 #include "ops/collectives.h"
 #include "ops/common/error.h"
 
 namespace cerar {
+
+namespace {
+
+// max |a - b| / max |b| over n elements of an f32 or f64 buffer (0 when b is all zero).
+template <typename T>
+double maxRelativeDifference(const T* a, const T* b, size_t n) {
+  double difference = 0, scale = 0;
+  for (size_t e = 0; e < n; ++e) {
+    difference = std::max(difference, std::abs(double(a[e]) - double(b[e])));
+    scale = std::max(scale, std::abs(double(b[e])));
+  }
+  return scale > 0 ? difference / scale : difference;
+}
+
+double maxRelativeDifference(DType dtype, const std::byte* a, const std::byte* b, size_t n) {
+  if (dtype == DType::kFloat64) {
+    return maxRelativeDifference(reinterpret_cast<const double*>(a),
+                                 reinterpret_cast<const double*>(b), n);
+  }
+  return maxRelativeDifference(reinterpret_cast<const float*>(a),
+                               reinterpret_cast<const float*>(b), n);
+}
+
+}  // namespace
 
 ReduceOp reduceOpOf(Op op) {
   switch (op) {
@@ -85,12 +112,37 @@ void Dispatcher::allreduce(const std::vector<const Response*>& units,
   options.eps = choice.eps;
   options.op = op;
   options.verifyParameters = false;  // negotiation already agreed on every parameter
+  options.shareCorrection = policy_.shareCorrection;
+  const bool cerar = choice.algorithm == Algorithm::kCerar;
+  const bool measure = cerar && policy_.measureError;
+  if (measure) {
+    exactCopy_.assign(buffer, buffer + total * elementSize);
+  }
   const RunStats run = communicator_.allreduce(buffer, total, d.dtype, options);
   const auto unpackStart = Clock::now();
+  std::string errorArgs;
+  if (cerar) {
+    const double bound = predictedErrorBound(N, choice.components, choice.eps, d.dtype);
+    stats.predictedErrorMax = std::max(stats.predictedErrorMax, bound);
+    errorArgs = detail::concat(", \"predicted_error\": ", bound);
+  }
+  if (measure) {
+    // Every rank runs the same extra ring (the knob is the same everywhere), so it pairs up.
+    AllreduceOptions exact = options;
+    exact.algorithm = Algorithm::kRing;
+    communicator_.allreduce(exactCopy_.data(), total, d.dtype, exact);
+    const double error = maxRelativeDifference(d.dtype, buffer, exactCopy_.data(), total);
+    stats.measuredErrorLast = error;
+    stats.measuredErrorMax = std::max(stats.measuredErrorMax, error);
+    stats.measuredErrorSum += error;
+    stats.measuredBuffers += 1;
+    errorArgs += detail::concat(", \"measured_error\": ", error);
+  }
   record(units, "ALLREDUCE", reduceStart, unpackStart,
          detail::concat("\"algorithm\": \"", algorithmName(choice.algorithm),
                         "\", \"c\": ", choice.components, ", \"eps\": ", choice.eps,
-                        ", \"bytes\": ", total * elementSize, ", \"tensors\": ", units.size()));
+                        ", \"bytes\": ", total * elementSize, ", \"tensors\": ", units.size(),
+                        errorArgs));
 
   const double factor = d.postscale / (d.op == Op::kAverage ? double(N) : 1.0);
   if (direct) {

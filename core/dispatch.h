@@ -42,6 +42,7 @@ class Dispatcher {
   LinkModel link_;
   Timeline& timeline_;
   std::vector<std::byte> fusion_;  // grows to the largest group, then reused
+  std::vector<std::byte> exactCopy_;  // debug error mode: the input reduced by the exact ring
 };
 
 // The engine's reduction of a user-level op (average reduces as a sum).

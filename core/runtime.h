@@ -73,6 +73,10 @@ struct RuntimeConfig {
   std::string algorithm = "auto";             // CERAR_ALGORITHM: auto | ring | cerar
   int components = 0;                         // CERAR_COMPONENTS; 0 = cost model
   double eps = 0;                             // CERAR_EPS; 0 = the spec's default per dtype
+  bool shareCorrection = false;               // CERAR_SHARE_CORRECTION: share-corrected decoding
+  // CERAR_DEBUG_ERROR: also reduce each CERAR buffer with the exact ring (doubles the traffic)
+  // and record the measured error. Must be the same on every rank.
+  bool debugError = false;
   std::string timeline;                       // CERAR_TIMELINE
   double stallCheckSeconds = 60;              // CERAR_STALL_CHECK_TIME_SECONDS
   double stallShutdownSeconds = 0;            // CERAR_STALL_SHUTDOWN_TIME_SECONDS; 0 = never
@@ -101,6 +105,15 @@ struct RuntimeStats {
   uint64_t bytesSent = 0;
   uint64_t ringBuffers = 0;
   uint64_t cerarBuffers = 0;
+  // CERAR's error per fused buffer (0 while no CERAR buffer ran): the bound predicted by the
+  // spec's error terms, relative to sum_i |g_i| (always; ops/algorithms/share_correction.h),
+  // and, with debugError, the measured max |CERAR - exact ring| / max |exact ring| over this
+  // rank's elements (last buffer, worst, and the sum over measuredBuffers buffers).
+  double predictedErrorMax = 0;
+  double measuredErrorLast = 0;
+  double measuredErrorMax = 0;
+  double measuredErrorSum = 0;
+  uint64_t measuredBuffers = 0;
 };
 
 class Runtime {

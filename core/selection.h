@@ -25,6 +25,11 @@ struct SelectionPolicy {
   // predicted saving of at least minGain (a near tie is not worth the error).
   size_t minCerarBytes = 1u << 20;
   double minGain = 0.10;
+  // Not selection but how a CERAR buffer is decoded and checked, carried with the policy to
+  // the dispatcher: share-corrected decoding (CERAR_SHARE_CORRECTION), and a debug mode that
+  // also runs the exact ring on a copy and records CERAR's measured error (CERAR_DEBUG_ERROR).
+  bool shareCorrection = false;
+  bool measureError = false;
 };
 
 struct Selection {

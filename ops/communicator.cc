@@ -1,8 +1,10 @@
 #include "ops/communicator.h"
 
+#include <chrono>
 #include <cmath>
 
 #include "ops/agreement.h"
+#include "ops/algorithms/share_correction.h"
 #include "ops/common/error.h"
 
 namespace cerar {
@@ -71,7 +73,14 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
     agreeOnParameters(*transport_, record);
   }
   const Plan& plan = planFor(options.algorithm, c, count);
-  return executor_.run(plan, *transport_, data, CodecParams{dtype, options.op, eps});
+  RunStats stats = executor_.run(plan, *transport_, data, CodecParams{dtype, options.op, eps});
+  if (options.algorithm == Algorithm::kCerar && options.shareCorrection) {
+    const auto start = std::chrono::steady_clock::now();
+    applyShareCorrection(Layout(N, c, count), rank(), eps, dtype, data);
+    stats.seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  return stats;
 }
 
 }  // namespace cerar

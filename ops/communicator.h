@@ -24,6 +24,9 @@ struct AllreduceOptions {
   // Agree on (N, c, d, eps, dtype, op) before the counted rounds, so that ranks that disagree
   // all fail with a message naming both values. A runtime that negotiates can skip it.
   bool verifyParameters = true;
+  // CERAR only: share-corrected decoding of positions j >= 2 (ops/algorithms/share_correction.h),
+  // a local post-pass; off by default (docs/fidelity.md has the measurements).
+  bool shareCorrection = false;
 };
 
 // One rank's handle on a group. Thread safety: one operation at a time.

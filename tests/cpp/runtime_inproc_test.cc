@@ -126,6 +126,31 @@ TEST(RuntimeInproc, ForcedCerarSelectedAndAccurate) {
   });
 }
 
+// CERAR_SHARE_CORRECTION and CERAR_DEBUG_ERROR: the predicted bound is always recorded, the
+// measured error (against the exact ring on a copy) only in debug mode, and it is within it.
+TEST(RuntimeInproc, ShareCorrectionAndErrorReporting) {
+  runThreads(4, [](int rank, const Starter& start) {
+    RuntimeConfig config = testConfig();
+    config.algorithm = "cerar";
+    config.components = 16;
+    config.shareCorrection = true;
+    config.debugError = true;
+    auto rt = start(config);
+    std::mt19937 gen(rank + 3);
+    std::normal_distribution<float> normal(0, 1);
+    std::vector<float> data(1 << 12);
+    for (auto& x : data) x = 1.0f + normal(gen);
+    rt->allreduce("grad", f32(data), f32(data), Op::kSum).wait();
+    rt->barrier().wait();
+    const RuntimeStats s = rt->stats();
+    check(s.cerarBuffers == 1 && s.measuredBuffers == 1, "measured ", s.measuredBuffers);
+    check(s.predictedErrorMax > 0, "no predicted bound");
+    check(s.measuredErrorMax > 0 && s.measuredErrorMax <= s.predictedErrorMax * 2,
+          "measured ", s.measuredErrorMax, " predicted ", s.predictedErrorMax);
+    return std::string("ok");
+  });
+}
+
 TEST(RuntimeInproc, DeadPeerFailsPendingAndLaterOperations) {
   InprocHub hub(3, 500ms);
   std::vector<std::string> errors(3), later(3);

@@ -53,7 +53,10 @@ TEST(RuntimeConfig, LauncherVariablesAndKnobs) {
                              {"CERAR_CACHE_CAPACITY", "16"}, {"CERAR_ALGORITHM", "cerar"},
                              {"CERAR_COMPONENTS", "8"}, {"CERAR_EPS", "0.001"},
                              {"CERAR_STALL_CHECK_TIME_SECONDS", "5"},
-                             {"CERAR_LOG_LEVEL", "DEBUG"}});
+                             {"CERAR_LOG_LEVEL", "DEBUG"}, {"CERAR_SHARE_CORRECTION", "1"},
+                             {"CERAR_DEBUG_ERROR", "true"}});
+  EXPECT_TRUE(c.shareCorrection);
+  EXPECT_TRUE(c.debugError);
   EXPECT_EQ(c.rank, 2);
   EXPECT_EQ(c.size, 4);
   EXPECT_EQ(c.localSize, 2);

@@ -17,3 +17,7 @@ def test_distributed_optimizer_and_broadcasts():
 
 def test_distributed_optimizer_three_ranks():
     assert_ok(run_job("torch_optimizer.py", np=3, timeout=150), "optimizer OK", np=3)
+
+
+def test_drift_resync_and_error_reporting():
+    assert_ok(run_job("torch_drift.py", np=4, timeout=150), "drift OK")

@@ -165,4 +165,5 @@ def join(device=-1):
 
 from cerar.torch.functions import (allgather_object, broadcast_object,  # noqa: E402
                                    broadcast_optimizer_state, broadcast_parameters)
+from cerar.torch.drift import parameter_drift, resync_parameters  # noqa: E402
 from cerar.torch.optimizer import DistributedOptimizer  # noqa: E402

@@ -14,7 +14,7 @@ from cerar import Average, Sum
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, op, backward_passes_per_step,
-                 gradient_predivide_factor):
+                 gradient_predivide_factor, resync_every=0):
         super(self.__class__, self).__init__(params)
         all_params = [p for group in self.param_groups for p in group["params"]]
         if named_parameters is not None:
@@ -46,6 +46,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._hook_refs = []
         self._synchronized = False
         self._should_synchronize = True
+        if resync_every < 0:
+            raise ValueError("resync_every must be >= 0")
+        self._resync_every = int(resync_every)
+        self._steps = 0
+        # Every parameter the optimizer updates, named as the all-reduces (same on every rank).
+        self._resync_items = [(self._names[p], p) for p in all_params]
         import cerar.torch as ct
         self._ct = ct
         self._register_hooks()
@@ -119,7 +125,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                               "optimizer.skip_synchronize(): the gradients are reduced twice")
             self.synchronize()
         self._synchronized = False
-        return super(self.__class__, self).step(closure)
+        result = super(self.__class__, self).step(closure)
+        self._steps += 1
+        if self._resync_every and self._steps % self._resync_every == 0:
+            # CERAR's replicas drift apart by about its error per step; rank 0's copy wins.
+            self._ct.resync_parameters(self._resync_items, prefix="resync")
+        return result
 
     def zero_grad(self, *args, **kwargs):
         if self._handles:
@@ -129,7 +140,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, op=Average,
-                         backward_passes_per_step=1, gradient_predivide_factor=1.0):
+                         backward_passes_per_step=1, gradient_predivide_factor=1.0,
+                         resync_every=0):
     """Wraps `optimizer` so that step() applies the gradients reduced (averaged by default)
     over all ranks. The result is an instance of the optimizer's own class (schedulers work)
     with the same parameter groups and state.
@@ -138,11 +150,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, op=Average,
     without it parameters are named by position. backward_passes_per_step: backward passes
     accumulated locally before the reduction. gradient_predivide_factor: divides before the
     sum and multiplies after (the result is the same average; for float16 range).
+    resync_every: with K > 0, every K-th step() ends by broadcasting rank 0's parameters, so
+    CERAR's replica drift (docs/fidelity.md) never accumulates over more than K steps.
     """
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     wrapped = cls(optimizer.param_groups, named_parameters, op, backward_passes_per_step,
-                  gradient_predivide_factor)
+                  gradient_predivide_factor, resync_every)
     if optimizer.state:
         wrapped.load_state_dict(optimizer.state_dict())
     return wrapped

@@ -1,0 +1,187 @@
+"""Training fidelity of CERAR against the exact ring and torch DDP (gloo), 4 local ranks.
+
+    .venv/bin/python examples/fidelity_suite.py                 # all runs + report (~10 min)
+    .venv/bin/python examples/fidelity_suite.py --report-only   # redo table and plot
+
+Runs examples/fidelity_train.py once per configuration (same seed, same steps; the exact ring
+also over 3 seeds, so that CERAR's difference reads against seed-to-seed noise) and writes
+bench/results/fidelity/: runs/*.json, results.json, table.md and loss_curves.png.
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "results" / "fidelity"
+TRAIN = ROOT / "examples" / "fidelity_train.py"
+PY = sys.executable
+EPS = 2.0 ** -11  # the spec's default for f32
+N = 4
+
+# (name, environment, extra arguments); CERAR rows force CERAR on every fused buffer.
+def cerar(c=4 * N, eps=None, share=False):
+    env = {"CERAR_ALGORITHM": "cerar", "CERAR_COMPONENTS": str(c)}
+    if eps:
+        env["CERAR_EPS"] = repr(eps)
+    if share:
+        env["CERAR_SHARE_CORRECTION"] = "1"
+    return env
+
+
+CONFIGS = [
+    ("ring seed 0", {"CERAR_ALGORITHM": "ring"}, ["--seed", "0"]),
+    ("ring seed 1", {"CERAR_ALGORITHM": "ring"}, ["--seed", "1"]),
+    ("ring seed 2", {"CERAR_ALGORITHM": "ring"}, ["--seed", "2"]),
+    ("torch DDP gloo", None, []),
+    ("auto (defaults)", {}, []),
+    ("cerar c=16 eps=2^-11 (default eps)", cerar(), []),
+    ("cerar c=16 eps=2^-8", cerar(eps=2.0 ** -8), []),
+    ("cerar c=16 eps=2^-14", cerar(eps=2.0 ** -14), []),
+    ("cerar c=64 eps=2^-11", cerar(c=16 * N), []),
+    ("cerar c=16 eps=2^-11 share-corrected", cerar(share=True), []),
+    ("cerar c=16 eps=2^-8 share-corrected", cerar(eps=2.0 ** -8, share=True), []),
+    ("cerar c=16 eps=2^-11 resync every 50", cerar(), ["--resync-every", "50"]),
+]
+TASKS = {
+    "digits": ["--steps", "300", "--eval-every", "20", "--error-every", "5"],
+    "charlm": ["--steps", "200", "--eval-every", "20", "--error-every", "10"],
+}
+SKIP = {"charlm": {"auto (defaults)", "cerar c=16 eps=2^-14",
+                   "cerar c=16 eps=2^-8 share-corrected"}}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def slug(task, name):
+    return task + "_" + "".join(ch if ch.isalnum() else "_" for ch in name).strip("_")
+
+
+def run(task, name, env_extra, extra):
+    out = OUT / "runs" / (slug(task, name) + ".json")
+    args = [str(TRAIN), "--task", task, *TASKS[task], *extra, "--out", str(out)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CERAR_")}
+    env.update(OMP_NUM_THREADS="1", CERAR_MEASURE_LINK="0", CERAR_LOG_LEVEL="warning")
+    if env_extra is None:  # torch DDP: 4 processes with torch.distributed's variables
+        port = str(free_port())
+        procs = [subprocess.Popen([PY, *args, "--backend", "ddp"], env=dict(
+            env, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(r), WORLD_SIZE=str(N)),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for r in range(N)]
+        codes = [p.wait(timeout=900) for p in procs]
+        errors = [p.stderr.read() for p in procs]
+        if any(codes):
+            raise RuntimeError(f"{task}/{name} failed: {errors}")
+    else:
+        env.update(env_extra)
+        subprocess.run([PY, "-m", "cerar.run", "-np", str(N), PY, *args], env=env, check=True,
+                       stdout=subprocess.DEVNULL, timeout=900)
+    result = json.loads(out.read_text())
+    result["name"] = name
+    out.write_text(json.dumps(result, indent=1))
+    print(f"{task:7s} {name:40s} val loss {result['final_val_loss']:.4f} "
+          f"err {result['error_max'] or 0:.1e} {result['seconds']:.0f}s", flush=True)
+    return result
+
+
+def fmt(value, spec):
+    return "-" if value is None else format(value, spec)
+
+
+def report(results):
+    lines = ["| task | configuration | final val loss | vs ring seed 0 | best val loss | "
+             "final / best val acc | all-reduce error, median / max of per-step max | "
+             "drift max rel | step ms | all-reduce wait ms |", "|" + "---|" * 10]
+    noise = {}
+    for task in TASKS:
+        rows = [r for r in results if r["task"] == task]
+        ring = [r for r in rows if r["name"].startswith("ring seed")]
+        base = next(r for r in ring if r["seed"] == 0)["final_val_loss"]
+        finals = [r["final_val_loss"] for r in ring]
+        noise[task] = {"ring_final_val_loss": finals,
+                       "spread_pct": 100 * (max(finals) - min(finals)) / base,
+                       "max_dev_pct": 100 * max(abs(f - base) for f in finals) / base}
+        for r in rows:
+            delta = 100 * (r["final_val_loss"] - base) / base
+            drift = r["final_drift"].get("max_rel")
+            lines.append(
+                f"| {task} | {r['name']} | {r['final_val_loss']:.4f} | {delta:+.2f}% | "
+                f"{r['best_val_loss']:.4f} | {r['final_val_acc']:.3f} / {r['best_val_acc']:.3f} | "
+                f"{fmt(r['error_max_median'], '.1e')} / {fmt(r['error_max'], '.1e')} | "
+                f"{fmt(drift, '.1e')} | {r['step_ms']:.1f} | "
+                f"{r['allreduce_wait_ms']:.2f} |")
+    lines.append("")
+    for task, n in noise.items():
+        lines.append(f"- {task}: exact ring over seeds 0-2, final val loss "
+                     f"{', '.join(f'{v:.4f}' for v in n['ring_final_val_loss'])}; "
+                     f"spread {n['spread_pct']:.2f}% of seed 0's.")
+    costs = [r for r in results if r.get("costs")]
+    for task in TASKS:
+        c = [r["costs"] for r in costs if r["task"] == task and r["name"].startswith("cerar")]
+        if c:
+            mean = {k: 1000 * sum(x[k] for x in c) / len(c) for k in c[0]}
+            step = [r["step_ms"] for r in costs if r["task"] == task]
+            lines.append(f"- {task} ({results[[r['task'] for r in results].index(task)]['parameters']}"
+                         f" parameters): cheap drift check {mean['drift_check_s']:.2f} ms, exact "
+                         f"drift {mean['drift_exact_s']:.2f} ms, resync "
+                         f"{mean['resync_s']:.2f} ms per call (median step "
+                         f"{sorted(step)[len(step) // 2]:.1f} ms).")
+    (OUT / "table.md").write_text("\n".join(lines) + "\n")
+    summary = [{k: v for k, v in r.items() if k not in ("history",)} for r in results]
+    (OUT / "results.json").write_text(json.dumps({"noise": noise, "runs": summary}, indent=1))
+    plot(results)
+    print("\n".join(lines))
+
+
+def plot(results):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(2, len(TASKS), figsize=(14, 9))
+    for col, task in enumerate(TASKS):
+        for r in [r for r in results if r["task"] == task]:
+            style = dict(lw=1.0, ls="--" if r["name"].startswith("ring seed") and r["seed"] else "-")
+            ev = [h for h in r["history"] if "val_loss" in h]
+            axes[0, col].plot([h["step"] for h in ev], [h["val_loss"] for h in ev],
+                              label=r["name"], **style)
+            er = [h for h in r["history"] if "error_max" in h]
+            axes[1, col].semilogy([h["step"] for h in er],
+                                  [max(h["error_max"], 1e-9) for h in er], label=r["name"],
+                                  **style)
+        axes[0, col].set(title=f"{task}: validation loss (4 ranks)", xlabel="step",
+                         ylabel="val loss")
+        axes[1, col].set(title=f"{task}: all-reduce error, max over ranks",
+                         xlabel="step", ylabel="max|reduced - fp64 mean| / max|mean|")
+        axes[0, col].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(OUT / "loss_curves.png", dpi=110)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--tasks", default=",".join(TASKS))
+    args = parser.parse_args()
+    (OUT / "runs").mkdir(parents=True, exist_ok=True)
+    if not args.report_only:
+        for task in args.tasks.split(","):
+            for name, env, extra in CONFIGS:
+                if name not in SKIP.get(task, ()):
+                    run(task, name, env, extra)
+    results = []
+    for task in TASKS:
+        for name, _, _ in CONFIGS:
+            path = OUT / "runs" / (slug(task, name) + ".json")
+            if path.exists():
+                results.append(json.loads(path.read_text()))
+    report(results)
+
+
+if __name__ == "__main__":
+    main()
