@@ -5,21 +5,30 @@
 
 namespace cerar {
 
+namespace {
+
+double roundSeconds(double messageBytes, const LinkModel& link) {
+  const double fill = std::min(messageBytes, link.segmentBytes);
+  return link.alpha + (messageBytes + fill) * (link.beta + link.gamma);
+}
+
+}  // namespace
+
 double ringSeconds(int N, double bytes, const LinkModel& link) {
   if (N <= 1) return 0;
-  return 2.0 * (N - 1) * (link.alpha + bytes / N * (link.beta + link.gamma));
+  return 2.0 * (N - 1) * roundSeconds(bytes / N, link);
 }
 
 double cerarSeconds(int N, int c, double bytes, const LinkModel& link) {
   if (N <= 1) return 0;
-  return (c + N - 2) * (link.alpha + bytes / c * (link.beta + link.gamma));
+  return (c + N - 2) * roundSeconds(bytes / c, link);
 }
 
 int bestComponents(int N, double bytes, size_t elements, const LinkModel& link) {
   if (N <= 2) return N;
   const double perByte = link.beta + link.gamma;
-  const double ideal =
-      link.alpha > 0 ? std::sqrt((N - 2) * bytes * perByte / link.alpha) : double(elements);
+  const double alpha = link.alpha + link.segmentBytes * perByte;
+  const double ideal = alpha > 0 ? std::sqrt((N - 2) * bytes * perByte / alpha) : double(elements);
   // More components than elements only adds empty rounds.
   const double maxR = std::max(1.0, std::floor(double(elements) / N));
   const double low = std::clamp(std::floor(ideal / N), 1.0, maxR);

@@ -15,6 +15,12 @@ struct LinkModel {
   double alpha = 50e-6;
   double beta = 0.8e-9;
   double gamma = 0.2e-9;
+  // The executor streams rounds in segments of this size; a round can add up to one
+  // segment's time before the next round's first segment leaves (pipeline fill). On the
+  // emulated cluster with busy CPUs that was ~10 ms per round at 268 Mbit/s (256 KiB
+  // segments), and the plain alpha-beta model then picked c in the hundreds at 1.5x its
+  // limit; with this term c lands near 24-40, within 4% of the best c on a quiet machine.
+  double segmentBytes = double(Executor::kDefaultSegmentBytes);
 };
 
 struct SelectionPolicy {
@@ -39,12 +45,14 @@ struct Selection {
   double predictedSeconds = 0;
 };
 
-// T = 2(N-1) * (alpha + (d/N)(beta+gamma)), d in bytes.
+// Per round: alpha + (m + min(m, segment)) (beta+gamma) for a message of m bytes: the
+// spec's alpha-beta model plus the pipeline fill of one segment.
+// T = 2(N-1) * per round with m = d/N, d in bytes.
 double ringSeconds(int N, double bytes, const LinkModel& link);
-// T(c) = (c+N-2) * (alpha + (d/c)(beta+gamma)).
+// T(c) = (c+N-2) * per round with m = d/c.
 double cerarSeconds(int N, int c, double bytes, const LinkModel& link);
-// The multiple of N (>= N, <= max(N, elements)) nearest sqrt((N-2) d (beta+gamma) / alpha)
-// with the lower modelled time.
+// The multiple of N (>= N, <= max(N, elements)) nearest sqrt((N-2) d (beta+gamma) / alpha'),
+// alpha' = alpha + segment (beta+gamma), with the lower modelled time.
 int bestComponents(int N, double bytes, size_t elements, const LinkModel& link);
 
 // The choice for one buffer: the ring for N <= 2, min/max, and dtypes other than f32/f64, and

@@ -51,14 +51,28 @@ std::byte* PlanRun::out(const Range& range, size_t k) const {
   return at(data_, range.offset + k * segment_);
 }
 
+// Where the message of round t is stored unchanged, if it is: the next round forwards it or
+// it is the last one. Such a message is received straight into the result (no copy); the
+// slice there is no longer needed, since the message causally follows this rank's own last
+// use of it around the ring.
+const Range* PlanRun::storedUnchanged(int t) const {
+  const int L = plan_.numRounds();
+  const Range* range = nullptr;
+  if (t == L) range = &plan_.finalStore;
+  else if (plan_.rounds[t].action == Action::kStoreAndForward) range = &plan_.rounds[t].store;
+  return range && range->length == plan_.rounds[t - 1].receive ? range : nullptr;
+}
+
 // y: what arrived in the previous round, same segment.
 std::byte* PlanRun::arrived(int t, size_t k) const {
+  if (const Range* range = storedUnchanged(t - 1)) return out(*range, k);
   return at(recv_[(t - 1) % 2], k * segment_);
 }
 
 void PlanRun::postReceive(int t, size_t elements, size_t k) {
-  transport_.postRecv(transport_.prev(), at(recv_[t % 2], k * segment_),
-                      segmentLength(elements, k) * elementBytes_);
+  std::byte* to = at(recv_[t % 2], k * segment_);
+  if (const Range* range = storedUnchanged(t)) to = out(*range, k);
+  transport_.postRecv(transport_.prev(), to, segmentLength(elements, k) * elementBytes_);
 }
 
 // Sends complete in posting order; wait for those up to and including (t, k).
@@ -98,7 +112,7 @@ void PlanRun::sendSegment(int t, const Round& round, size_t k) {
       break;
     }
     case Action::kStoreAndForward:
-      codec_.store(y, out(round.store, k), n);
+      if (y != out(round.store, k)) codec_.store(y, out(round.store, k), n);
       source = out(round.store, k);
       break;
   }
@@ -108,8 +122,8 @@ void PlanRun::sendSegment(int t, const Round& round, size_t k) {
 
 void PlanRun::storeFinal(size_t k) {
   const Range& range = plan_.finalStore;
-  codec_.store(arrived(plan_.numRounds() + 1, k), out(range, k),
-               segmentLength(range.length, k));
+  const std::byte* y = arrived(plan_.numRounds() + 1, k);
+  if (y != out(range, k)) codec_.store(y, out(range, k), segmentLength(range.length, k));
 }
 
 void rethrowInRound(int round, int rounds) {

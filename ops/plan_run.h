@@ -42,6 +42,7 @@ class PlanRun {
   size_t segmentLength(size_t elements, size_t k) const;
   std::byte* at(void* base, size_t element) const;
   std::byte* out(const Range& range, size_t k) const;
+  const Range* storedUnchanged(int t) const;
   std::byte* arrived(int t, size_t k) const;
   void postReceive(int t, size_t elements, size_t k);
   void waitSendsThrough(int t, size_t k);
