@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/gloo_allreduce.h"
 #include "ops/communicator.h"
 #include "ops/transport/gloo_tcp.h"
 #include "tools/local_job.h"
@@ -47,13 +48,6 @@ std::vector<std::string> contenders(int np) {
   return chosen;
 }
 
-void sumFloats(void* out, const void* a, const void* b, size_t n) {
-  auto* o = static_cast<float*>(out);
-  auto* x = static_cast<const float*>(a);
-  auto* y = static_cast<const float*>(b);
-  for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
-}
-
 // Runs one contender once on `data` (count floats, in place).
 void runContender(const std::string& name, cerar::Communicator& communicator,
                   const std::shared_ptr<gloo::Context>& context, float* data, size_t count) {
@@ -66,16 +60,8 @@ void runContender(const std::string& name, cerar::Communicator& communicator,
   } else if (name == "gloo RingChunked") {
     gloo::AllreduceRingChunked<float>(context, {data}, int(count)).run();
   } else {
-    gloo::AllreduceOptions options(context);
-    // A tag of its own per call: slots shared with the other algorithms on this context
-    // made later calls crawl.
     static uint32_t tag = 0;
-    options.setTag(++tag);
-    options.setAlgorithm(name == "gloo RING" ? gloo::AllreduceOptions::Algorithm::RING
-                                             : gloo::AllreduceOptions::Algorithm::BCUBE);
-    options.setOutput(data, count);
-    options.setReduceFunction(sumFloats);
-    gloo::allreduce(options);
+    cerar::bench::glooAllreduce(context, name == "gloo BCUBE", data, count, ++tag);
   }
 }
 

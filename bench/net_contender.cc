@@ -25,6 +25,7 @@
 #include "core/link_probe.h"
 #include "core/rendezvous/tcp_store.h"
 #include "core/selection.h"
+#include "bench/gloo_allreduce.h"
 #include "ops/communicator.h"
 #include "ops/transport/gloo_tcp.h"
 
@@ -76,13 +77,6 @@ std::vector<std::string> contenders(int n, const std::vector<std::string>& only)
   return chosen;
 }
 
-void sumFloats(void* out, const void* a, const void* b, size_t n) {
-  auto* o = static_cast<float*>(out);
-  auto* x = static_cast<const float*>(a);
-  auto* y = static_cast<const float*>(b);
-  for (size_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
-}
-
 // Input of rank r at element i: small integers, so every exact contender's sum is exact and
 // the expected value depends on i % 13 only.
 float inputValue(size_t i, int rank) { return float((i * 7 + size_t(rank)) % 13) - 6; }
@@ -124,13 +118,7 @@ struct Contender {
       communicator->allreduce(data, count, cerar::DType::kFloat32, options);
       return;
     }
-    gloo::AllreduceOptions options(transport->context());
-    options.setTag(++tag);
-    options.setAlgorithm(name == "gloo-ring" ? gloo::AllreduceOptions::Algorithm::RING
-                                             : gloo::AllreduceOptions::Algorithm::BCUBE);
-    options.setOutput(data, count);
-    options.setReduceFunction(sumFloats);
-    gloo::allreduce(options);
+    cerar::bench::glooAllreduce(transport->context(), name == "gloo-bcube", data, count, ++tag);
   }
 };
 
