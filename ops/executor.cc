@@ -42,9 +42,7 @@ Executor::Executor(size_t segmentBytes) : segmentBytes_(segmentBytes) {
 
 RunStats Executor::run(const Plan& plan, Transport& transport, void* data,
                        const CodecParams& params) {
-  CERAR_ENFORCE(transport.size() == plan.N && transport.rank() == plan.rank, "plan for rank ",
-                plan.rank, " of ", plan.N, " run on transport rank ", transport.rank(), " of ",
-                transport.size());
+  checkPlanFits(plan, transport);
   const auto start = std::chrono::steady_clock::now();
   RunStats stats;
   if (plan.rounds.empty()) return stats;

@@ -126,6 +126,12 @@ void PlanRun::storeFinal(size_t k) {
   if (y != out(range, k)) codec_.store(y, out(range, k), segmentLength(range.length, k));
 }
 
+void checkPlanFits(const Plan& plan, const Transport& transport) {
+  CERAR_ENFORCE(transport.size() == plan.N && transport.rank() == plan.rank, "plan for rank ",
+                plan.rank, " of ", plan.N, " run on transport rank ", transport.rank(), " of ",
+                transport.size());
+}
+
 void rethrowInRound(int round, int rounds) {
   try {
     throw;

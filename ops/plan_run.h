@@ -61,6 +61,9 @@ class PlanRun {
   int round_ = 0;
 };
 
+// Throws unless the plan was made for this transport's rank and size.
+void checkPlanFits(const Plan& plan, const Transport& transport);
+
 // Adds "in round t of L" to a transport error, keeping its type.
 [[noreturn]] void rethrowInRound(int round, int rounds);
 

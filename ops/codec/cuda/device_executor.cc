@@ -64,9 +64,7 @@ void DeviceExecutor::reserve(size_t bytes) {
 
 RunStats DeviceExecutor::run(const Plan& plan, DeviceTransport& transport, void* data,
                              const CodecParams& params) {
-  CERAR_ENFORCE(transport.size() == plan.N && transport.rank() == plan.rank, "plan for rank ",
-                plan.rank, " of ", plan.N, " run on transport rank ", transport.rank(), " of ",
-                transport.size());
+  checkPlanFits(plan, transport);
   const auto start = std::chrono::steady_clock::now();
   RunStats stats;
   if (plan.rounds.empty()) return stats;
