@@ -155,40 +155,24 @@ class RuntimeImpl final : public Runtime {
   }
 
   Handle allgather(const std::string& name, Tensor input, Callback callback) override {
-    auto entry = std::make_unique<Entry>();
-    entry->request.names = {name};
-    Description& d = entry->request.description;
-    d.kind = Kind::kAllgather;
-    d.dtype = input.dtype;
-    d.device = input.device;
-    d.shapes = {input.shape};
+    auto entry = singleTensorEntry(Kind::kAllgather, name, input);
     std::string invalid = checkNames({name}, "allgather");
     if (invalid.empty()) invalid = checkTensor(name, input);
     if (invalid.empty() && input.shape.empty()) {
       invalid = "allgather of '" + name + "': a scalar has no first dimension to concatenate";
     }
-    entry->inputs = {input};
-    entry->outputs = {input};
     return enqueue(std::move(entry), invalid, std::move(callback));
   }
 
   Handle broadcast(const std::string& name, Tensor tensor, int root, Callback callback) override {
-    auto entry = std::make_unique<Entry>();
-    entry->request.names = {name};
-    Description& d = entry->request.description;
-    d.kind = Kind::kBroadcast;
-    d.dtype = tensor.dtype;
-    d.device = tensor.device;
-    d.root = root;
-    d.shapes = {tensor.shape};
+    auto entry = singleTensorEntry(Kind::kBroadcast, name, tensor);
+    entry->request.description.root = root;
     std::string invalid = checkNames({name}, "broadcast");
     if (invalid.empty()) invalid = checkTensor(name, tensor);
     if (invalid.empty() && (root < 0 || root >= size())) {
       invalid = detail::concat("broadcast of '", name, "': root ", root, " out of range for ",
                                size(), " ranks");
     }
-    entry->inputs = {tensor};
-    entry->outputs = {tensor};
     return enqueue(std::move(entry), invalid, std::move(callback));
   }
 
@@ -256,6 +240,21 @@ class RuntimeImpl final : public Runtime {
                             "floating-point dtype, got ", dtypeName(dtype));
     }
     return "";
+  }
+
+  // The request of an operation on one tensor, in place (allgather's output is the handle's).
+  static std::unique_ptr<Entry> singleTensorEntry(Kind kind, const std::string& name,
+                                                  const Tensor& tensor) {
+    auto entry = std::make_unique<Entry>();
+    entry->request.names = {name};
+    Description& d = entry->request.description;
+    d.kind = kind;
+    d.dtype = tensor.dtype;
+    d.device = tensor.device;
+    d.shapes = {tensor.shape};
+    entry->inputs = {tensor};
+    entry->outputs = {tensor};
+    return entry;
   }
 
   Handle enqueue(std::unique_ptr<Entry> entry, const std::string& invalid, Callback callback) {
