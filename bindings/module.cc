@@ -10,6 +10,9 @@
 #include "bindings/tensors.h"
 #include "core/rendezvous/tcp_store.h"
 #include "core/runtime.h"
+#ifdef CERAR_HAVE_CUDA
+#include "core/cuda/cuda_device_ops.h"
+#endif
 #include "ops/common/error.h"
 
 namespace py = pybind11;
@@ -20,6 +23,14 @@ using cerar::bindings::RawTensor;
 using cerar::bindings::viewTensor;
 
 namespace {
+
+// Runtime::start with the CUDA device side where this build has it.
+std::unique_ptr<Runtime> startRuntime(RuntimeConfig config) {
+#ifdef CERAR_HAVE_CUDA
+  if (!config.deviceOps) config.deviceOps = cudaDeviceOps();
+#endif
+  return Runtime::start(config);
+}
 
 std::unique_ptr<PyHandle> makeHandle(Handle h, Keep keep, DType dtype) {
   return std::make_unique<PyHandle>(std::move(h), std::move(keep), dtype);
@@ -128,6 +139,11 @@ PYBIND11_MODULE(_cerar, m) {
       .value("Average", Op::kAverage)
       .value("Min", Op::kMin)
       .value("Max", Op::kMax);
+#ifdef CERAR_HAVE_CUDA
+  m.attr("cuda_built") = true;
+#else
+  m.attr("cuda_built") = false;
+#endif
   m.def("parse_dtype", &parseDType, "DType from a name: f32, float32, bf16, ...");
   py::enum_<DType>(m, "DType")
       .value("float32", DType::kFloat32)
@@ -141,11 +157,13 @@ PYBIND11_MODULE(_cerar, m) {
   py::class_<RawTensor>(m, "RawTensor",
                         "A tensor by address; holds `owner` alive while operations use it.")
       .def(py::init([](py::object owner, uintptr_t ptr, DType dtype, std::vector<int64_t> shape,
-                       int device) {
-             return RawTensor{std::move(owner), ptr, dtype, std::move(shape), device};
+                       int device, uintptr_t stream) {
+             return RawTensor{std::move(owner), ptr, dtype, std::move(shape), device, stream};
            }),
            py::arg("owner"), py::arg("ptr"), py::arg("dtype"), py::arg("shape"),
-           py::arg("device") = -1)
+           py::arg("device") = -1, py::arg("stream") = 0,
+           "CUDA tensors: `stream` (a cudaStream_t as an integer, 0 = the default stream) is "
+           "where the tensor's producers run; the runtime orders its work after them.")
       .def_readonly("ptr", &RawTensor::ptr)
       .def_readonly("shape", &RawTensor::shape)
       .def_readonly("device", &RawTensor::device);
@@ -175,7 +193,8 @@ PYBIND11_MODULE(_cerar, m) {
       .def_readwrite("timeout_seconds", &RuntimeConfig::timeoutSeconds)
       .def_readwrite("log_level", &RuntimeConfig::logLevel)
       .def_readwrite("host_store", &RuntimeConfig::hostStore)
-      .def_readwrite("measure_link", &RuntimeConfig::measureLink);
+      .def_readwrite("measure_link", &RuntimeConfig::measureLink)
+      .def_readwrite("device_transport", &RuntimeConfig::deviceTransport);
 
   py::class_<PyHandle>(m, "Handle")
       .def("poll", &PyHandle::poll, "True once the operation has ended.")
@@ -186,7 +205,7 @@ PYBIND11_MODULE(_cerar, m) {
       .def("last_joined_rank", &PyHandle::lastJoinedRank, "join: the rank that joined last.");
 
   py::class_<Runtime, std::unique_ptr<Runtime>>(m, "Runtime")
-      .def_static("start", &Runtime::start, py::arg("config"),
+      .def_static("start", &startRuntime, py::arg("config"),
                   py::call_guard<py::gil_scoped_release>(),
                   "Connects to the other ranks and starts the coordinator thread.")
       .def("shutdown", &Runtime::shutdown, py::call_guard<py::gil_scoped_release>())

@@ -55,6 +55,7 @@ Tensor viewTensor(py::handle obj, bool writable, Keep& keep) {
     tensor.dtype = raw.dtype;
     tensor.shape = raw.shape;
     tensor.device = raw.device;
+    tensor.stream = reinterpret_cast<void*>(raw.stream);
     keep.objects.push_back(py::reinterpret_borrow<py::object>(obj));
     return tensor;
   }

@@ -23,6 +23,7 @@ struct RawTensor {
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
   int device = -1;
+  uintptr_t stream = 0;  // CUDA: the producers' cudaStream_t
 };
 
 // What an operation keeps alive until it ends: the Python objects and the buffer views.

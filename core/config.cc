@@ -149,6 +149,7 @@ RuntimeConfig configFromEnvironment(const EnvironmentLookup& lookup) {
   c.timeoutSeconds = env.number("CERAR_TIMEOUT_SECONDS", c.timeoutSeconds, 0);
   c.logLevel = env.text("CERAR_LOG_LEVEL").value_or(c.logLevel);
   c.measureLink = env.flag("CERAR_MEASURE_LINK", c.measureLink);
+  c.deviceTransport = env.text("CERAR_DEVICE_TRANSPORT").value_or(c.deviceTransport);
   try {
     validateConfig(c);
   } catch (const Error& e) {
@@ -181,6 +182,10 @@ void validateConfig(const RuntimeConfig& c) {
                 c.rendezvousPort, " out of range");
   CERAR_ENFORCE(c.cycleTimeMs > 0 && std::isfinite(c.cycleTimeMs),
                 "CERAR_CYCLE_TIME must be positive, got ", c.cycleTimeMs);
+  CERAR_ENFORCE(c.deviceTransport == "auto" || c.deviceTransport == "nccl" ||
+                    c.deviceTransport == "gloo",
+                "CERAR_DEVICE_TRANSPORT must be auto, nccl or gloo, got '", c.deviceTransport,
+                "'");
   CERAR_ENFORCE(c.algorithm == "auto" || c.algorithm == "ring" || c.algorithm == "cerar",
                 "CERAR_ALGORITHM must be auto, ring or cerar, got '", c.algorithm, "'");
   if (c.components != 0 && c.size > 1) {

@@ -1,5 +1,6 @@
 #include "core/coordinator.h"
 
+#include <cmath>
 #include <thread>
 
 #include "core/fusion.h"
@@ -25,11 +26,14 @@ SelectionPolicy policyOf(const RuntimeConfig& config) {
 }  // namespace
 
 Coordinator::Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport> transport,
-                         Queue& queue, Timeline& timeline, const Logger& logger)
+                         Queue& queue, Timeline& timeline, const Logger& logger,
+                         DeviceSlot& devices)
     : config_(config), transport_(transport), queue_(queue), timeline_(timeline),
       logger_(logger), cache_(config.cacheCapacity),
-      stallInspector_(config.stallCheckSeconds, config.stallShutdownSeconds),
-      dispatcher_(std::move(transport), policyOf(config), timeline) {
+      stallInspector_(config.stallCheckSeconds, config.stallShutdownSeconds), devices_(devices),
+      dispatcher_(std::move(transport), policyOf(config), timeline, devices),
+      finalizer_(std::chrono::milliseconds(
+          static_cast<int64_t>(std::ceil(config.timeoutSeconds * 1000)))) {
   if (transport_->rank() == kCoordinatorRank) {
     table_ = std::make_unique<NegotiationTable>(transport_->size());
   }
@@ -162,8 +166,11 @@ void Coordinator::process(const ResponseMessage& message) {
         timeline_.record(name, "WAIT", entries[i]->responded, dispatched);
       }
     }
-    dispatcher_.run(members, entries, working_);
-    for (const Response* member : members) complete(member->key(), "");
+    if (DeviceEvent end = dispatcher_.run(members, entries, working_)) {
+      completeOnDevice(members, std::move(end));
+    } else {
+      for (const Response* member : members) complete(member->key(), "");
+    }
   }
 
   if (message.lastJoinedRank >= 0) {
@@ -183,6 +190,26 @@ void Coordinator::complete(const std::string& key, const std::string& error) {
   entry->state->complete(error);
 }
 
+void Coordinator::completeOnDevice(const std::vector<const Response*>& members,
+                                   DeviceEvent end) {
+  auto done = std::make_shared<std::vector<std::unique_ptr<Entry>>>();
+  for (const Response* member : members) {
+    auto it = pending_.find(member->key());
+    if (it == pending_.end()) continue;  // this rank has joined
+    done->push_back(std::move(it->second));
+    pending_.erase(it);
+  }
+  if (done->empty()) return;
+  // The names stay in flight until the results are there: a rank that enqueues one again
+  // before then is refused, as on the host.
+  finalizer_.add(devices_.get(-1), std::move(end), [this, done](const std::string& error) {
+    for (auto& entry : *done) {
+      queue_.release(entry->request.names);
+      entry->state->complete(error);
+    }
+  });
+}
+
 void Coordinator::farewell() {
   // Nobody closes its links before everyone has the shutdown answer: a link closed early
   // could reset a peer's last transfer.
@@ -195,6 +222,7 @@ void Coordinator::farewell() {
 }
 
 void Coordinator::finish(const std::string& why) {
+  finalizer_.drain();  // device work already dispatched completes with its own outcome
   logger_.log(why == "cerar has been shut down" ? LogLevel::kDebug : LogLevel::kError, why);
   std::shared_ptr<OperationState> join;
   auto undrained = queue_.close(why, join);

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/dispatch.h"
+#include "core/finalizer.h"
 #include "core/log.h"
 #include "core/negotiation.h"
 #include "core/operation.h"
@@ -20,7 +21,7 @@ namespace cerar {
 class Coordinator {
  public:
   Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport> transport, Queue& queue,
-              Timeline& timeline, const Logger& logger);
+              Timeline& timeline, const Logger& logger, DeviceSlot& devices);
 
   // Measures the links for the cost model (all ranks together). Call before run().
   void probe();
@@ -29,12 +30,16 @@ class Coordinator {
   void run();
   // A copy of the counters; any thread.
   RuntimeStats stats() const;
+  // True on the thread that completes device operations (and runs their callbacks).
+  bool onFinalizerThread() { return finalizer_.onThread(); }
 
  private:
   RequestMessage collectRequests();
   ResponseMessage negotiate(const RequestMessage& request);
   void process(const ResponseMessage& message);
   void complete(const std::string& key, const std::string& error);
+  // Hands the group's entries to the finalizer, which completes them once `end` is reached.
+  void completeOnDevice(const std::vector<const Response*>& members, DeviceEvent end);
   void farewell();
   void finish(const std::string& why);
   void publishStats();
@@ -48,11 +53,13 @@ class Coordinator {
   std::unique_ptr<NegotiationTable> table_;  // rank 0 only
   StallInspector stallInspector_;
   Clock::time_point lastInspection_{};
+  DeviceSlot& devices_;
   Dispatcher dispatcher_;
   std::unordered_map<std::string, std::unique_ptr<Entry>> pending_;  // by unit key
   RuntimeStats working_;  // the coordinator thread's
   mutable std::mutex statsMutex_;
   RuntimeStats published_;
+  Finalizer finalizer_;  // last: its thread may still complete entries while members go
 };
 
 }  // namespace cerar

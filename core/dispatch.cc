@@ -44,9 +44,9 @@ ReduceOp reduceOpOf(Op op) {
 }
 
 Dispatcher::Dispatcher(std::shared_ptr<Transport> transport, SelectionPolicy policy,
-                       Timeline& timeline)
+                       Timeline& timeline, DeviceSlot& devices)
     : transport_(transport), communicator_(std::move(transport)), policy_(std::move(policy)),
-      timeline_(timeline) {}
+      timeline_(timeline), devices_(devices) {}
 
 void Dispatcher::record(const std::vector<const Response*>& units, const char* phase,
                         Clock::time_point start, Clock::time_point end, const std::string& args) {
@@ -56,53 +56,40 @@ void Dispatcher::record(const std::vector<const Response*>& units, const char* p
   }
 }
 
-void Dispatcher::run(const std::vector<const Response*>& units,
-                     const std::vector<Entry*>& entries, RuntimeStats& stats) {
+DeviceEvent Dispatcher::run(const std::vector<const Response*>& units,
+                            const std::vector<Entry*>& entries, RuntimeStats& stats) {
   CERAR_ENFORCE(!units.empty() && units.size() == entries.size(), "dispatch: bad group");
   const Response& first = *units.front();
   switch (first.description.kind) {
     case Kind::kAllreduce: return allreduce(units, entries, stats);
-    case Kind::kAllgather: return allgather(first, entries.front(), stats);
-    case Kind::kBroadcast: return broadcast(first, entries.front(), stats);
-    case Kind::kBarrier: return;  // the negotiation itself was the barrier
+    case Kind::kAllgather: allgather(first, entries.front(), stats); break;
+    case Kind::kBroadcast: broadcast(first, entries.front(), stats); break;
+    case Kind::kBarrier: break;  // the negotiation itself was the barrier
   }
+  return nullptr;
 }
 
-void Dispatcher::allreduce(const std::vector<const Response*>& units,
-                           const std::vector<Entry*>& entries, RuntimeStats& stats) {
+std::string Dispatcher::measureError(const std::byte* result, size_t total, DType dtype,
+                                     const AllreduceOptions& options, RuntimeStats& stats) {
+  // Every rank runs the same extra ring (the knob is the same everywhere), so it pairs up.
+  AllreduceOptions exact = options;
+  exact.algorithm = Algorithm::kRing;
+  communicator_.allreduce(exactCopy_.data(), total, dtype, exact);
+  const double error = maxRelativeDifference(dtype, result, exactCopy_.data(), total);
+  stats.measuredErrorLast = error;
+  stats.measuredErrorMax = std::max(stats.measuredErrorMax, error);
+  stats.measuredErrorSum += error;
+  stats.measuredBuffers += 1;
+  return detail::concat(", \"measured_error\": ", error);
+}
+
+DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
+                                  const std::vector<Entry*>& entries, RuntimeStats& stats) {
   const Description& d = units.front()->description;
   const size_t elementSize = dtypeSize(d.dtype);
   const ReduceOp op = reduceOpOf(d.op);
   size_t total = 0;
   for (const Response* unit : units) total += unit->description.elements();
-
-  // One tensor of this rank: reduce in its output, saving the copy through the fusion buffer.
-  const bool direct = units.size() == 1 && entries[0] != nullptr && entries[0]->inputs.size() == 1;
-  std::byte* buffer;
-  const auto packStart = Clock::now();
-  if (direct) {
-    const Entry& e = *entries[0];
-    buffer = static_cast<std::byte*>(e.outputs[0].data);
-    scaledCopy(d.dtype, e.inputs[0].data, buffer, total, d.prescale);
-  } else {
-    if (fusion_.size() < total * elementSize) fusion_.resize(total * elementSize);
-    buffer = fusion_.data();
-    size_t offset = 0;
-    for (size_t u = 0; u < units.size(); ++u) {
-      for (size_t k = 0; k < units[u]->description.shapes.size(); ++k) {
-        const size_t n = shapeElements(units[u]->description.shapes[k]);
-        std::byte* at = buffer + offset * elementSize;
-        if (entries[u] != nullptr) {
-          scaledCopy(d.dtype, entries[u]->inputs[k].data, at, n, d.prescale);
-        } else {
-          fillIdentity(d.dtype, op, at, n);  // a joined rank
-        }
-        offset += n;
-      }
-    }
-  }
-  const auto reduceStart = Clock::now();
-  record(units, "MEMCPY_IN", packStart, reduceStart);
 
   const int N = transport_->size();
   const Selection choice = selectAlgorithm(N, d.dtype, op, total, link_, policy_);
@@ -112,60 +99,147 @@ void Dispatcher::allreduce(const std::vector<const Response*>& units,
   options.eps = choice.eps;
   options.op = op;
   options.verifyParameters = false;  // negotiation already agreed on every parameter
-  options.shareCorrection = policy_.shareCorrection;
+  // Share correction is a host pass over the decoded buffer; device buffers skip it.
+  options.shareCorrection = policy_.shareCorrection && !d.onDevice;
   const bool cerar = choice.algorithm == Algorithm::kCerar;
-  const bool measure = cerar && policy_.measureError;
-  if (measure) {
-    exactCopy_.assign(buffer, buffer + total * elementSize);
-  }
-  const RunStats run = communicator_.allreduce(buffer, total, d.dtype, options);
-  const auto unpackStart = Clock::now();
   std::string errorArgs;
   if (cerar) {
     const double bound = predictedErrorBound(N, choice.components, choice.eps, d.dtype);
     stats.predictedErrorMax = std::max(stats.predictedErrorMax, bound);
     errorArgs = detail::concat(", \"predicted_error\": ", bound);
   }
-  if (measure) {
-    // Every rank runs the same extra ring (the knob is the same everywhere), so it pairs up.
-    AllreduceOptions exact = options;
-    exact.algorithm = Algorithm::kRing;
-    communicator_.allreduce(exactCopy_.data(), total, d.dtype, exact);
-    const double error = maxRelativeDifference(d.dtype, buffer, exactCopy_.data(), total);
-    stats.measuredErrorLast = error;
-    stats.measuredErrorMax = std::max(stats.measuredErrorMax, error);
-    stats.measuredErrorSum += error;
-    stats.measuredBuffers += 1;
-    errorArgs += detail::concat(", \"measured_error\": ", error);
-  }
-  record(units, "ALLREDUCE", reduceStart, unpackStart,
-         detail::concat("\"algorithm\": \"", algorithmName(choice.algorithm),
-                        "\", \"c\": ", choice.components, ", \"eps\": ", choice.eps,
-                        ", \"bytes\": ", total * elementSize, ", \"tensors\": ", units.size(),
-                        errorArgs));
+  const bool measure = cerar && policy_.measureError;
+  const std::string args = detail::concat(
+      "\"algorithm\": \"", algorithmName(choice.algorithm), "\", \"c\": ", choice.components,
+      ", \"eps\": ", choice.eps, ", \"bytes\": ", total * elementSize, ", \"tensors\": ",
+      units.size());
 
-  const double factor = d.postscale / (d.op == Op::kAverage ? double(N) : 1.0);
-  if (direct) {
-    scaledCopy(d.dtype, buffer, buffer, total, factor);
+  RunStats run;
+  DeviceEvent end;
+  if (d.onDevice) {
+    const auto start = Clock::now();
+    end = deviceAllreduce(units, entries, total, options, run, errorArgs, stats);
+    record(units, "ALLREDUCE", start, Clock::now(), args + ", \"device\": true" + errorArgs);
   } else {
-    size_t offset = 0;
-    for (size_t u = 0; u < units.size(); ++u) {
-      for (size_t k = 0; k < units[u]->description.shapes.size(); ++k) {
-        const size_t n = shapeElements(units[u]->description.shapes[k]);
-        if (entries[u] != nullptr) {
-          scaledCopy(d.dtype, buffer + offset * elementSize, entries[u]->outputs[k].data, n,
-                     factor);
+    // One tensor of this rank: reduce in its output, saving the copy through the fusion buffer.
+    const bool direct =
+        units.size() == 1 && entries[0] != nullptr && entries[0]->inputs.size() == 1;
+    std::byte* buffer;
+    const auto packStart = Clock::now();
+    if (direct) {
+      const Entry& e = *entries[0];
+      buffer = static_cast<std::byte*>(e.outputs[0].data);
+      scaledCopy(d.dtype, e.inputs[0].data, buffer, total, d.prescale);
+    } else {
+      if (fusion_.size() < total * elementSize) fusion_.resize(total * elementSize);
+      buffer = fusion_.data();
+      size_t offset = 0;
+      for (size_t u = 0; u < units.size(); ++u) {
+        for (size_t k = 0; k < units[u]->description.shapes.size(); ++k) {
+          const size_t n = shapeElements(units[u]->description.shapes[k]);
+          std::byte* at = buffer + offset * elementSize;
+          if (entries[u] != nullptr) {
+            scaledCopy(d.dtype, entries[u]->inputs[k].data, at, n, d.prescale);
+          } else {
+            fillIdentity(d.dtype, op, at, n);  // a joined rank
+          }
+          offset += n;
         }
-        offset += n;
       }
     }
+    const auto reduceStart = Clock::now();
+    record(units, "MEMCPY_IN", packStart, reduceStart);
+    if (measure) exactCopy_.assign(buffer, buffer + total * elementSize);
+    run = communicator_.allreduce(buffer, total, d.dtype, options);
+    const auto unpackStart = Clock::now();
+    if (measure) errorArgs += measureError(buffer, total, d.dtype, options, stats);
+    record(units, "ALLREDUCE", reduceStart, unpackStart, args + errorArgs);
+
+    const double factor = d.postscale / (d.op == Op::kAverage ? double(N) : 1.0);
+    if (direct) {
+      scaledCopy(d.dtype, buffer, buffer, total, factor);
+    } else {
+      size_t offset = 0;
+      for (size_t u = 0; u < units.size(); ++u) {
+        for (size_t k = 0; k < units[u]->description.shapes.size(); ++k) {
+          const size_t n = shapeElements(units[u]->description.shapes[k]);
+          if (entries[u] != nullptr) {
+            scaledCopy(d.dtype, buffer + offset * elementSize, entries[u]->outputs[k].data, n,
+                       factor);
+          }
+          offset += n;
+        }
+      }
+    }
+    record(units, "MEMCPY_OUT", unpackStart, Clock::now());
   }
-  record(units, "MEMCPY_OUT", unpackStart, Clock::now());
 
   stats.fusedBuffers += 1;
   for (Entry* e : entries) stats.tensorsReduced += e ? e->inputs.size() : 0;
   stats.bytesSent += run.bytesSent;
   (choice.algorithm == Algorithm::kRing ? stats.ringBuffers : stats.cerarBuffers) += 1;
+  return end;
+}
+
+DeviceEvent Dispatcher::deviceAllreduce(const std::vector<const Response*>& units,
+                                        const std::vector<Entry*>& entries, size_t total,
+                                        const AllreduceOptions& options, RunStats& run,
+                                        std::string& errorArgs, RuntimeStats& stats) {
+  const Description& d = units.front()->description;
+  const size_t elementSize = dtypeSize(d.dtype);
+  int device = -1;  // -1 for a joined rank without tensors of its own
+  for (const Entry* e : entries) {
+    if (e != nullptr) device = e->inputs.front().device;
+  }
+  DeviceOps& ops = devices_.get(device);
+  for (const Entry* e : entries) {
+    if (e == nullptr) continue;
+    for (const DeviceEvent& ready : e->ready) ops.after(ready);  // the producers' kernels
+  }
+  // The same steps and arithmetic as the host path: pack (copy, then prescale in place),
+  // reduce, postscale in place, unpack.
+  const bool direct = units.size() == 1 && entries[0] != nullptr && entries[0]->inputs.size() == 1;
+  std::byte* buffer;
+  std::vector<DeviceCopy> in, out;
+  if (direct) {
+    buffer = static_cast<std::byte*>(entries[0]->outputs[0].data);
+    if (entries[0]->inputs[0].data != buffer) {
+      in.push_back({entries[0]->inputs[0].data, buffer, total * elementSize});
+    }
+  } else {
+    buffer = ops.fusionBuffer(total * elementSize);
+    size_t offset = 0;
+    for (size_t u = 0; u < units.size(); ++u) {
+      for (size_t k = 0; k < units[u]->description.shapes.size(); ++k) {
+        const size_t n = shapeElements(units[u]->description.shapes[k]);
+        std::byte* at = buffer + offset * elementSize;
+        if (entries[u] != nullptr) {
+          in.push_back({entries[u]->inputs[k].data, at, n * elementSize});
+          out.push_back({at, entries[u]->outputs[k].data, n * elementSize});
+        } else {
+          ops.fillIdentity(d.dtype, options.op, at, n);  // a joined rank
+        }
+        offset += n;
+      }
+    }
+  }
+  ops.copy(in);
+  if (d.prescale != 1.0) ops.scale(d.dtype, buffer, total, d.prescale);
+  const bool measure = options.algorithm == Algorithm::kCerar && policy_.measureError;
+  if (measure) {
+    exactCopy_.resize(total * elementSize);
+    ops.download(exactCopy_.data(), buffer, exactCopy_.size());
+  }
+  run = ops.allreduce(buffer, total, d.dtype, options);
+  if (measure) {
+    staged_.resize(total * elementSize);
+    ops.download(staged_.data(), buffer, staged_.size());
+    errorArgs += measureError(staged_.data(), total, d.dtype, options, stats);
+  }
+  const double factor = d.postscale / (d.op == Op::kAverage ? double(transport_->size()) : 1.0);
+  if (factor != 1.0) ops.scale(d.dtype, buffer, total, factor);
+  ops.copy(out);
+  return ops.record();
 }
 
 void Dispatcher::allgather(const Response& unit, Entry* entry, RuntimeStats& stats) {
@@ -187,7 +261,14 @@ void Dispatcher::allgather(const Response& unit, Entry* entry, RuntimeStats& sta
   const auto start = Clock::now();
   out.resize(total);
   if (entry && blocks[transport_->rank()] > 0) {
-    std::memcpy(out.data() + offset, entry->inputs[0].data, blocks[transport_->rank()]);
+    const Tensor& input = entry->inputs[0];
+    if (d.onDevice) {  // the gathered tensor is the handle's host bytes: stage the input there
+      DeviceOps& ops = devices_.get(input.device);
+      for (const DeviceEvent& ready : entry->ready) ops.after(ready);
+      ops.download(out.data() + offset, input.data, blocks[transport_->rank()]);
+    } else {
+      std::memcpy(out.data() + offset, input.data, blocks[transport_->rank()]);
+    }
   }
   const auto gatherStart = Clock::now();
   record({&unit}, "MEMCPY_IN", start, gatherStart);
@@ -205,14 +286,22 @@ void Dispatcher::broadcast(const Response& unit, Entry* entry, RuntimeStats& sta
   const Description& d = unit.description;
   const size_t bytes = d.bytes();
   void* data = nullptr;
-  if (entry) {
+  // Device tensors travel through host memory here (a broadcast is rare: initial weights).
+  DeviceOps* ops = entry && d.onDevice ? &devices_.get(entry->inputs[0].device) : nullptr;
+  const bool root = transport_->rank() == d.root;
+  if (entry && !ops) {
     data = entry->outputs[0].data;
   } else {
     if (fusion_.size() < bytes) fusion_.resize(bytes);  // a joined rank relays root's bytes
     data = fusion_.data();
   }
   const auto start = Clock::now();
+  if (ops) {
+    for (const DeviceEvent& ready : entry->ready) ops->after(ready);
+    if (root) ops->download(data, entry->inputs[0].data, bytes);
+  }
   chainBroadcast(*transport_, data, bytes, d.root);
+  if (ops && !root) ops->upload(entry->outputs[0].data, data, bytes);
   record({&unit}, "BROADCAST", start, Clock::now(),
          detail::concat("\"algorithm\": \"chain\", \"root\": ", d.root, ", \"bytes\": ", bytes));
   const int position = (transport_->rank() - d.root + transport_->size()) % transport_->size();

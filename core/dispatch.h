@@ -1,11 +1,13 @@
 // Runs negotiated units on this rank: packs an allreduce fusion group into the persistent
-// fusion buffer, selects the algorithm, reduces, unpacks; allgather, broadcast and barrier.
-// Owned and called by the coordinator thread only.
+// fusion buffer (host memory, or device memory for CUDA tensors), selects the algorithm,
+// reduces, unpacks; allgather, broadcast and barrier. Owned and called by the coordinator
+// thread only.
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include "core/device.h"
 #include "core/operation.h"
 #include "core/selection.h"
 #include "core/timeline.h"
@@ -15,7 +17,8 @@ namespace cerar {
 
 class Dispatcher {
  public:
-  Dispatcher(std::shared_ptr<Transport> transport, SelectionPolicy policy, Timeline& timeline);
+  Dispatcher(std::shared_ptr<Transport> transport, SelectionPolicy policy, Timeline& timeline,
+             DeviceSlot& devices);
 
   void setLink(const LinkModel& link) { link_ = link; }
   const LinkModel& link() const { return link_; }
@@ -24,12 +27,23 @@ class Dispatcher {
   // rank has joined and contributes the op's identity. Results are written to the entries'
   // outputs (allgather: to the state); completing the handles is the caller's. Transport
   // failures propagate (the runtime cannot continue after them).
-  void run(const std::vector<const Response*>& units, const std::vector<Entry*>& entries,
-           RuntimeStats& stats);
+  // Returns null when the results are in place, or, for device tensors, the event after which
+  // they are (the work is enqueued on the runtime stream of devices.get(-1)).
+  DeviceEvent run(const std::vector<const Response*>& units, const std::vector<Entry*>& entries,
+                  RuntimeStats& stats);
 
  private:
-  void allreduce(const std::vector<const Response*>& units, const std::vector<Entry*>& entries,
-                 RuntimeStats& stats);
+  DeviceEvent allreduce(const std::vector<const Response*>& units,
+                        const std::vector<Entry*>& entries, RuntimeStats& stats);
+  // The fusion group on the device: the same steps as on the host, as device work.
+  DeviceEvent deviceAllreduce(const std::vector<const Response*>& units,
+                              const std::vector<Entry*>& entries, size_t total,
+                              const AllreduceOptions& options, RunStats& run,
+                              std::string& errorArgs, RuntimeStats& stats);
+  // Debug error mode: the exact ring on `exactCopy_` (the input, on the host), compared with
+  // `result` (host memory); returns the timeline arguments.
+  std::string measureError(const std::byte* result, size_t total, DType dtype,
+                           const AllreduceOptions& options, RuntimeStats& stats);
   void allgather(const Response& unit, Entry* entry, RuntimeStats& stats);
   void broadcast(const Response& unit, Entry* entry, RuntimeStats& stats);
   // Timeline events of one phase for every tensor of the group.
@@ -41,8 +55,10 @@ class Dispatcher {
   SelectionPolicy policy_;
   LinkModel link_;
   Timeline& timeline_;
+  DeviceSlot& devices_;
   std::vector<std::byte> fusion_;  // grows to the largest group, then reused
   std::vector<std::byte> exactCopy_;  // debug error mode: the input reduced by the exact ring
+  std::vector<std::byte> staged_;     // debug error mode on the device: the result
 };
 
 // The engine's reduction of a user-level op (average reduces as a sum).

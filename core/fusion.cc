@@ -8,7 +8,7 @@ namespace cerar {
 
 std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& responses,
                                             size_t thresholdBytes) {
-  using Key = std::tuple<DType, Op, int32_t, double, double>;
+  using Key = std::tuple<DType, Op, bool, double, double>;
   struct Open {
     size_t group;
     size_t bytes;
@@ -25,7 +25,7 @@ std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& respons
       groups.push_back({i});
       continue;
     }
-    const Key key{d.dtype, d.op, d.device, d.prescale, d.postscale};
+    const Key key{d.dtype, d.op, d.onDevice, d.prescale, d.postscale};
     auto it = open.find(key);
     if (it != open.end() && it->second.bytes + bytes <= thresholdBytes) {
       groups[it->second.group].push_back(i);

@@ -10,7 +10,7 @@
 namespace cerar {
 
 // Groups of indices into `responses`, in execution order (by each group's first index).
-// Allreduce units with the same dtype, op, device and scale factors are packed in order into
+// Allreduce units with the same dtype, op, memory (host or device) and scale factors are packed in order into
 // groups of at most `thresholdBytes` (next fit, so a group's order is the response order); a
 // unit larger than the threshold, any other kind, and every error response go alone. A grouped
 // allreduce is one unit and is never split. thresholdBytes == 0 disables fusion.

@@ -16,7 +16,7 @@ const char* kindName(Kind kind) {
 
 bool Description::agrees(const Description& other) const {
   if (kind != Kind::kAllgather) return *this == other;
-  if (kind != other.kind || dtype != other.dtype || op != other.op || device != other.device ||
+  if (kind != other.kind || dtype != other.dtype || op != other.op || onDevice != other.onDevice ||
       root != other.root || prescale != other.prescale || postscale != other.postscale ||
       shapes.size() != other.shapes.size()) {
     return false;
@@ -56,7 +56,7 @@ std::string Description::toString() const {
   if (kind == Kind::kBroadcast) out << " root " << root;
   if (prescale != 1.0) out << " prescale " << prescale;
   if (postscale != 1.0) out << " postscale " << postscale;
-  out << (device < 0 ? " on host" : " on cuda:" + std::to_string(device));
+  out << (onDevice ? " on cuda" : " on host");
   return out.str();
 }
 

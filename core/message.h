@@ -22,7 +22,9 @@ struct Description {
   Kind kind = Kind::kAllreduce;
   DType dtype = DType::kFloat32;
   Op op = Op::kSum;
-  int32_t device = -1;
+  // CUDA memory (on whichever GPU each rank uses) or host memory: ranks must agree, like
+  // Horovod's CPU/GPU check, as each reduces its fusion buffer where its tensors are.
+  bool onDevice = false;
   int32_t root = 0;  // broadcast only
   double prescale = 1.0;
   double postscale = 1.0;

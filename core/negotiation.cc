@@ -88,7 +88,7 @@ void putDescription(Writer& w, const Description& d) {
   w.put<uint8_t>(static_cast<uint8_t>(d.kind));
   w.put<uint8_t>(static_cast<uint8_t>(d.dtype));
   w.put<uint8_t>(static_cast<uint8_t>(d.op));
-  w.put<int32_t>(d.device);
+  w.put<uint8_t>(d.onDevice ? 1 : 0);
   w.put<int32_t>(d.root);
   w.put<double>(d.prescale);
   w.put<double>(d.postscale);
@@ -107,7 +107,7 @@ Description getDescription(Reader& r) {
   CERAR_ENFORCE(uint8_t(d.kind) <= uint8_t(Kind::kBarrier) &&
                     uint8_t(d.dtype) <= uint8_t(DType::kUInt8) && uint8_t(d.op) <= uint8_t(Op::kMax),
                 "malformed negotiation message: bad enum");
-  d.device = r.get<int32_t>();
+  d.onDevice = r.get<uint8_t>() != 0;
   d.root = r.get<int32_t>();
   d.prescale = r.get<double>();
   d.postscale = r.get<double>();

@@ -11,6 +11,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/device.h"
 #include "core/message.h"
 #include "core/runtime.h"
 
@@ -40,6 +41,8 @@ struct Entry {
   Request request;
   std::vector<Tensor> inputs;
   std::vector<Tensor> outputs;
+  // Device tensors: events after the work that produced them (one per stream given).
+  std::vector<DeviceEvent> ready;
   std::shared_ptr<OperationState> state;
   Clock::time_point enqueued, requested, responded;
 };

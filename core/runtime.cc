@@ -2,16 +2,20 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <thread>
 #include <unordered_set>
 
 #include "core/config.h"
 #include "core/coordinator.h"
+#include "core/device.h"
+#ifndef CERAR_NO_GLOO
 #include "core/rendezvous/tcp_store.h"
+#include "ops/transport/gloo_tcp.h"
+#endif
 #include "core/scaling.h"
 #include "ops/common/error.h"
-#include "ops/transport/gloo_tcp.h"
 #include "ops/transport/inproc.h"
 
 namespace cerar {
@@ -82,12 +86,12 @@ std::string timelinePath(const std::string& path, int rank) {
 class RuntimeImpl final : public Runtime {
  public:
   RuntimeImpl(const RuntimeConfig& config, std::shared_ptr<Transport> transport,
-              std::unique_ptr<TcpStoreServer> server, std::unique_ptr<TcpStore> store)
-      : config_(config), transport_(std::move(transport)), server_(std::move(server)),
-        store_(std::move(store)),
+              std::shared_ptr<void> rendezvous)
+      : config_(config), transport_(std::move(transport)), rendezvous_(std::move(rendezvous)),
         logger_(transport_->rank(), parseLogLevel(config.logLevel), config.logSink),
         timeline_(transport_->rank()),
-        coordinator_(config_, transport_, queue_, timeline_, logger_) {
+        devices_(config_.deviceOps, deviceSetup(config_, transport_)),
+        coordinator_(config_, transport_, queue_, timeline_, logger_, devices_) {
     if (!config_.timeline.empty()) startTimeline(config_.timeline);
     coordinator_.probe();
     thread_ = std::thread([this] { coordinator_.run(); });
@@ -97,9 +101,9 @@ class RuntimeImpl final : public Runtime {
 
   void shutdown() override {
     queue_.requestShutdown();
-    // From a callback (the coordinator thread itself): the request suffices; the thread ends
-    // after this cycle and is joined by a later shutdown() or the destructor.
-    if (std::this_thread::get_id() == coordinatorId_) return;
+    // From a callback (the coordinator or finalizer thread): the request suffices; the thread
+    // ends after this cycle and is joined by a later shutdown() or the destructor.
+    if (std::this_thread::get_id() == coordinatorId_ || coordinator_.onFinalizerThread()) return;
     std::lock_guard<std::mutex> lock(shutdownMutex_);
     if (!thread_.joinable()) return;
     thread_.join();
@@ -135,14 +139,14 @@ class RuntimeImpl final : public Runtime {
     for (size_t i = 0; invalid.empty() && i < inputs.size(); ++i) {
       const Tensor& in = inputs[i];
       const Tensor& out = outputs[i];
-      if (i == 0) d.dtype = in.dtype, d.device = in.device;
+      if (i == 0) d.dtype = in.dtype, d.onDevice = in.device >= 0;
       invalid = checkTensor(names[i], in);
       if (!invalid.empty()) break;
       if (out.dtype != in.dtype || out.shape != in.shape || out.device != in.device ||
           (out.data == nullptr && out.elements() > 0)) {
         invalid = "allreduce of '" + names[i] + "': the output must match the input's dtype, "
                   "shape and device";
-      } else if (in.dtype != d.dtype || in.device != d.device) {
+      } else if (in.dtype != d.dtype || in.device != inputs[0].device) {
         invalid = "grouped allreduce: '" + names[i] + "' differs in dtype or device from '" +
                   names[0] + "'; a group is one fusion unit";
       }
@@ -219,10 +223,6 @@ class RuntimeImpl final : public Runtime {
       if (dim < 0) return "tensor '" + name + "': negative dimension";
     }
     if (t.data == nullptr && t.elements() > 0) return "tensor '" + name + "': null data";
-    if (t.device >= 0) {
-      return "tensor '" + name + "' is on cuda:" + std::to_string(t.device) +
-             "; this runtime reduces host memory only (copy it to the host)";
-    }
     return "";
   }
 
@@ -250,11 +250,41 @@ class RuntimeImpl final : public Runtime {
     Description& d = entry->request.description;
     d.kind = kind;
     d.dtype = tensor.dtype;
-    d.device = tensor.device;
+    d.onDevice = tensor.device >= 0;
     d.shapes = {tensor.shape};
     entry->inputs = {tensor};
     entry->outputs = {tensor};
     return entry;
+  }
+
+  static DeviceSetup deviceSetup(const RuntimeConfig& config,
+                                 std::shared_ptr<Transport> transport) {
+    DeviceSetup setup;
+    setup.transport = std::move(transport);
+    setup.transportKind = config.deviceTransport;
+    setup.localRank = config.localRank;
+    setup.timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(std::ceil(config.timeoutSeconds * 1000)));
+    return setup;
+  }
+
+  // Device tensors: this rank's device must be usable, and the runtime's work must follow the
+  // work queued on the tensors' streams so far (an event per stream, recorded now, on the
+  // enqueuing thread). Returns why not.
+  std::string prepareDevice(Entry& entry) {
+    try {
+      DeviceOps& ops = devices_.get(entry.inputs.front().device);
+      std::vector<void*> streams;
+      for (const Tensor& t : entry.inputs) {
+        if (std::find(streams.begin(), streams.end(), t.stream) != streams.end()) continue;
+        streams.push_back(t.stream);
+        entry.ready.push_back(ops.ready(t.stream));
+      }
+      return "";
+    } catch (const std::exception& e) {
+      return detail::concat(kindName(entry.request.description.kind), " of '",
+                            entry.request.names.front(), "': ", e.what());
+    }
   }
 
   Handle enqueue(std::unique_ptr<Entry> entry, const std::string& invalid, Callback callback) {
@@ -262,34 +292,25 @@ class RuntimeImpl final : public Runtime {
     state->callback = std::move(callback);
     entry->state = state;
     entry->enqueued = Clock::now();
-    const std::string refused =
-        invalid.empty() ? queue_.push(std::move(entry)) : "cerar: " + invalid;
+    std::string why = invalid;
+    if (why.empty() && entry->request.description.onDevice) why = prepareDevice(*entry);
+    const std::string refused = why.empty() ? queue_.push(std::move(entry)) : "cerar: " + why;
     if (!refused.empty()) state->complete(refused);  // the callback runs on this thread
     return Handle(state);
   }
 
   RuntimeConfig config_;
   std::shared_ptr<Transport> transport_;
-  std::unique_ptr<TcpStoreServer> server_;
-  std::unique_ptr<TcpStore> store_;
+  std::shared_ptr<void> rendezvous_;  // the store (and rank 0's server), kept for the job
   Logger logger_;
   Timeline timeline_;
   Queue queue_;
+  DeviceSlot devices_;
   Coordinator coordinator_;
   std::mutex shutdownMutex_;
   std::thread thread_;
   std::thread::id coordinatorId_;
 };
-
-std::string localHostname() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
-
-bool isLoopback(const std::string& addr) {
-  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
-}
 
 }  // namespace
 
@@ -303,8 +324,24 @@ std::unique_ptr<Runtime> Runtime::startWith(const RuntimeConfig& config,
     adjusted.localRank = 0, adjusted.localSize = 1;
   }
   validateConfig(adjusted);
-  return std::make_unique<RuntimeImpl>(adjusted, std::move(transport), nullptr, nullptr);
+  return std::make_unique<RuntimeImpl>(adjusted, std::move(transport), nullptr);
 }
+
+#ifndef CERAR_NO_GLOO
+namespace {
+
+std::string localHostname() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
+bool isLoopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+}  // namespace
+#endif
 
 std::unique_ptr<Runtime> Runtime::start(const RuntimeConfig& config) {
   validateConfig(config);
@@ -312,19 +349,29 @@ std::unique_ptr<Runtime> Runtime::start(const RuntimeConfig& config) {
       static_cast<int64_t>(std::ceil(config.timeoutSeconds * 1000)));
   if (config.size == 1) {
     InprocHub hub(1, timeout);
-    return std::make_unique<RuntimeImpl>(config, hub.connect(0), nullptr, nullptr);
+    return std::make_unique<RuntimeImpl>(config, hub.connect(0), nullptr);
   }
+#ifdef CERAR_NO_GLOO
+  throw Error("cerar: this build has no Gloo; more than one rank needs Runtime::startWith");
+#else
   CERAR_ENFORCE(config.rendezvousPort > 0, "cerar: rank ", config.rank, " of ", config.size,
                 ": no rendezvous port (set CERAR_RENDEZVOUS_PORT)");
-  std::unique_ptr<TcpStoreServer> server;
+  // Members in this order: the store (a client) closes before rank 0's server.
+  struct Rendezvous {
+    std::unique_ptr<TcpStoreServer> server;
+    std::unique_ptr<TcpStore> store;
+  };
+  auto rendezvous = std::make_shared<Rendezvous>();
+  std::unique_ptr<TcpStoreServer>& server = rendezvous->server;
   if (config.hostStore && config.rank == 0) {
     const std::string bind = isLoopback(config.rendezvousAddr) ? config.rendezvousAddr : "0.0.0.0";
     server = std::make_unique<TcpStoreServer>(bind, uint16_t(config.rendezvousPort),
                                               config.secret);
     server->start();
   }
-  auto store = std::make_unique<TcpStore>(config.rendezvousAddr, uint16_t(config.rendezvousPort),
-                                          config.secret, timeout);
+  rendezvous->store = std::make_unique<TcpStore>(
+      config.rendezvousAddr, uint16_t(config.rendezvousPort), config.secret, timeout);
+  TcpStore& store = *rendezvous->store;
   GlooOptions options;
   if (!config.iface.empty()) {
     options.iface = config.iface;
@@ -336,9 +383,9 @@ std::unique_ptr<Runtime> Runtime::start(const RuntimeConfig& config) {
   options.timeout = timeout;
   options.prefix = "cerar/runtime";
   std::shared_ptr<Transport> transport =
-      connectGloo(*store, config.rank, config.size, options);
-  return std::make_unique<RuntimeImpl>(config, std::move(transport), std::move(server),
-                                       std::move(store));
+      connectGloo(store, config.rank, config.size, options);
+  return std::make_unique<RuntimeImpl>(config, std::move(transport), std::move(rendezvous));
+#endif
 }
 
 }  // namespace cerar

@@ -16,6 +16,13 @@
 namespace cerar {
 
 class Transport;
+class DeviceOps;
+struct DeviceSetup;
+
+// Makes the device side of a runtime for CUDA device `device` (-1: its own choice); set by
+// builds with CUDA (core/cuda/cuda_device_ops.h) and by tests. See core/device.h.
+using DeviceOpsFactory =
+    std::function<std::unique_ptr<DeviceOps>(int device, const DeviceSetup& setup)>;
 
 // User-level reduction: average divides by the full size (joined ranks included).
 enum class Op : uint8_t { kSum, kAverage, kMin, kMax };
@@ -27,6 +34,9 @@ struct Tensor {
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
   int device = -1;  // -1: host memory; >= 0: CUDA device ordinal
+  // CUDA tensors: the cudaStream_t whose work so far produces the data (null: the default
+  // stream). The runtime orders its own work after it; no host synchronisation is needed.
+  void* stream = nullptr;
   size_t elements() const;
   size_t bytes() const;
 };
@@ -87,6 +97,12 @@ struct RuntimeConfig {
   bool hostStore = false;
   // Time the links at start for the cost model (a few ms); false keeps LinkModel's defaults.
   bool measureLink = true;
+  // Device tensors: how ranks exchange them (CERAR_DEVICE_TRANSPORT): nccl (P2P on the GPUs),
+  // gloo (staged through pinned host memory over the runtime's TCP links), or auto (nccl when
+  // every rank has its own GPU, else gloo).
+  std::string deviceTransport = "auto";
+  // Empty: CUDA tensors are refused. Runtime::start sets it in builds with CUDA.
+  DeviceOpsFactory deviceOps;
   // Where log lines go; empty: stderr. Called from the coordinator thread.
   std::function<void(const std::string& line)> logSink;
 

@@ -25,8 +25,13 @@ double defaultEps(DType dtype) {
 }
 
 Communicator::Communicator(std::shared_ptr<Transport> transport, size_t segmentBytes)
-    : transport_(std::move(transport)), executor_(segmentBytes) {
-  CERAR_ENFORCE(transport_ != nullptr, "communicator needs a transport");
+    : Communicator(std::move(transport), std::make_unique<Executor>(segmentBytes)) {}
+
+Communicator::Communicator(std::shared_ptr<Transport> transport,
+                           std::unique_ptr<PlanRunner> runner)
+    : transport_(std::move(transport)), runner_(std::move(runner)) {
+  CERAR_ENFORCE(transport_ != nullptr && runner_ != nullptr,
+                "communicator needs a transport and a plan runner");
 }
 
 const Plan& Communicator::planFor(Algorithm algorithm, int c, size_t d) {
@@ -73,7 +78,9 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
     agreeOnParameters(*transport_, record);
   }
   const Plan& plan = planFor(options.algorithm, c, count);
-  RunStats stats = executor_.run(plan, *transport_, data, CodecParams{dtype, options.op, eps});
+  CERAR_ENFORCE(!options.shareCorrection || runner_->hostMemory(), "rank ", rank(),
+                ": share-corrected decoding needs host memory");
+  RunStats stats = runner_->run(plan, *transport_, data, CodecParams{dtype, options.op, eps});
   if (options.algorithm == Algorithm::kCerar && options.shareCorrection) {
     const auto start = std::chrono::steady_clock::now();
     applyShareCorrection(Layout(N, c, count), rank(), eps, dtype, data);

@@ -34,6 +34,8 @@ class Communicator {
  public:
   explicit Communicator(std::shared_ptr<Transport> transport,
                         size_t segmentBytes = Executor::kDefaultSegmentBytes);
+  // Runs the plans with `runner` (e.g. on device memory) instead of a host Executor.
+  Communicator(std::shared_ptr<Transport> transport, std::unique_ptr<PlanRunner> runner);
 
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }
@@ -46,7 +48,7 @@ class Communicator {
   const Plan& planFor(Algorithm algorithm, int c, size_t d);
 
   std::shared_ptr<Transport> transport_;
-  Executor executor_;
+  std::unique_ptr<PlanRunner> runner_;
   static constexpr size_t kMaxCachedPlans = 64;
   std::map<std::tuple<Algorithm, int, size_t>, Plan> plans_;  // cached per (algorithm, c, d)
 };

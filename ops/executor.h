@@ -25,10 +25,21 @@ struct RunStats {
   double seconds = 0;
 };
 
+// Runs a plan on one buffer over a transport: the Executor below on host memory, or the
+// device executor (ops/codec/cuda) on device memory.
+class PlanRunner {
+ public:
+  virtual ~PlanRunner() = default;
+  virtual RunStats run(const Plan& plan, Transport& transport, void* data,
+                       const CodecParams& params) = 0;
+  // Whether run() takes host memory (host-side post-passes need it).
+  virtual bool hostMemory() const { return true; }
+};
+
 // Streams each round in segments: segment k of round t+1 is computed and sent as soon as
 // segment k of round t has arrived (cerar-protocol.md, "Performance notes").
 // Thread safety: one run at a time per executor; buffers are kept between runs.
-class Executor {
+class Executor : public PlanRunner {
  public:
   static constexpr size_t kDefaultSegmentBytes = 256 * 1024;
 
@@ -36,7 +47,8 @@ class Executor {
 
   // Runs `plan` in place on `data` (plan.d elements of params.dtype). The transport's rank and
   // size must match the plan's.
-  RunStats run(const Plan& plan, Transport& transport, void* data, const CodecParams& params);
+  RunStats run(const Plan& plan, Transport& transport, void* data,
+               const CodecParams& params) override;
 
  private:
   size_t segmentBytes_;

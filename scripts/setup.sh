@@ -51,7 +51,7 @@ setup_python() {
   fi
   local stamp=$venv/cerar-build.stamp hash
   hash=$(find pyproject.toml CMakeLists.txt cmake bindings frameworks core ops -type f \
-      \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.py' -o -name '*.txt' \
+      \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.py' -o -name '*.txt' \
       -o -name '*.cmake' -o -name '*.toml' \) -print0 | sort -z | xargs -0 sha256sum |
     sha256sum | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$hash" ] || ! "$py" -c 'import cerar' 2>/dev/null; then

@@ -32,13 +32,14 @@ def _view(tensor):
         raise ValueError("cerar.torch: in-place operations need a contiguous tensor")
     if tensor.is_sparse:
         raise ValueError("cerar.torch: sparse tensors are not supported")
-    device = -1
+    device, stream = -1, 0
     if tensor.is_cuda:
         device = tensor.device.index
-        # The runtime reads the memory from its own thread: finish the work queued on it.
-        torch.cuda.current_stream(tensor.device).synchronize()
+        # The runtime's device work waits for what is queued on this stream so far (an event,
+        # not a host synchronisation); the result is complete when the handle is.
+        stream = torch.cuda.current_stream(tensor.device).cuda_stream
     return RawTensor(tensor, tensor.data_ptr(), _DTYPES[tensor.dtype], list(tensor.shape),
-                     device)
+                     device, stream)
 
 
 def _fresh(tensor):

@@ -4,7 +4,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "ops/codec/cuda/codec_cuda.cuh"
 #include "ops/common/error.h"
@@ -103,6 +105,42 @@ struct StoreAndEncode {  // store = y; msg = y + eps * g (g zero beyond gLength)
       }
     }
     save(msg, j, m);
+  }
+};
+
+template <typename T>
+struct Scale {  // data *= factor (half types through float)
+  using Wide = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  Wide factor;
+  T* data;
+  __device__ T one(T x) const {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      return dev::mul(x, factor);
+    } else {
+      T out;
+      dev::fromFloat(dev::mul(dev::toFloat(x), factor), out);
+      return out;
+    }
+  }
+  __device__ void scalar(size_t i) const { data[i] = one(data[i]); }
+  __device__ void vector(size_t j) const {
+    Pack<T> a = load(data, j);
+#pragma unroll
+    for (int k = 0; k < Pack<T>::V; ++k) a.v[k] = one(a.v[k]);
+    save(data, j, a);
+  }
+};
+
+template <typename T>
+struct Fill {  // data = value
+  T value;
+  T* data;
+  __device__ void scalar(size_t i) const { data[i] = value; }
+  __device__ void vector(size_t j) const {
+    Pack<T> a;
+#pragma unroll
+    for (int k = 0; k < Pack<T>::V; ++k) a.v[k] = value;
+    save(data, j, a);
   }
 };
 
@@ -251,6 +289,49 @@ void store(DType dtype, const void* y, void* out, size_t n, void* stream) {
   check(cudaMemcpyAsync(out, y, n * dtypeSize(dtype), cudaMemcpyDeviceToDevice,
                         static_cast<cudaStream_t>(stream)),
         "store");
+}
+
+void scale(DType dtype, void* data, size_t n, double factor, void* stream) {
+  if (n == 0 || factor == 1.0) return;
+  auto run = [&](auto tag, auto wide) {
+    using T = decltype(tag);
+    Scale<T> f{static_cast<decltype(wide)>(factor), static_cast<T*>(data)};
+    launch<T>(f, n, aligned16({data}), stream, "scale");
+  };
+  switch (dtype) {
+    case DType::kFloat32: return run(float{}, float{});
+    case DType::kFloat64: return run(double{}, double{});
+    case DType::kFloat16: return run(dev::Half{}, float{});
+    case DType::kBFloat16: return run(dev::BFloat16{}, float{});
+    default:
+      throw Error(detail::concat("cannot scale ", dtypeName(dtype), " tensors by ", factor));
+  }
+}
+
+void fillIdentity(DType dtype, ReduceOp op, void* data, size_t n, void* stream) {
+  if (n == 0) return;
+  if (op == ReduceOp::kSum) {  // all-zero bits are 0 in every dtype here
+    check(cudaMemsetAsync(data, 0, n * dtypeSize(dtype), static_cast<cudaStream_t>(stream)),
+          "fillIdentity");
+    return;
+  }
+  const bool min = op == ReduceOp::kMin;
+  auto run = [&](auto value) {
+    using T = decltype(value);
+    launch<T>(Fill<T>{value, static_cast<T*>(data)}, n, aligned16({data}), stream,
+              "fillIdentity");
+  };
+  switch (dtype) {
+    case DType::kFloat32: return run(min ? HUGE_VALF : -HUGE_VALF);
+    case DType::kFloat64: return run(min ? HUGE_VAL : -HUGE_VAL);
+    case DType::kFloat16: return run(dev::Half{uint16_t(min ? 0x7c00 : 0xfc00)});
+    case DType::kBFloat16: return run(dev::BFloat16{uint16_t(min ? 0x7f80 : 0xff80)});
+    case DType::kInt32:
+      return run(min ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int32_t>::lowest());
+    case DType::kInt64:
+      return run(min ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::lowest());
+    case DType::kUInt8: return run(min ? uint8_t(255) : uint8_t(0));
+  }
 }
 
 void batchedCopy(const CopySegment* segments, int count, size_t maxBytes, void* stream) {

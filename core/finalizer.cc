@@ -1,0 +1,60 @@
+#include "core/finalizer.h"
+
+#include "ops/common/error.h"
+
+namespace cerar {
+
+Finalizer::~Finalizer() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  if (thread_.joinable()) thread_.join();  // the loop finishes every job first
+}
+
+void Finalizer::add(DeviceOps& ops, DeviceEvent event,
+                    std::function<void(const std::string&)> done) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  jobs_.push_back(Job{&ops, std::move(event), std::move(done)});
+  if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+  changed_.notify_all();
+}
+
+void Finalizer::drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return jobs_.empty() && !busy_; });
+}
+
+bool Finalizer::onThread() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return thread_.get_id() == std::this_thread::get_id();
+}
+
+void Finalizer::loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    changed_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+    if (jobs_.empty()) return;  // stopping, nothing left
+    Job job = std::move(jobs_.front());
+    jobs_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    std::string error;
+    try {
+      if (!job.ops->wait(job.event, timeout_)) {
+        error = detail::concat("cerar: the device did not finish within ", timeout_.count(),
+                               " ms");
+      }
+    } catch (const std::exception& e) {
+      error = std::string("cerar: device error: ") + e.what();
+    }
+    job.done(error);
+    job = Job{};  // drop the event and the callback's captures before reporting idle
+    lock.lock();
+    busy_ = false;
+    changed_.notify_all();
+  }
+}
+
+}  // namespace cerar

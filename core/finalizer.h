@@ -1,0 +1,52 @@
+// Completes device operations once the device has reached their end, on a thread of its own,
+// so that the coordinator goes on negotiating and dispatching while the GPU works.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "core/device.h"
+
+namespace cerar {
+
+// Jobs finish in the order they were added. Thread safety: add() and drain() from any thread
+// but the finalizer's own.
+class Finalizer {
+ public:
+  // `timeout`: how long the device may take to reach an event before its job fails.
+  explicit Finalizer(std::chrono::milliseconds timeout) : timeout_(timeout) {}
+  ~Finalizer();
+  Finalizer(const Finalizer&) = delete;
+  Finalizer& operator=(const Finalizer&) = delete;
+
+  // Calls done("") on the finalizer thread once `ops` reaches `event`, or done(why) when
+  // waiting fails (device error, timeout). The thread starts with the first job.
+  void add(DeviceOps& ops, DeviceEvent event, std::function<void(const std::string&)> done);
+  // Returns once every job added so far has finished.
+  void drain();
+  // True on the finalizer thread (where the `done` callbacks run).
+  bool onThread();
+
+ private:
+  struct Job {
+    DeviceOps* ops;
+    DeviceEvent event;
+    std::function<void(const std::string&)> done;
+  };
+  void loop();
+
+  std::chrono::milliseconds timeout_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Job> jobs_;
+  bool busy_ = false;  // the thread holds a job taken from jobs_
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace cerar

@@ -1,0 +1,245 @@
+// The runtime's device path (CUDA tensors) with the device faked in host memory
+// (host_device_ops.h), ranks as threads: results bit-identical to host tensors, ordering after
+// the producers' streams, completion off the coordinator thread, joined ranks, and the errors.
+// The same path on a real GPU is tests/gpu/runtime_device_test.cc.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "host_device_ops.h"
+#include "ops/transport/inproc.h"
+#include "runtime_scenarios.h"
+
+namespace cerar {
+namespace {
+
+using namespace scenarios;
+using testing::FakeDeviceLog;
+using testing::Gate;
+
+using DeviceScenario =
+    std::function<std::string(int rank, Runtime& rt, FakeDeviceLog& log)>;
+
+// Runs `scenario` on N threads, each with a runtime whose device is faked; fails the test with
+// every rank's error.
+std::vector<std::string> runWithDevice(int N, const DeviceScenario& scenario,
+                                       RuntimeConfig config = testConfig()) {
+  InprocHub hub(N, std::chrono::seconds(20));
+  std::vector<std::string> results(N), errors(N);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < N; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto log = std::make_shared<FakeDeviceLog>();
+      RuntimeConfig mine = config;
+      mine.deviceOps = testing::hostDeviceOps(log);
+      try {
+        auto rt = Runtime::startWith(mine, hub.connect(rank));
+        results[rank] = scenario(rank, *rt, *log);
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank = 0; rank < N; ++rank) EXPECT_EQ(errors[rank], "") << "rank " << rank;
+  return results;
+}
+
+Tensor onDevice(Tensor t, void* stream = nullptr) {
+  t.device = 0;
+  t.stream = stream;
+  return t;
+}
+
+std::vector<float> randomFloats(size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0, 1);
+  std::vector<float> v(n);
+  for (auto& x : v) x = 1.0f + normal(gen);
+  return v;
+}
+
+bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+// Fused groups, a lone tensor in place and out of place, scale factors, CERAR and the ring:
+// every result equals the same operation on host tensors bit for bit.
+std::string deviceEqualsHost(int rank, Runtime& rt, FakeDeviceLog& log) {
+  const std::vector<size_t> sizes = {7, 1000, 33, 1 << 16};
+  for (Op op : {Op::kSum, Op::kAverage, Op::kMax}) {
+    std::vector<std::vector<float>> host, device;
+    std::vector<Handle> handles;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      host.push_back(randomFloats(sizes[i], 100 * rank + i));
+      device.push_back(host.back());
+    }
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const std::string name = detail::concat(opName(op), ".", i);
+      const double pre = op == Op::kMax ? 1.0 : 0.5, post = op == Op::kMax ? 1.0 : 3.0;
+      handles.push_back(rt.allreduce("h." + name, f32(host[i]), f32(host[i]), op, pre, post));
+      handles.push_back(rt.allreduce("d." + name, onDevice(f32(device[i])),
+                                     onDevice(f32(device[i])), op, pre, post));
+    }
+    for (auto& h : handles) h.wait();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      check(sameBits(host[i], device[i]), "rank ", rank, " ", opName(op), " tensor ", i,
+            ": device result differs from host");
+    }
+  }
+  // Out of place, alone (the direct path).
+  std::vector<float> in = randomFloats(5000, rank), out(5000), hostOut(5000);
+  rt.allreduce("d.single", onDevice(f32(in)), onDevice(f32(out)), Op::kSum).wait();
+  rt.allreduce("h.single", f32(in), f32(hostOut), Op::kSum).wait();
+  check(sameBits(out, hostOut), "out of place differs");
+  check(log.packs > 0, "fusion groups were not packed in one batched copy");
+  check(log.made == 1, "device ops made ", int(log.made), " times");
+  return "ok";
+}
+
+TEST(RuntimeDevice, ResultsEqualHostTensorsBitForBit) {
+  runWithDevice(4, deviceEqualsHost);
+  RuntimeConfig cerar = testConfig();
+  cerar.algorithm = "cerar";
+  cerar.components = 8;
+  auto results = runWithDevice(4, [](int rank, Runtime& rt, FakeDeviceLog& log) {
+    const std::string outcome = deviceEqualsHost(rank, rt, log);
+    check(rt.stats().cerarBuffers > 0, "no CERAR buffer ran");
+    return outcome;
+  }, cerar);
+}
+
+TEST(RuntimeDevice, BroadcastAndAllgatherOfDeviceTensors) {
+  runWithDevice(3, [](int rank, Runtime& rt, FakeDeviceLog&) {
+    std::vector<float> weights(70000, float(rank));
+    rt.broadcast("w", onDevice(f32(weights)), 1).wait();
+    check(std::all_of(weights.begin(), weights.end(), [](float x) { return x == 1.0f; }),
+          "broadcast did not deliver root's values");
+    std::vector<float> rows(size_t(rank + 1) * 2, float(rank));
+    Handle h = rt.allgather("rows", onDevice(view(rows, {rank + 1, 2}, DType::kFloat32)));
+    h.wait();
+    check(h.outputShape() == std::vector<int64_t>{6, 2}, "allgather shape");
+    const float* got = reinterpret_cast<const float*>(h.output().data());
+    const std::vector<float> want = {0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2};
+    check(std::equal(want.begin(), want.end(), got), "allgather values");
+    return std::string("ok");
+  });
+}
+
+// The producer's stream is still "running" when the tensor is enqueued: the runtime must take
+// the data as it is once that stream reaches the enqueue point, not before.
+TEST(RuntimeDevice, WaitsForTheProducersStream) {
+  runWithDevice(2, [](int rank, Runtime& rt, FakeDeviceLog& log) {
+    std::vector<float> grad(4096, -1.0f);  // not yet written
+    Gate producer;
+    Handle h = rt.allreduce("grad", onDevice(f32(grad), &producer),
+                            onDevice(f32(grad), &producer), Op::kSum);
+    std::this_thread::sleep_for(30ms);
+    check(!h.poll(), "completed before its producer finished");
+    std::fill(grad.begin(), grad.end(), float(rank + 1));
+    producer.open();
+    h.wait();
+    check(std::all_of(grad.begin(), grad.end(), [](float x) { return x == 3.0f; }),
+          "reduced stale data: ", grad[0]);
+    check(log.readyEvents == 1, "ready events: ", int(log.readyEvents));
+    return std::string("ok");
+  });
+}
+
+// While the device has not reached the end of one operation, the coordinator goes on: a host
+// operation enqueued later completes first; the device one completes once its event is reached.
+TEST(RuntimeDevice, CompletionDoesNotBlockTheCoordinator) {
+  runWithDevice(3, [](int rank, Runtime& rt, FakeDeviceLog& log) {
+    log.holdCompletion = true;
+    std::vector<float> grad(1000, float(rank)), other(10, 1.0f);
+    std::atomic<bool> calledBack{false};
+    Handle device = rt.allreduce("grad", onDevice(f32(grad)), onDevice(f32(grad)), Op::kSum,
+                                 1.0, 1.0, [&](const std::string& e) { calledBack = e.empty(); });
+    Handle host = rt.allreduce("other", f32(other), f32(other), Op::kSum);
+    host.wait();
+    check(!device.poll() && !calledBack, "device operation completed before its event");
+    // The name is still in flight meanwhile.
+    check(failure(rt.allreduce("grad", onDevice(f32(grad)), onDevice(f32(grad)), Op::kSum))
+              .find("in flight") != std::string::npos, "name released early");
+    log.releaseHeld();
+    device.wait();
+    // The callback runs just after waiters wake (operation.h).
+    for (int i = 0; i < 1000 && !calledBack; ++i) std::this_thread::sleep_for(1ms);
+    check(calledBack, "callback did not run");
+    check(grad[0] == 3.0f, "grad ", grad[0]);
+    rt.barrier().wait();
+    return std::string("ok");
+  });
+}
+
+TEST(RuntimeDevice, JoinedRankContributesOnItsDevice) {
+  runWithDevice(3, [](int rank, Runtime& rt, FakeDeviceLog&) {
+    const int steps = rank == 2 ? 1 : 3;  // rank 2 runs out of data first
+    for (int s = 0; s < steps; ++s) {
+      std::vector<float> g(100, 1.0f);
+      rt.allreduce(detail::concat("g", s), onDevice(f32(g)), onDevice(f32(g)), Op::kSum).wait();
+      const float want = s == 0 ? 3.0f : 2.0f;
+      check(g[0] == want && g[99] == want, "step ", s, ": ", g[0]);
+    }
+    rt.join().wait();
+    return std::string("ok");
+  });
+}
+
+TEST(RuntimeDevice, ErrorsAreClearOnEveryRank) {
+  runWithDevice(3, [](int rank, Runtime& rt, FakeDeviceLog&) {
+    // Rank 1 passes a host tensor where the others pass device tensors.
+    std::vector<float> g(10, 1.0f);
+    Tensor t = rank == 1 ? f32(g) : onDevice(f32(g));
+    const std::string mixed = failure(rt.allreduce("mixed", t, t, Op::kSum));
+    check(mixed.find("on cuda") != std::string::npos && mixed.find("on host") != std::string::npos,
+          "mixed host/device: '", mixed, "'");
+    // A second device on one rank is refused at once.
+    rt.allreduce("first", onDevice(f32(g)), onDevice(f32(g)), Op::kSum).wait();
+    Tensor other = onDevice(f32(g));
+    other.device = 1;
+    Handle refused = rt.allreduce("second", other, other, Op::kSum);
+    check(refused.poll(), "a second device was not refused at once");
+    check(failure(refused).find("uses cuda:0 and got a tensor on cuda:1") != std::string::npos,
+          failure(refused));
+    rt.barrier().wait();
+    return std::string("ok");
+  });
+}
+
+TEST(RuntimeDevice, WithoutDeviceSupportCudaTensorsAreRefused) {
+  InprocHub hub(1, std::chrono::seconds(5));
+  auto rt = Runtime::startWith(testConfig(), hub.connect(0));
+  std::vector<float> g(4, 1.0f);
+  Handle h = rt->allreduce("g", onDevice(f32(g)), onDevice(f32(g)), Op::kSum);
+  EXPECT_TRUE(h.poll());
+  EXPECT_NE(failure(h).find("no CUDA support"), std::string::npos) << failure(h);
+}
+
+TEST(RuntimeDevice, DeviceThatNeverFinishesFailsTheOperation) {
+  RuntimeConfig config = testConfig();
+  config.timeoutSeconds = 0.3;
+  runWithDevice(2, [](int, Runtime& rt, FakeDeviceLog& log) {
+    log.holdCompletion = true;  // never released
+    std::vector<float> g(10, 1.0f);
+    const std::string error =
+        failure(rt.allreduce("stuck", onDevice(f32(g)), onDevice(f32(g)), Op::kSum));
+    check(error.find("did not finish within 300 ms") != std::string::npos, error);
+    return std::string("ok");
+  }, config);
+}
+
+// A callback on the finalizer thread may shut the runtime down without deadlocking.
+TEST(RuntimeDevice, ShutdownFromADeviceCallback) {
+  runWithDevice(2, [](int, Runtime& rt, FakeDeviceLog&) {
+    std::vector<float> g(10, 1.0f);
+    rt.allreduce("g", onDevice(f32(g)), onDevice(f32(g)), Op::kSum, 1.0, 1.0,
+                 [&](const std::string&) { rt.shutdown(); })
+        .wait();
+    rt.shutdown();
+    return std::string("ok");
+  });
+}
+
+}  // namespace
+}  // namespace cerar

@@ -1,0 +1,169 @@
+// The runtime with CUDA tensors on a real device (core/cuda/cuda_device_ops.cc): ranks are
+// threads sharing one GPU over the in-process transport, so the device transport is Gloo-style
+// staging through pinned memory; NCCL is checked where one GPU allows (one rank, and the clear
+// refusal of two ranks on one GPU). Results equal the same runtime's host tensors bit for bit.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "core/cuda/cuda_device_ops.h"
+#include "ops/common/error.h"
+#include "ops/transport/inproc.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace cerar {
+namespace {
+
+using testing::DeviceBuffer;
+using RankBody = std::function<void(int rank, Runtime& rt)>;
+
+// Runs `body` on N threads, each with a runtime whose device side is CUDA; returns each rank's
+// error ("" when it passed).
+std::vector<std::string> runRanks(int N, const RankBody& body, const std::string& transport,
+                                  double timeoutSeconds = 30) {
+  InprocHub hub(N, std::chrono::seconds(30));
+  std::vector<std::string> errors(N);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < N; ++rank) {
+    threads.emplace_back([&, rank] {
+      RuntimeConfig config;
+      config.measureLink = false;
+      config.timeoutSeconds = timeoutSeconds;
+      config.deviceTransport = transport;
+      config.deviceOps = cudaDeviceOps();
+      try {
+        auto rt = Runtime::startWith(config, hub.connect(rank));
+        body(rank, *rt);
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+Tensor deviceTensor(const DeviceBuffer& b, size_t n, void* stream = nullptr) {
+  Tensor t{b.data(), DType::kFloat32, {int64_t(n)}, 0};
+  t.stream = stream;
+  return t;
+}
+
+std::vector<float> randomFloats(size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0, 1);
+  std::vector<float> v(n);
+  for (auto& x : v) x = 1.0f + normal(gen);
+  return v;
+}
+
+void expectAllPassed(const std::vector<std::string>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+TEST(RuntimeCuda, DeviceTensorsEqualHostTensorsBitForBit) {
+  CERAR_REQUIRE_GPU();
+  for (const char* algorithm : {"ring", "cerar"}) {
+    const std::vector<size_t> sizes = {7, 1000, 33, 1 << 18};
+    auto errors = runRanks(4, [&](int rank, Runtime& rt) {
+      for (Op op : {Op::kSum, Op::kAverage, Op::kMax}) {
+        std::vector<std::vector<float>> host;
+        std::vector<std::unique_ptr<DeviceBuffer>> device;
+        std::vector<Handle> handles;
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          host.push_back(randomFloats(sizes[i], 100 * rank + i));
+          device.push_back(std::make_unique<DeviceBuffer>(sizes[i] * 4));
+          device.back()->upload(host.back().data(), sizes[i] * 4);
+        }
+        const double pre = op == Op::kMax ? 1.0 : 0.5, post = op == Op::kMax ? 1.0 : 3.0;
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          const std::string name = detail::concat(algorithm, opName(op), i);
+          Tensor h{host[i].data(), DType::kFloat32, {int64_t(sizes[i])}, -1};
+          handles.push_back(rt.allreduce("h" + name, h, h, op, pre, post));
+          Tensor d = deviceTensor(*device[i], sizes[i]);
+          handles.push_back(rt.allreduce("d" + name, d, d, op, pre, post));
+        }
+        for (auto& handle : handles) handle.wait();
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          const auto got = device[i]->read<float>(sizes[i]);
+          const long at = testing::firstDifference(got.data(), host[i].data(), sizes[i] * 4);
+          if (at != -1)
+            throw Error(detail::concat(algorithm, " ", opName(op), " tensor ", i,
+                                       ": device differs from host at byte ", at));
+        }
+      }
+    }, "auto");
+    expectAllPassed(errors);
+  }
+}
+
+// The producer's copy is still queued on its stream when the tensor is enqueued.
+TEST(RuntimeCuda, WaitsForTheProducersStreamWithoutHostSync) {
+  CERAR_REQUIRE_GPU();
+  auto errors = runRanks(2, [](int rank, Runtime& rt) {
+    const size_t n = 16 << 20;  // 64 MiB: the copy takes a while
+    std::vector<float> values(n, float(rank + 1));
+    DeviceBuffer source(n * 4), grad(n * 4);
+    source.upload(values.data(), n * 4);
+    cudaStream_t stream = nullptr;
+    cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    cuda::check(cudaMemsetAsync(grad.data(), 0, n * 4, stream), "memset");
+    cuda::check(cudaMemcpyAsync(grad.data(), source.data(), n * 4, cudaMemcpyDeviceToDevice,
+                                stream), "copy");
+    rt.allreduce("grad", deviceTensor(grad, n, stream), deviceTensor(grad, n, stream), Op::kSum)
+        .wait();
+    const auto got = grad.read<float>(n);
+    for (size_t i = 0; i < n; i += 4099) {
+      if (got[i] != 3.0f) throw Error(detail::concat("element ", i, " is ", got[i]));
+    }
+    cudaStreamDestroy(stream);
+  }, "auto");
+  expectAllPassed(errors);
+}
+
+TEST(RuntimeCuda, BroadcastAndAllgather) {
+  CERAR_REQUIRE_GPU();
+  auto errors = runRanks(3, [](int rank, Runtime& rt) {
+    std::vector<float> mine(1000, float(rank));
+    DeviceBuffer weights(4000);
+    weights.upload(mine.data(), 4000);
+    rt.broadcast("w", deviceTensor(weights, 1000), 2).wait();
+    if (weights.read<float>(1000)[999] != 2.0f) throw Error("broadcast value");
+    Handle h = rt.allgather("g", deviceTensor(weights, 1000));
+    h.wait();
+    if (h.output().size() != 3 * 4000) throw Error("allgather size");
+  }, "auto");
+  expectAllPassed(errors);
+}
+
+TEST(RuntimeCuda, NcclForTwoRanksOnOneGpuIsRefusedOnEveryRank) {
+  CERAR_REQUIRE_GPU();
+  auto errors = runRanks(2, [](int, Runtime& rt) {
+    DeviceBuffer g(64);
+    rt.allreduce("g", deviceTensor(g, 16), deviceTensor(g, 16), Op::kSum).wait();
+  }, "nccl");
+  for (size_t r = 0; r < errors.size(); ++r) {
+    EXPECT_NE(errors[r].find("two ranks share a GPU"), std::string::npos) << errors[r];
+  }
+}
+
+TEST(RuntimeCuda, OneRankOverNccl) {
+  CERAR_REQUIRE_GPU();
+  auto errors = runRanks(1, [](int, Runtime& rt) {
+    std::vector<float> v = randomFloats(5000, 3);
+    DeviceBuffer g(v.size() * 4);
+    g.upload(v.data(), v.size() * 4);
+    rt.allreduce("g", deviceTensor(g, v.size()), deviceTensor(g, v.size()), Op::kAverage, 2.0)
+        .wait();
+    const auto got = g.read<float>(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (got[i] != v[i] * 2.0f) throw Error(detail::concat("element ", i));
+    }
+  }, "nccl");
+  expectAllPassed(errors);
+}
+
+}  // namespace
+}  // namespace cerar
