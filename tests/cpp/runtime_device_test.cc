@@ -63,25 +63,28 @@ bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
-// Fused groups, a lone tensor in place and out of place, scale factors, CERAR and the ring:
-// every result equals the same operation on host tensors bit for bit.
+// A fused group (a grouped allreduce: one fusion unit, so host and device buffers have the same
+// layout whatever the timing), a lone tensor in place and out of place, scale factors, CERAR
+// and the ring: every result equals the same operation on host tensors bit for bit.
 std::string deviceEqualsHost(int rank, Runtime& rt, FakeDeviceLog& log) {
   const std::vector<size_t> sizes = {7, 1000, 33, 1 << 16};
   for (Op op : {Op::kSum, Op::kAverage, Op::kMax}) {
     std::vector<std::vector<float>> host, device;
-    std::vector<Handle> handles;
+    std::vector<Tensor> hostViews, deviceViews;
+    std::vector<std::string> hostNames, deviceNames;
     for (size_t i = 0; i < sizes.size(); ++i) {
       host.push_back(randomFloats(sizes[i], 100 * rank + i));
       device.push_back(host.back());
+      hostNames.push_back(detail::concat("h.", opName(op), ".", i));
+      deviceNames.push_back(detail::concat("d.", opName(op), ".", i));
     }
     for (size_t i = 0; i < sizes.size(); ++i) {
-      const std::string name = detail::concat(opName(op), ".", i);
-      const double pre = op == Op::kMax ? 1.0 : 0.5, post = op == Op::kMax ? 1.0 : 3.0;
-      handles.push_back(rt.allreduce("h." + name, f32(host[i]), f32(host[i]), op, pre, post));
-      handles.push_back(rt.allreduce("d." + name, onDevice(f32(device[i])),
-                                     onDevice(f32(device[i])), op, pre, post));
+      hostViews.push_back(f32(host[i]));
+      deviceViews.push_back(onDevice(f32(device[i])));
     }
-    for (auto& h : handles) h.wait();
+    const double pre = op == Op::kMax ? 1.0 : 0.5, post = op == Op::kMax ? 1.0 : 3.0;
+    rt.groupedAllreduce(hostNames, hostViews, hostViews, op, pre, post).wait();
+    rt.groupedAllreduce(deviceNames, deviceViews, deviceViews, op, pre, post).wait();
     for (size_t i = 0; i < sizes.size(); ++i) {
       check(sameBits(host[i], device[i]), "rank ", rank, " ", opName(op), " tensor ", i,
             ": device result differs from host");
@@ -107,6 +110,22 @@ TEST(RuntimeDevice, ResultsEqualHostTensorsBitForBit) {
     check(rt.stats().cerarBuffers > 0, "no CERAR buffer ran");
     return outcome;
   }, cerar);
+}
+
+TEST(RuntimeDevice, DebugErrorModeMeasuresDeviceBuffers) {
+  RuntimeConfig config = testConfig();
+  config.algorithm = "cerar";
+  config.components = 8;
+  config.debugError = true;
+  runWithDevice(4, [](int rank, Runtime& rt, FakeDeviceLog&) {
+    std::vector<float> g = randomFloats(1 << 14, rank);
+    rt.allreduce("g", onDevice(f32(g)), onDevice(f32(g)), Op::kSum).wait();
+    const RuntimeStats stats = rt.stats();
+    check(stats.measuredBuffers == 1, "measured ", stats.measuredBuffers, " buffers");
+    check(stats.measuredErrorMax > 0 && stats.measuredErrorMax <= stats.predictedErrorMax,
+          "measured ", stats.measuredErrorMax, " predicted ", stats.predictedErrorMax);
+    return std::string("ok");
+  }, config);
 }
 
 TEST(RuntimeDevice, BroadcastAndAllgatherOfDeviceTensors) {
