@@ -33,6 +33,36 @@ double maxRelativeDifference(DType dtype, const std::byte* a, const std::byte* b
                                reinterpret_cast<const float*>(b), n);
 }
 
+// Where one tensor of a fusion group lies in the fusion buffer; entry is null for a joined
+// rank's share (the op's identity).
+struct Slot {
+  Entry* entry;
+  size_t tensor;
+  size_t offset;    // elements
+  size_t elements;
+};
+
+// The group's tensors in order, packed back to back.
+std::vector<Slot> fusionLayout(const std::vector<const Response*>& units,
+                               const std::vector<Entry*>& entries) {
+  std::vector<Slot> slots;
+  size_t offset = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (size_t k = 0; k < units[u]->description.shapes.size(); ++k) {
+      const size_t n = shapeElements(units[u]->description.shapes[k]);
+      slots.push_back(Slot{entries[u], k, offset, n});
+      offset += n;
+    }
+  }
+  return slots;
+}
+
+// One tensor of this rank alone: reduced in its output, saving the copy through the buffer.
+bool reducesInPlace(const std::vector<const Response*>& units,
+                    const std::vector<Entry*>& entries) {
+  return units.size() == 1 && entries[0] != nullptr && entries[0]->inputs.size() == 1;
+}
+
 }  // namespace
 
 ReduceOp reduceOpOf(Op op) {
@@ -121,9 +151,8 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
     end = deviceAllreduce(units, entries, total, options, run, errorArgs, stats);
     record(units, "ALLREDUCE", start, Clock::now(), args + ", \"device\": true" + errorArgs);
   } else {
-    // One tensor of this rank: reduce in its output, saving the copy through the fusion buffer.
-    const bool direct =
-        units.size() == 1 && entries[0] != nullptr && entries[0]->inputs.size() == 1;
+    const bool direct = reducesInPlace(units, entries);
+    const std::vector<Slot> slots = fusionLayout(units, entries);
     std::byte* buffer;
     const auto packStart = Clock::now();
     if (direct) {
@@ -133,17 +162,13 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
     } else {
       if (fusion_.size() < total * elementSize) fusion_.resize(total * elementSize);
       buffer = fusion_.data();
-      size_t offset = 0;
-      for (size_t u = 0; u < units.size(); ++u) {
-        for (size_t k = 0; k < units[u]->description.shapes.size(); ++k) {
-          const size_t n = shapeElements(units[u]->description.shapes[k]);
-          std::byte* at = buffer + offset * elementSize;
-          if (entries[u] != nullptr) {
-            scaledCopy(d.dtype, entries[u]->inputs[k].data, at, n, d.prescale);
-          } else {
-            fillIdentity(d.dtype, op, at, n);  // a joined rank
-          }
-          offset += n;
+      for (const Slot& slot : slots) {
+        std::byte* at = buffer + slot.offset * elementSize;
+        if (slot.entry != nullptr) {
+          scaledCopy(d.dtype, slot.entry->inputs[slot.tensor].data, at, slot.elements,
+                     d.prescale);
+        } else {
+          fillIdentity(d.dtype, op, at, slot.elements);  // a joined rank
         }
       }
     }
@@ -159,16 +184,10 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
     if (direct) {
       scaledCopy(d.dtype, buffer, buffer, total, factor);
     } else {
-      size_t offset = 0;
-      for (size_t u = 0; u < units.size(); ++u) {
-        for (size_t k = 0; k < units[u]->description.shapes.size(); ++k) {
-          const size_t n = shapeElements(units[u]->description.shapes[k]);
-          if (entries[u] != nullptr) {
-            scaledCopy(d.dtype, buffer + offset * elementSize, entries[u]->outputs[k].data, n,
-                       factor);
-          }
-          offset += n;
-        }
+      for (const Slot& slot : slots) {
+        if (slot.entry == nullptr) continue;
+        scaledCopy(d.dtype, buffer + slot.offset * elementSize,
+                   slot.entry->outputs[slot.tensor].data, slot.elements, factor);
       }
     }
     record(units, "MEMCPY_OUT", unpackStart, Clock::now());
@@ -198,28 +217,23 @@ DeviceEvent Dispatcher::deviceAllreduce(const std::vector<const Response*>& unit
   }
   // The same steps and arithmetic as the host path: pack (copy, then prescale in place),
   // reduce, postscale in place, unpack.
-  const bool direct = units.size() == 1 && entries[0] != nullptr && entries[0]->inputs.size() == 1;
   std::byte* buffer;
   std::vector<DeviceCopy> in, out;
-  if (direct) {
+  if (reducesInPlace(units, entries)) {
     buffer = static_cast<std::byte*>(entries[0]->outputs[0].data);
     if (entries[0]->inputs[0].data != buffer) {
       in.push_back({entries[0]->inputs[0].data, buffer, total * elementSize});
     }
   } else {
     buffer = ops.fusionBuffer(total * elementSize);
-    size_t offset = 0;
-    for (size_t u = 0; u < units.size(); ++u) {
-      for (size_t k = 0; k < units[u]->description.shapes.size(); ++k) {
-        const size_t n = shapeElements(units[u]->description.shapes[k]);
-        std::byte* at = buffer + offset * elementSize;
-        if (entries[u] != nullptr) {
-          in.push_back({entries[u]->inputs[k].data, at, n * elementSize});
-          out.push_back({at, entries[u]->outputs[k].data, n * elementSize});
-        } else {
-          ops.fillIdentity(d.dtype, options.op, at, n);  // a joined rank
-        }
-        offset += n;
+    for (const Slot& slot : fusionLayout(units, entries)) {
+      std::byte* at = buffer + slot.offset * elementSize;
+      const size_t bytes = slot.elements * elementSize;
+      if (slot.entry != nullptr) {
+        in.push_back({slot.entry->inputs[slot.tensor].data, at, bytes});
+        out.push_back({at, slot.entry->outputs[slot.tensor].data, bytes});
+      } else {
+        ops.fillIdentity(d.dtype, options.op, at, slot.elements);  // a joined rank
       }
     }
   }
