@@ -130,7 +130,8 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
   options.op = op;
   options.verifyParameters = false;  // negotiation already agreed on every parameter
   // Share correction is a host pass over the decoded buffer; device buffers skip it.
-  options.shareCorrection = policy_.shareCorrection && !d.onDevice;
+  const bool onDevice = units.front()->reducedOnDevice();
+  options.shareCorrection = policy_.shareCorrection && !onDevice;
   const bool cerar = choice.algorithm == Algorithm::kCerar;
   std::string errorArgs;
   if (cerar) {
@@ -146,12 +147,13 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
 
   RunStats run;
   DeviceEvent end;
-  if (d.onDevice) {
+  if (onDevice) {
     const auto start = Clock::now();
     end = deviceAllreduce(units, entries, total, options, run, errorArgs, stats);
     record(units, "ALLREDUCE", start, Clock::now(), args + ", \"device\": true" + errorArgs);
   } else {
-    const bool direct = reducesInPlace(units, entries);
+    // Tensors of this rank on a device (other ranks' are on the host) are copied in and out.
+    const bool direct = reducesInPlace(units, entries) && entries[0]->inputs[0].device < 0;
     const std::vector<Slot> slots = fusionLayout(units, entries);
     std::byte* buffer;
     const auto packStart = Clock::now();
@@ -164,7 +166,14 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
       buffer = fusion_.data();
       for (const Slot& slot : slots) {
         std::byte* at = buffer + slot.offset * elementSize;
-        if (slot.entry != nullptr) {
+        if (slot.entry != nullptr && slot.entry->inputs[slot.tensor].device >= 0) {
+          DeviceOps& ops = devices_.get(slot.entry->inputs[slot.tensor].device);
+          if (slot.tensor == 0) {
+            for (const DeviceEvent& ready : slot.entry->ready) ops.after(ready);
+          }
+          ops.download(at, slot.entry->inputs[slot.tensor].data, slot.elements * elementSize);
+          scaledCopy(d.dtype, at, at, slot.elements, d.prescale);
+        } else if (slot.entry != nullptr) {
           scaledCopy(d.dtype, slot.entry->inputs[slot.tensor].data, at, slot.elements,
                      d.prescale);
         } else {
@@ -186,8 +195,14 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
     } else {
       for (const Slot& slot : slots) {
         if (slot.entry == nullptr) continue;
-        scaledCopy(d.dtype, buffer + slot.offset * elementSize,
-                   slot.entry->outputs[slot.tensor].data, slot.elements, factor);
+        std::byte* at = buffer + slot.offset * elementSize;
+        const Tensor& out = slot.entry->outputs[slot.tensor];
+        if (out.device >= 0) {
+          scaledCopy(d.dtype, at, at, slot.elements, factor);
+          devices_.get(out.device).upload(out.data, at, slot.elements * elementSize);
+        } else {
+          scaledCopy(d.dtype, at, out.data, slot.elements, factor);
+        }
       }
     }
     record(units, "MEMCPY_OUT", unpackStart, Clock::now());
@@ -276,7 +291,7 @@ void Dispatcher::allgather(const Response& unit, Entry* entry, RuntimeStats& sta
   out.resize(total);
   if (entry && blocks[transport_->rank()] > 0) {
     const Tensor& input = entry->inputs[0];
-    if (d.onDevice) {  // the gathered tensor is the handle's host bytes: stage the input there
+    if (input.device >= 0) {  // the gathered tensor is the handle's host bytes: stage it there
       DeviceOps& ops = devices_.get(input.device);
       for (const DeviceEvent& ready : entry->ready) ops.after(ready);
       ops.download(out.data() + offset, input.data, blocks[transport_->rank()]);
@@ -301,7 +316,8 @@ void Dispatcher::broadcast(const Response& unit, Entry* entry, RuntimeStats& sta
   const size_t bytes = d.bytes();
   void* data = nullptr;
   // Device tensors travel through host memory here (a broadcast is rare: initial weights).
-  DeviceOps* ops = entry && d.onDevice ? &devices_.get(entry->inputs[0].device) : nullptr;
+  DeviceOps* ops =
+      entry && entry->inputs[0].device >= 0 ? &devices_.get(entry->inputs[0].device) : nullptr;
   const bool root = transport_->rank() == d.root;
   if (entry && !ops) {
     data = entry->outputs[0].data;

@@ -25,7 +25,7 @@ std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& respons
       groups.push_back({i});
       continue;
     }
-    const Key key{d.dtype, d.op, d.onDevice, d.prescale, d.postscale};
+    const Key key{d.dtype, d.op, r.reducedOnDevice(), d.prescale, d.postscale};
     auto it = open.find(key);
     if (it != open.end() && it->second.bytes + bytes <= thresholdBytes) {
       groups[it->second.group].push_back(i);

@@ -15,8 +15,12 @@ const char* kindName(Kind kind) {
 }
 
 bool Description::agrees(const Description& other) const {
-  if (kind != Kind::kAllgather) return *this == other;
-  if (kind != other.kind || dtype != other.dtype || op != other.op || onDevice != other.onDevice ||
+  if (kind != Kind::kAllgather) {
+    Description same = other;
+    same.onDevice = onDevice;
+    return *this == same;
+  }
+  if (kind != other.kind || dtype != other.dtype || op != other.op ||
       root != other.root || prescale != other.prescale || postscale != other.postscale ||
       shapes.size() != other.shapes.size()) {
     return false;
@@ -28,6 +32,21 @@ bool Description::agrees(const Description& other) const {
     if (!std::equal(a.begin() + 1, a.end(), b.begin() + 1)) return false;
   }
   return true;
+}
+
+bool Response::onDeviceAt(int rank) const {
+  if (placement.empty()) return description.onDevice;
+  return size_t(rank) < placement.size() && placement[rank] == kDevice;
+}
+
+Description Response::descriptionAt(int rank) const {
+  Description mine = description;
+  mine.onDevice = onDeviceAt(rank);
+  if (mine.kind == Kind::kAllgather && !mine.shapes.empty() && !mine.shapes[0].empty() &&
+      size_t(rank) < firstDims.size()) {
+    mine.shapes[0][0] = firstDims[rank];
+  }
+  return mine;
 }
 
 size_t shapeElements(const std::vector<int64_t>& shape) {

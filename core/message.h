@@ -22,8 +22,8 @@ struct Description {
   Kind kind = Kind::kAllreduce;
   DType dtype = DType::kFloat32;
   Op op = Op::kSum;
-  // CUDA memory (on whichever GPU each rank uses) or host memory: ranks must agree, like
-  // Horovod's CPU/GPU check, as each reduces its fusion buffer where its tensors are.
+  // The submitting rank's tensors are CUDA memory (on whichever GPU it uses), else host
+  // memory. Ranks may differ (Response::placement); agrees() ignores it.
   bool onDevice = false;
   int32_t root = 0;  // broadcast only
   double prescale = 1.0;
@@ -55,6 +55,19 @@ struct Response {
   Description description;      // the first submitter's (first dimension: see firstDims)
   std::vector<int64_t> firstDims;  // allgather: rows of every rank (0 for joined ranks)
   std::string error;            // non-empty: every rank fails the unit with this message
+  // Empty when every submitting rank's tensors are where description.onDevice says; else,
+  // per rank, kHost / kDevice / kNone (joined).
+  std::vector<uint8_t> placement;
+
+  enum Place : uint8_t { kHost = 0, kDevice = 1, kNone = 2 };
+  // Whether `rank` submitted device tensors.
+  bool onDeviceAt(int rank) const;
+  // Reduced by the device path (device fusion buffer, NCCL or staged transport): every
+  // submitting rank's tensors are on a device. A mixed unit is reduced on the host everywhere,
+  // device ranks copying their tensors in and out (a CPU-only peer can join a GPU job).
+  bool reducedOnDevice() const { return placement.empty() && description.onDevice; }
+  // This rank's description: its placement, and its rows of an allgather.
+  Description descriptionAt(int rank) const;
 
   std::string key() const;
   bool operator==(const Response& other) const = default;

@@ -160,6 +160,7 @@ std::vector<uint8_t> encode(const ResponseMessage& message) {
     putDescription(w, response.description);
     w.put<uint32_t>(static_cast<uint32_t>(response.firstDims.size()));
     for (int64_t dim : response.firstDims) w.put<int64_t>(dim);
+    w.putBytes(response.placement);
     w.putString(response.error);
   }
   return std::move(w.bytes);
@@ -177,6 +178,7 @@ ResponseMessage decodeResponseMessage(const std::vector<uint8_t>& bytes) {
     response.description = getDescription(r);
     response.firstDims.resize(r.getCount(8));
     for (auto& dim : response.firstDims) dim = r.get<int64_t>();
+    response.placement = r.getBytes();
     response.error = r.getString();
   }
   r.finish();
@@ -205,11 +207,7 @@ void NegotiationTable::receive(int rank, const RequestMessage& message,
   }
   for (size_t slot : setBits(message.cacheBits)) {
     const Response& cached = cache.at(slot);
-    Request request{cached.names, cached.description};
-    if (request.description.kind == Kind::kAllgather) {
-      request.description.shapes[0][0] = cached.firstDims.at(rank);
-    }
-    add(rank, request, now);
+    add(rank, Request{cached.names, cached.descriptionAt(rank)}, now);
   }
   for (const auto& request : message.requests) add(rank, request, now);
 }
@@ -225,6 +223,7 @@ void NegotiationTable::add(int rank, const Request& request, Clock::time_point n
     entry.first = request;
     entry.submitted.assign(size_, false);
     entry.firstDims.assign(size_, 0);
+    entry.placement.assign(size_, Response::kNone);
   } else if (entry.submitted[rank]) {
     // A rank never has one name in flight twice; seeing it is a protocol error worth naming.
     entry.error = "rank " + std::to_string(rank) + " submitted " + quoteNames(request.names) +
@@ -236,6 +235,7 @@ void NegotiationTable::add(int rank, const Request& request, Clock::time_point n
                   " submitted " + request.description.toString();
   }
   entry.submitted[rank] = true;
+  entry.placement[rank] = request.description.onDevice ? Response::kDevice : Response::kHost;
   if (request.description.kind == Kind::kAllgather && !request.description.shapes.empty() &&
       !request.description.shapes[0].empty()) {
     entry.firstDims[rank] = request.description.shapes[0][0];
@@ -257,6 +257,10 @@ Response NegotiationTable::respond(const Entry& entry) const {
   response.error = entry.error;
   const Description& d = response.description;
   if (d.kind == Kind::kAllgather) response.firstDims = entry.firstDims;
+  const uint8_t first = d.onDevice ? Response::kDevice : Response::kHost;
+  for (uint8_t place : entry.placement) {
+    if (place != Response::kNone && place != first) response.placement = entry.placement;
+  }
   if (response.error.empty() && d.kind == Kind::kBroadcast && d.root >= 0 && d.root < size_ &&
       !entry.submitted[d.root]) {
     response.error = "broadcast of " + quoteNames(response.names) + ": root rank " +

@@ -59,6 +59,7 @@ class NegotiationTable {
     Request first;                      // the first submitter's request
     std::vector<bool> submitted;
     std::vector<int64_t> firstDims;     // allgather rows per rank
+    std::vector<uint8_t> placement;     // Response::Place per rank
     std::string error;
     bool failNow = false;               // error due without waiting for every rank
   };

@@ -10,16 +10,12 @@ int64_t ResponseCache::lookup(const Request& request, int rank) const {
   auto it = byKey_.find(request.key());
   if (it == byKey_.end()) return -1;
   const Response& cached = slots_[it->second].response;
-  const Description& mine = request.description;
-  if (mine.kind == Kind::kAllgather) {
-    // The cached description is the first submitter's; this rank's rows are in firstDims.
-    if (!mine.agrees(cached.description) || size_t(rank) >= cached.firstDims.size() ||
-        mine.shapes[0][0] != cached.firstDims[rank]) {
-      return -1;
-    }
-  } else if (!(mine == cached.description)) {
+  // The cached description is the first submitter's; this rank's placement and allgather rows
+  // are in the response.
+  if (cached.description.kind == Kind::kAllgather && size_t(rank) >= cached.firstDims.size()) {
     return -1;
   }
+  if (!(request.description == cached.descriptionAt(rank))) return -1;
   return static_cast<int64_t>(it->second);
 }
 

@@ -153,7 +153,7 @@ TEST(RuntimeNegotiation, MessagesRoundTripAndRejectTruncation) {
 
   ResponseMessage r;
   r.lastJoinedRank = 3;
-  Response unit{{"x"}, request("x", {2}).description, {1, 2}, "boom"};
+  Response unit{{"x"}, request("x", {2}).description, {1, 2}, "boom", {}};
   r.responses = {unit};
   ResponseMessage rback = decodeResponseMessage(encode(r));
   EXPECT_EQ(rback.lastJoinedRank, 3);
@@ -232,9 +232,62 @@ TEST(RuntimeNegotiation, CachedUnitsTravelAsBits) {
   EXPECT_EQ(setBits(second.cacheBits), std::vector<size_t>{size_t(slot)});
 }
 
+Response allreduceUnitForFusion(const std::string& name) {
+  return Response{{name}, request(name, {4}).description, {}, "", {}};
+}
+
+// Ranks may hold a unit's tensors in different places: the response says where each rank's
+// are, the unit is reduced on the host (and fused with host units only), and each rank's cache
+// lookup matches its own placement.
+TEST(RuntimeNegotiation, MixedPlacementIsRecordedAndCachedPerRank) {
+  NegotiationTable table(3);
+  ResponseCache cache(8);
+  const auto now = NegotiationTable::Clock::now();
+  Request onDevice = request("g", {4});
+  onDevice.description.onDevice = true;
+  table.receive(0, messageOf({onDevice}), cache, now);
+  table.receive(1, messageOf({request("g", {4})}), cache, now);
+  table.receive(2, messageOf({onDevice}), cache, now);
+  auto first = table.decide(cache);
+  ASSERT_EQ(first.responses.size(), 1u);
+  const Response& mixed = first.responses[0];
+  EXPECT_EQ(mixed.error, "");
+  EXPECT_EQ(mixed.placement, (std::vector<uint8_t>{Response::kDevice, Response::kHost,
+                                                   Response::kDevice}));
+  EXPECT_FALSE(mixed.reducedOnDevice());
+  EXPECT_TRUE(mixed.onDeviceAt(0) && !mixed.onDeviceAt(1));
+  const auto decoded = decodeResponseMessage(encode(first));
+  EXPECT_EQ(decoded.responses.at(0), mixed);
+  cache.put(mixed);
+  EXPECT_GE(cache.lookup(onDevice, 0), 0);
+  EXPECT_GE(cache.lookup(request("g", {4}), 1), 0);
+  EXPECT_EQ(cache.lookup(request("g", {4}), 0), -1);  // rank 0 moved it: negotiate again
+  // Cached bits come back as each rank's own request.
+  RequestMessage bits;
+  setBit(bits.cacheBits, size_t(cache.lookup(onDevice, 0)));
+  for (int rank = 0; rank < 3; ++rank) table.receive(rank, bits, cache, now);
+  auto second = table.decide(cache);
+  EXPECT_TRUE(second.responses.empty());
+  EXPECT_EQ(second.cacheBits.size(), 1u);
+  // Uniform placement leaves it empty: reduced on the devices.
+  for (int rank = 0; rank < 3; ++rank) {
+    Request r = request("u", {4});
+    r.description.onDevice = true;
+    table.receive(rank, messageOf({r}), cache, now);
+  }
+  auto uniform = table.decide(cache);
+  ASSERT_EQ(uniform.responses.size(), 1u);
+  EXPECT_TRUE(uniform.responses[0].placement.empty());
+  EXPECT_TRUE(uniform.responses[0].reducedOnDevice());
+  // A mixed unit fuses with host units, not with device-reduced ones.
+  Response host = allreduceUnitForFusion("h");
+  EXPECT_EQ(planFusion({mixed, host, uniform.responses[0]}, 1 << 20),
+            (std::vector<std::vector<size_t>>{{0, 1}, {2}}));
+}
+
 TEST(RuntimeCache, LeastRecentlyUsedIsEvictedIdenticallyEverywhere) {
   ResponseCache a(2), b(2);
-  auto unit = [](const std::string& n) { return Response{{n}, request(n, {1}).description, {}, ""}; };
+  auto unit = [](const std::string& n) { return Response{{n}, request(n, {1}).description, {}, "", {}}; };
   for (auto* cache : {&a, &b}) {
     cache->put(unit("x"));
     cache->put(unit("y"));
@@ -253,7 +306,7 @@ TEST(RuntimeCache, LeastRecentlyUsedIsEvictedIdenticallyEverywhere) {
 // --- fusion and selection ---------------------------------------------------------------------
 
 Response allreduceUnit(const std::string& name, int64_t elements, DType dtype = DType::kFloat32) {
-  Response r{{name}, request(name, {elements}).description, {}, ""};
+  Response r{{name}, request(name, {elements}).description, {}, "", {}};
   r.description.dtype = dtype;
   return r;
 }
