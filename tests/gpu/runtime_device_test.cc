@@ -139,6 +139,27 @@ TEST(RuntimeCuda, BroadcastAndAllgather) {
   expectAllPassed(errors);
 }
 
+// Rank 1 is a CPU-only peer: the unit is reduced on the host, rank 0 copying in and out.
+TEST(RuntimeCuda, HostAndDeviceRanksMix) {
+  CERAR_REQUIRE_GPU();
+  auto errors = runRanks(2, [](int rank, Runtime& rt) {
+    const size_t n = 100000;
+    std::vector<float> values(n);
+    for (size_t i = 0; i < n; ++i) values[i] = float(i % 1000) + float(rank);
+    DeviceBuffer g(n * 4);
+    g.upload(values.data(), n * 4);
+    Tensor t = rank == 0 ? deviceTensor(g, n)
+                         : Tensor{values.data(), DType::kFloat32, {int64_t(n)}, -1};
+    rt.allreduce("g", t, t, Op::kSum).wait();
+    const std::vector<float> got = rank == 0 ? g.read<float>(n) : values;
+    for (size_t i = 0; i < n; ++i) {
+      if (got[i] != 2.0f * float(i % 1000) + 1.0f)
+        throw Error(detail::concat("element ", i, " is ", got[i]));
+    }
+  }, "auto");
+  expectAllPassed(errors);
+}
+
 TEST(RuntimeCuda, NcclForTwoRanksOnOneGpuIsRefusedOnEveryRank) {
   CERAR_REQUIRE_GPU();
   auto errors = runRanks(2, [](int, Runtime& rt) {
