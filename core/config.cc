@@ -172,6 +172,11 @@ RuntimeConfig RuntimeConfig::fromEnvironment() {
   });
 }
 
+std::chrono::milliseconds timeoutOf(const RuntimeConfig& config) {
+  return std::chrono::milliseconds(
+      static_cast<int64_t>(std::ceil(config.timeoutSeconds * 1000)));
+}
+
 void validateConfig(const RuntimeConfig& c) {
   CERAR_ENFORCE(c.size >= 1, "size must be >= 1, got ", c.size);
   CERAR_ENFORCE(c.rank >= 0 && c.rank < c.size, "rank ", c.rank, " out of range for size ",

@@ -1,6 +1,7 @@
 // Reading and checking RuntimeConfig (CERAR_* knobs and the launchers' variables).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
@@ -20,6 +21,9 @@ RuntimeConfig configFromEnvironment(const EnvironmentLookup& lookup);
 
 // Checks ranges and combinations; throws Error naming the setting and its value.
 void validateConfig(const RuntimeConfig& config);
+
+// CERAR_TIMEOUT_SECONDS as the limit of one wait.
+std::chrono::milliseconds timeoutOf(const RuntimeConfig& config);
 
 // The port rank 0's store uses under torchrun: MASTER_PORT + 1, since torchrun's own store
 // holds MASTER_PORT.

@@ -1,8 +1,8 @@
 #include "core/coordinator.h"
 
-#include <cmath>
 #include <thread>
 
+#include "core/config.h"
 #include "core/fusion.h"
 #include "core/link_probe.h"
 #include "ops/collectives.h"
@@ -32,8 +32,7 @@ Coordinator::Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport>
       logger_(logger), cache_(config.cacheCapacity),
       stallInspector_(config.stallCheckSeconds, config.stallShutdownSeconds), devices_(devices),
       dispatcher_(std::move(transport), policyOf(config), timeline, devices),
-      finalizer_(std::chrono::milliseconds(
-          static_cast<int64_t>(std::ceil(config.timeoutSeconds * 1000)))) {
+      finalizer_(timeoutOf(config)) {
   if (transport_->rank() == kCoordinatorRank) {
     table_ = std::make_unique<NegotiationTable>(transport_->size());
   }

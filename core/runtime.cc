@@ -263,8 +263,7 @@ class RuntimeImpl final : public Runtime {
     setup.transport = std::move(transport);
     setup.transportKind = config.deviceTransport;
     setup.localRank = config.localRank;
-    setup.timeout = std::chrono::milliseconds(
-        static_cast<int64_t>(std::ceil(config.timeoutSeconds * 1000)));
+    setup.timeout = timeoutOf(config);
     return setup;
   }
 
@@ -345,8 +344,7 @@ bool isLoopback(const std::string& addr) {
 
 std::unique_ptr<Runtime> Runtime::start(const RuntimeConfig& config) {
   validateConfig(config);
-  const auto timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(std::ceil(config.timeoutSeconds * 1000)));
+  const auto timeout = timeoutOf(config);
   if (config.size == 1) {
     InprocHub hub(1, timeout);
     return std::make_unique<RuntimeImpl>(config, hub.connect(0), nullptr);
