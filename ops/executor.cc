@@ -1,8 +1,5 @@
 #include "ops/executor.h"
 
-#include <algorithm>
-#include <chrono>
-
 #include "ops/codec/codec.h"
 #include "ops/common/error.h"
 #include "ops/plan_run.h"
@@ -42,28 +39,16 @@ Executor::Executor(size_t segmentBytes) : segmentBytes_(segmentBytes) {
 
 RunStats Executor::run(const Plan& plan, Transport& transport, void* data,
                        const CodecParams& params) {
-  checkPlanFits(plan, transport);
-  const auto start = std::chrono::steady_clock::now();
-  RunStats stats;
-  if (plan.rounds.empty()) return stats;
-  const size_t elementBytes = dtypeSize(params.dtype);
-  const size_t bufferBytes = plan.maxMessage * elementBytes;
-  for (auto* buffers : {send_, recv_}) {
-    for (int i = 0; i < 2; ++i)
-      if (buffers[i].size() < bufferBytes) buffers[i].resize(bufferBytes);
-  }
-  void* const send[2] = {send_[0].data(), send_[1].data()};
-  void* const recv[2] = {recv_[0].data(), recv_[1].data()};
   HostCodec codec(params);
-  PlanRun run(plan, transport, static_cast<std::byte*>(data), elementBytes,
-              std::max<size_t>(1, segmentBytes_ / elementBytes), send, recv, codec);
-  try {
-    run.execute(stats);
-  } catch (const Error&) {
-    rethrowInRound(run.round(), plan.numRounds());
-  }
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return stats;
+  return runPlan(plan, transport, data, dtypeSize(params.dtype), segmentBytes_, codec,
+                 [&](size_t bytes) {
+                   for (auto* buffers : {send_, recv_}) {
+                     for (int i = 0; i < 2; ++i)
+                       if (buffers[i].size() < bytes) buffers[i].resize(bytes);
+                   }
+                   return RunBuffers{{send_[0].data(), send_[1].data()},
+                                     {recv_[0].data(), recv_[1].data()}};
+                 });
 }
 
 }  // namespace cerar

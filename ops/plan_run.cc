@@ -1,6 +1,7 @@
 #include "ops/plan_run.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "ops/common/error.h"
 
@@ -126,13 +127,16 @@ void PlanRun::storeFinal(size_t k) {
   if (y != out(range, k)) codec_.store(y, out(range, k), segmentLength(range.length, k));
 }
 
+namespace {
+
 void checkPlanFits(const Plan& plan, const Transport& transport) {
   CERAR_ENFORCE(transport.size() == plan.N && transport.rank() == plan.rank, "plan for rank ",
                 plan.rank, " of ", plan.N, " run on transport rank ", transport.rank(), " of ",
                 transport.size());
 }
 
-void rethrowInRound(int round, int rounds) {
+// Adds "in round t of L" to a transport error, keeping its type.
+[[noreturn]] void rethrowInRound(int round, int rounds) {
   try {
     throw;
   } catch (const TimeoutError& e) {
@@ -140,6 +144,30 @@ void rethrowInRound(int round, int rounds) {
   } catch (const Error& e) {
     throw Error(detail::concat(e.what(), " in round ", round, " of ", rounds));
   }
+}
+
+}  // namespace
+
+RunStats runPlan(const Plan& plan, Transport& transport, void* data, size_t elementBytes,
+                 size_t segmentBytes, SegmentCodec& codec,
+                 const std::function<RunBuffers(size_t bytes)>& prepare,
+                 const std::function<void()>& finish) {
+  checkPlanFits(plan, transport);
+  const auto start = std::chrono::steady_clock::now();
+  RunStats stats;
+  if (plan.rounds.empty()) return stats;
+  const RunBuffers buffers = prepare(plan.maxMessage * elementBytes);
+  PlanRun run(plan, transport, static_cast<std::byte*>(data), elementBytes,
+              std::max<size_t>(1, segmentBytes / elementBytes), buffers.send, buffers.recv,
+              codec);
+  try {
+    run.execute(stats);
+    if (finish) finish();
+  } catch (const Error&) {
+    rethrowInRound(run.round(), plan.numRounds());
+  }
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
 }
 
 }  // namespace cerar

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <utility>
 
 #include "ops/algorithms/plan.h"
@@ -61,10 +62,19 @@ class PlanRun {
   int round_ = 0;
 };
 
-// Throws unless the plan was made for this transport's rank and size.
-void checkPlanFits(const Plan& plan, const Transport& transport);
+// Two send and two receive buffers for one run (PlanRun's `send` and `recv`).
+struct RunBuffers {
+  void* send[2];
+  void* recv[2];
+};
 
-// Adds "in round t of L" to a transport error, keeping its type.
-[[noreturn]] void rethrowInRound(int round, int rounds);
+// One run as both executors make it: checks that the plan was made for this transport's rank
+// and size, skips a plan without rounds, gets buffers of at least `bytes` from `prepare`,
+// streams the rounds, calls `finish` after the last one, and times the run. A failure in the
+// rounds or in `finish` is rethrown with "in round t of L" added, keeping its type.
+RunStats runPlan(const Plan& plan, Transport& transport, void* data, size_t elementBytes,
+                 size_t segmentBytes, SegmentCodec& codec,
+                 const std::function<RunBuffers(size_t bytes)>& prepare,
+                 const std::function<void()>& finish = {});
 
 }  // namespace cerar

@@ -2,9 +2,6 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <chrono>
-
 #include "ops/codec/cuda/codec_cuda.h"
 #include "ops/codec/cuda/cuda_util.h"
 #include "ops/common/error.h"
@@ -64,30 +61,22 @@ void DeviceExecutor::reserve(size_t bytes) {
 
 RunStats DeviceExecutor::run(const Plan& plan, DeviceTransport& transport, void* data,
                              const CodecParams& params) {
-  checkPlanFits(plan, transport);
-  const auto start = std::chrono::steady_clock::now();
-  RunStats stats;
-  if (plan.rounds.empty()) return stats;
-  const size_t elementBytes = dtypeSize(params.dtype);
-  // Buffers are reused across runs, possibly by work still queued: let the stream drain.
-  if (!cuda::waitStream(transport.stream(), transport.timeout()))
-    throw TimeoutError(detail::concat("rank ", plan.rank, ": device stream busy before run"),
-                       plan.rank);
-  reserve(plan.maxMessage * elementBytes);
-  const size_t segmentElements = std::max<size_t>(1, segmentBytes_ / elementBytes);
   CudaCodec codec(params, transport.stream());
-  PlanRun run(plan, transport, static_cast<std::byte*>(data), elementBytes, segmentElements,
-              send_, recv_, codec);
-  try {
-    run.execute(stats);
+  auto prepare = [&](size_t bytes) {
+    // Buffers are reused across runs, possibly by work still queued: let the stream drain.
+    if (!cuda::waitStream(transport.stream(), transport.timeout()))
+      throw TimeoutError(detail::concat("rank ", plan.rank, ": device stream busy before run"),
+                         plan.rank);
+    reserve(bytes);
+    return RunBuffers{{send_[0], send_[1]}, {recv_[0], recv_[1]}};
+  };
+  auto finish = [&] {
     if (!cuda::waitStream(transport.stream(), transport.timeout()))
       throw TimeoutError(detail::concat("rank ", plan.rank, ": device work not done after ",
                                         transport.timeout().count(), " ms"), plan.rank);
-  } catch (const Error&) {
-    rethrowInRound(run.round(), plan.numRounds());
-  }
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return stats;
+  };
+  return runPlan(plan, transport, data, dtypeSize(params.dtype), segmentBytes_, codec, prepare,
+                 finish);
 }
 
 }  // namespace cerar
