@@ -178,12 +178,14 @@ int main(int argc, char** argv) {
     gloo.iface = env("CERAR_NETNS_IFACE", "lo");
     gloo.timeout = timeout;
     // The main links: barriers and the link probe. Then one context per contender.
+    gloo.prefix = "bench/main";
     auto main = cerar::connectGloo(store, rank, n, gloo);
     const std::vector<std::string> names = contenders(n, s.only);
     std::vector<Contender> all;
     for (const auto& name : names) {
       Contender c;
       c.name = name;
+      gloo.prefix = "bench/" + name;
       c.transport = cerar::connectGloo(store, rank, n, gloo);
       c.communicator = std::make_unique<cerar::Communicator>(
           std::shared_ptr<cerar::Transport>(c.transport.get(), [](cerar::Transport*) {}),

@@ -120,6 +120,7 @@ py::dict statsDict(const RuntimeStats& s) {
   d["bytes_sent"] = s.bytesSent;
   d["ring_buffers"] = s.ringBuffers;
   d["cerar_buffers"] = s.cerarBuffers;
+  d["last_components"] = s.lastComponents;
   d["predicted_error_max"] = s.predictedErrorMax;
   d["measured_error_last"] = s.measuredErrorLast;
   d["measured_error_max"] = s.measuredErrorMax;
@@ -191,6 +192,7 @@ PYBIND11_MODULE(_cerar, m) {
       .def_readwrite("stall_check_seconds", &RuntimeConfig::stallCheckSeconds)
       .def_readwrite("stall_shutdown_seconds", &RuntimeConfig::stallShutdownSeconds)
       .def_readwrite("timeout_seconds", &RuntimeConfig::timeoutSeconds)
+      .def_readwrite("rendezvous_timeout_seconds", &RuntimeConfig::rendezvousTimeoutSeconds)
       .def_readwrite("log_level", &RuntimeConfig::logLevel)
       .def_readwrite("host_store", &RuntimeConfig::hostStore)
       .def_readwrite("measure_link", &RuntimeConfig::measureLink)

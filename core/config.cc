@@ -147,6 +147,8 @@ RuntimeConfig configFromEnvironment(const EnvironmentLookup& lookup) {
   c.stallShutdownSeconds =
       env.number("CERAR_STALL_SHUTDOWN_TIME_SECONDS", c.stallShutdownSeconds, 0);
   c.timeoutSeconds = env.number("CERAR_TIMEOUT_SECONDS", c.timeoutSeconds, 0);
+  c.rendezvousTimeoutSeconds =
+      env.number("CERAR_RENDEZVOUS_TIMEOUT_SECONDS", c.rendezvousTimeoutSeconds, 0);
   c.logLevel = env.text("CERAR_LOG_LEVEL").value_or(c.logLevel);
   c.measureLink = env.flag("CERAR_MEASURE_LINK", c.measureLink);
   c.deviceTransport = env.text("CERAR_DEVICE_TRANSPORT").value_or(c.deviceTransport);
@@ -177,6 +179,12 @@ std::chrono::milliseconds timeoutOf(const RuntimeConfig& config) {
       static_cast<int64_t>(std::ceil(config.timeoutSeconds * 1000)));
 }
 
+std::chrono::milliseconds rendezvousTimeoutOf(const RuntimeConfig& config) {
+  const double seconds = config.rendezvousTimeoutSeconds > 0 ? config.rendezvousTimeoutSeconds
+                                                             : config.timeoutSeconds;
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000)));
+}
+
 void validateConfig(const RuntimeConfig& c) {
   CERAR_ENFORCE(c.size >= 1, "size must be >= 1, got ", c.size);
   CERAR_ENFORCE(c.rank >= 0 && c.rank < c.size, "rank ", c.rank, " out of range for size ",
@@ -203,6 +211,9 @@ void validateConfig(const RuntimeConfig& c) {
                 "stall times must be >= 0");
   CERAR_ENFORCE(c.timeoutSeconds > 0 && std::isfinite(c.timeoutSeconds),
                 "CERAR_TIMEOUT_SECONDS must be positive, got ", c.timeoutSeconds);
+  CERAR_ENFORCE(c.rendezvousTimeoutSeconds >= 0 && std::isfinite(c.rendezvousTimeoutSeconds),
+                "CERAR_RENDEZVOUS_TIMEOUT_SECONDS must be >= 0, got ",
+                c.rendezvousTimeoutSeconds);
   parseLogLevel(c.logLevel);
 }
 

@@ -24,6 +24,9 @@ void validateConfig(const RuntimeConfig& config);
 
 // CERAR_TIMEOUT_SECONDS as the limit of one wait.
 std::chrono::milliseconds timeoutOf(const RuntimeConfig& config);
+// This rank's limit for reaching the rendezvous store and rank 0's settings:
+// CERAR_RENDEZVOUS_TIMEOUT_SECONDS, or else its own CERAR_TIMEOUT_SECONDS.
+std::chrono::milliseconds rendezvousTimeoutOf(const RuntimeConfig& config);
 
 // The port rank 0's store uses under torchrun: MASTER_PORT + 1, since torchrun's own store
 // holds MASTER_PORT.

@@ -27,11 +27,12 @@ SelectionPolicy policyOf(const RuntimeConfig& config) {
 
 Coordinator::Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport> transport,
                          Queue& queue, Timeline& timeline, const Logger& logger,
-                         DeviceSlot& devices)
+                         DeviceSlot& devices, std::function<void()> beforeRelease)
     : config_(config), transport_(transport), queue_(queue), timeline_(timeline),
-      logger_(logger), cache_(config.cacheCapacity),
+      logger_(logger), cache_(config.cacheCapacity), policy_(policyOf(config)),
+      beforeRelease_(std::move(beforeRelease)),
       stallInspector_(config.stallCheckSeconds, config.stallShutdownSeconds), devices_(devices),
-      dispatcher_(std::move(transport), policyOf(config), timeline, devices),
+      dispatcher_(std::move(transport), timeline, devices),
       finalizer_(timeoutOf(config)) {
   if (transport_->rank() == kCoordinatorRank) {
     table_ = std::make_unique<NegotiationTable>(transport_->size());
@@ -39,8 +40,11 @@ Coordinator::Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport>
 }
 
 void Coordinator::probe() {
-  if (config_.measureLink) dispatcher_.setLink(probeLink(*transport_));
-  const LinkModel& link = dispatcher_.link();
+  if (config_.measureLink) link_ = probeLink(*transport_);
+  if (const auto& figures = config_.linkFigures) {
+    link_.alpha = (*figures)[0], link_.beta = (*figures)[1], link_.gamma = (*figures)[2];
+  }
+  const LinkModel& link = link_;
   logger_.log(LogLevel::kInfo, detail::concat("link model: alpha ", link.alpha * 1e6,
                                               " us, beta ", link.beta * 1e9, " ns/B, gamma ",
                                               link.gamma * 1e9, " ns/B"));
@@ -123,17 +127,25 @@ ResponseMessage Coordinator::negotiate(const RequestMessage& request) {
         table_->fail(key, error);
       }
     }
-    answer = encode(table_->decide(cache_));
+    ResponseMessage decided = table_->decide(cache_);
+    decided.groups = decideGroups(unitsOf(decided), t.size(), config_.fusionThresholdBytes,
+                                  link_, policy_);
+    answer = encode(decided);
   }
   return decodeResponseMessage(broadcastBytes(t, answer, kCoordinatorRank));
 }
 
-void Coordinator::process(const ResponseMessage& message) {
-  // Cached units first, in slot order, then the full ones: the same list on every rank.
+std::vector<Response> Coordinator::unitsOf(const ResponseMessage& message) const {
   std::vector<Response> units;
   for (size_t slot : setBits(message.cacheBits)) units.push_back(cache_.at(slot));
   units.insert(units.end(), message.responses.begin(), message.responses.end());
-  for (const Response& unit : units) cache_.put(unit);  // same order everywhere: caches agree
+  return units;
+}
+
+void Coordinator::process(const ResponseMessage& message) {
+  // The same list on every rank (the caches agree), then the same puts in the same order.
+  const std::vector<Response> units = unitsOf(message);
+  for (const Response& unit : units) cache_.put(unit);
 
   const auto responded = Clock::now();
   for (const Response& unit : units) {
@@ -146,10 +158,13 @@ void Coordinator::process(const ResponseMessage& message) {
     }
   }
 
-  for (const auto& group : planFusion(units, config_.fusionThresholdBytes)) {
+  for (const FusedGroup& group : message.groups) {
     std::vector<const Response*> members;
     std::vector<Entry*> entries;
-    for (size_t index : group) {
+    CERAR_ENFORCE(!group.members.empty(), "malformed response: an empty fusion group");
+    for (uint32_t index : group.members) {
+      CERAR_ENFORCE(index < units.size(), "malformed response: fusion group member ", index,
+                    " of ", units.size(), " units");
       members.push_back(&units[index]);
       auto it = pending_.find(units[index].key());
       entries.push_back(it == pending_.end() ? nullptr : it->second.get());
@@ -165,7 +180,11 @@ void Coordinator::process(const ResponseMessage& message) {
         timeline_.record(name, "WAIT", entries[i]->responded, dispatched);
       }
     }
-    if (DeviceEvent end = dispatcher_.run(members, entries, working_)) {
+    DeviceEvent end = dispatcher_.run(members, entries, group, working_);
+    // Before any handle of the group completes: a caller that has waited sees the
+    // operation's effects in stats() (runtime.h).
+    publishStats();
+    if (end) {
       completeOnDevice(members, std::move(end));
     } else {
       for (const Response* member : members) complete(member->key(), "");
@@ -214,6 +233,7 @@ void Coordinator::farewell() {
   // could reset a peer's last transfer.
   try {
     gatherBytes(*transport_, {}, kCoordinatorRank);
+    if (transport_->rank() == kCoordinatorRank && beforeRelease_) beforeRelease_();
     broadcastBytes(*transport_, {}, kCoordinatorRank);
   } catch (const std::exception& e) {
     logger_.log(LogLevel::kDebug, std::string("shutdown handshake: ") + e.what());

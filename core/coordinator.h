@@ -3,6 +3,7 @@
 // collectives in the same order, whatever order and threads they were enqueued from.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -20,8 +21,12 @@ namespace cerar {
 
 class Coordinator {
  public:
+  // `beforeRelease` runs on the coordinator rank once every rank has asked to shut down and
+  // before any rank is let go (e.g. closing a rendezvous store it hosts, so that a rank that
+  // starts again cannot reach the old one).
   Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport> transport, Queue& queue,
-              Timeline& timeline, const Logger& logger, DeviceSlot& devices);
+              Timeline& timeline, const Logger& logger, DeviceSlot& devices,
+              std::function<void()> beforeRelease = {});
 
   // Measures the links for the cost model (all ranks together). Call before run().
   void probe();
@@ -35,6 +40,8 @@ class Coordinator {
 
  private:
   RequestMessage collectRequests();
+  // The cycle's units: the cached ones in slot order, then the full responses.
+  std::vector<Response> unitsOf(const ResponseMessage& message) const;
   ResponseMessage negotiate(const RequestMessage& request);
   void process(const ResponseMessage& message);
   void complete(const std::string& key, const std::string& error);
@@ -50,6 +57,9 @@ class Coordinator {
   Timeline& timeline_;
   const Logger& logger_;
   ResponseCache cache_;
+  SelectionPolicy policy_;
+  LinkModel link_;  // used on the coordinator rank only: it decides for every rank
+  std::function<void()> beforeRelease_;
   std::unique_ptr<NegotiationTable> table_;  // rank 0 only
   StallInspector stallInspector_;
   Clock::time_point lastInspection_{};

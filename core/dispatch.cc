@@ -73,10 +73,10 @@ ReduceOp reduceOpOf(Op op) {
   }
 }
 
-Dispatcher::Dispatcher(std::shared_ptr<Transport> transport, SelectionPolicy policy,
-                       Timeline& timeline, DeviceSlot& devices)
-    : transport_(transport), communicator_(std::move(transport)), policy_(std::move(policy)),
-      timeline_(timeline), devices_(devices) {}
+Dispatcher::Dispatcher(std::shared_ptr<Transport> transport, Timeline& timeline,
+                       DeviceSlot& devices)
+    : transport_(transport), communicator_(std::move(transport)), timeline_(timeline),
+      devices_(devices) {}
 
 void Dispatcher::record(const std::vector<const Response*>& units, const char* phase,
                         Clock::time_point start, Clock::time_point end, const std::string& args) {
@@ -87,11 +87,12 @@ void Dispatcher::record(const std::vector<const Response*>& units, const char* p
 }
 
 DeviceEvent Dispatcher::run(const std::vector<const Response*>& units,
-                            const std::vector<Entry*>& entries, RuntimeStats& stats) {
+                            const std::vector<Entry*>& entries, const FusedGroup& decision,
+                            RuntimeStats& stats) {
   CERAR_ENFORCE(!units.empty() && units.size() == entries.size(), "dispatch: bad group");
   const Response& first = *units.front();
   switch (first.description.kind) {
-    case Kind::kAllreduce: return allreduce(units, entries, stats);
+    case Kind::kAllreduce: return allreduce(units, entries, decision, stats);
     case Kind::kAllgather: allgather(first, entries.front(), stats); break;
     case Kind::kBroadcast: broadcast(first, entries.front(), stats); break;
     case Kind::kBarrier: break;  // the negotiation itself was the barrier
@@ -114,7 +115,8 @@ std::string Dispatcher::measureError(const std::byte* result, size_t total, DTyp
 }
 
 DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
-                                  const std::vector<Entry*>& entries, RuntimeStats& stats) {
+                                  const std::vector<Entry*>& entries,
+                                  const FusedGroup& decision, RuntimeStats& stats) {
   const Description& d = units.front()->description;
   const size_t elementSize = dtypeSize(d.dtype);
   const ReduceOp op = reduceOpOf(d.op);
@@ -122,34 +124,34 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
   for (const Response* unit : units) total += unit->description.elements();
 
   const int N = transport_->size();
-  const Selection choice = selectAlgorithm(N, d.dtype, op, total, link_, policy_);
+  // Everything below comes from the coordinator rank's decision, the same on every rank, and
+  // negotiation agreed on the tensors: parameter agreement would only repeat it.
   AllreduceOptions options;
-  options.algorithm = choice.algorithm;
-  options.components = choice.components;
-  options.eps = choice.eps;
+  options.algorithm = decision.algorithm;
+  options.components = decision.components;
+  options.eps = decision.eps;
   options.op = op;
-  options.verifyParameters = false;  // negotiation already agreed on every parameter
-  // Share correction is a host pass over the decoded buffer; device buffers skip it.
+  options.verifyParameters = false;
+  options.shareCorrection = decision.shareCorrection;
   const bool onDevice = units.front()->reducedOnDevice();
-  options.shareCorrection = policy_.shareCorrection && !onDevice;
-  const bool cerar = choice.algorithm == Algorithm::kCerar;
+  const bool cerar = decision.algorithm == Algorithm::kCerar;
   std::string errorArgs;
   if (cerar) {
-    const double bound = predictedErrorBound(N, choice.components, choice.eps, d.dtype);
+    const double bound = predictedErrorBound(N, decision.components, decision.eps, d.dtype);
     stats.predictedErrorMax = std::max(stats.predictedErrorMax, bound);
     errorArgs = detail::concat(", \"predicted_error\": ", bound);
   }
-  const bool measure = cerar && policy_.measureError;
+  const bool measure = cerar && decision.measureError;
   const std::string args = detail::concat(
-      "\"algorithm\": \"", algorithmName(choice.algorithm), "\", \"c\": ", choice.components,
-      ", \"eps\": ", choice.eps, ", \"bytes\": ", total * elementSize, ", \"tensors\": ",
-      units.size());
+      "\"algorithm\": \"", algorithmName(decision.algorithm), "\", \"c\": ",
+      decision.components, ", \"eps\": ", decision.eps, ", \"bytes\": ", total * elementSize,
+      ", \"tensors\": ", units.size());
 
   RunStats run;
   DeviceEvent end;
   if (onDevice) {
     const auto start = Clock::now();
-    end = deviceAllreduce(units, entries, total, options, run, errorArgs, stats);
+    end = deviceAllreduce(units, entries, total, options, measure, run, errorArgs, stats);
     record(units, "ALLREDUCE", start, Clock::now(), args + ", \"device\": true" + errorArgs);
   } else {
     // Tensors of this rank on a device (other ranks' are on the host) are copied in and out.
@@ -211,14 +213,16 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
   stats.fusedBuffers += 1;
   for (Entry* e : entries) stats.tensorsReduced += e ? e->inputs.size() : 0;
   stats.bytesSent += run.bytesSent;
-  (choice.algorithm == Algorithm::kRing ? stats.ringBuffers : stats.cerarBuffers) += 1;
+  (cerar ? stats.cerarBuffers : stats.ringBuffers) += 1;
+  stats.lastComponents = decision.components;
   return end;
 }
 
 DeviceEvent Dispatcher::deviceAllreduce(const std::vector<const Response*>& units,
                                         const std::vector<Entry*>& entries, size_t total,
-                                        const AllreduceOptions& options, RunStats& run,
-                                        std::string& errorArgs, RuntimeStats& stats) {
+                                        const AllreduceOptions& options, bool measure,
+                                        RunStats& run, std::string& errorArgs,
+                                        RuntimeStats& stats) {
   const Description& d = units.front()->description;
   const size_t elementSize = dtypeSize(d.dtype);
   int device = -1;  // -1 for a joined rank without tensors of its own
@@ -254,7 +258,6 @@ DeviceEvent Dispatcher::deviceAllreduce(const std::vector<const Response*>& unit
   }
   ops.copy(in);
   if (d.prescale != 1.0) ops.scale(d.dtype, buffer, total, d.prescale);
-  const bool measure = options.algorithm == Algorithm::kCerar && policy_.measureError;
   if (measure) {
     exactCopy_.resize(total * elementSize);
     ops.download(exactCopy_.data(), buffer, exactCopy_.size());

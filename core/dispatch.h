@@ -17,28 +17,26 @@ namespace cerar {
 
 class Dispatcher {
  public:
-  Dispatcher(std::shared_ptr<Transport> transport, SelectionPolicy policy, Timeline& timeline,
-             DeviceSlot& devices);
+  Dispatcher(std::shared_ptr<Transport> transport, Timeline& timeline, DeviceSlot& devices);
 
-  void setLink(const LinkModel& link) { link_ = link; }
-  const LinkModel& link() const { return link_; }
-
-  // Runs one fusion group. entries[i] is this rank's entry of units[i], or null when this
-  // rank has joined and contributes the op's identity. Results are written to the entries'
+  // Runs one fusion group as the coordinator rank decided it (`decision`: the algorithm and
+  // its parameters; nothing is re-derived here). entries[i] is this rank's entry of units[i],
+  // or null when this rank has joined and contributes the op's identity. Results are written to the entries'
   // outputs (allgather: to the state); completing the handles is the caller's. Transport
   // failures propagate (the runtime cannot continue after them).
   // Returns null when the results are in place, or, for device tensors, the event after which
   // they are (the work is enqueued on the runtime stream of devices.get(-1)).
   DeviceEvent run(const std::vector<const Response*>& units, const std::vector<Entry*>& entries,
-                  RuntimeStats& stats);
+                  const FusedGroup& decision, RuntimeStats& stats);
 
  private:
   DeviceEvent allreduce(const std::vector<const Response*>& units,
-                        const std::vector<Entry*>& entries, RuntimeStats& stats);
+                        const std::vector<Entry*>& entries, const FusedGroup& decision,
+                        RuntimeStats& stats);
   // The fusion group on the device: the same steps as on the host, as device work.
   DeviceEvent deviceAllreduce(const std::vector<const Response*>& units,
                               const std::vector<Entry*>& entries, size_t total,
-                              const AllreduceOptions& options, RunStats& run,
+                              const AllreduceOptions& options, bool measure, RunStats& run,
                               std::string& errorArgs, RuntimeStats& stats);
   // Debug error mode: the exact ring on `exactCopy_` (the input, on the host), compared with
   // `result` (host memory); returns the timeline arguments.
@@ -52,8 +50,6 @@ class Dispatcher {
 
   std::shared_ptr<Transport> transport_;
   Communicator communicator_;
-  SelectionPolicy policy_;
-  LinkModel link_;
   Timeline& timeline_;
   DeviceSlot& devices_;
   std::vector<std::byte> fusion_;  // grows to the largest group, then reused

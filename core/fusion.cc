@@ -4,6 +4,8 @@
 #include <map>
 #include <tuple>
 
+#include "core/dispatch.h"
+
 namespace cerar {
 
 std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& responses,
@@ -36,6 +38,35 @@ std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& respons
     }
   }
   return groups;  // already ordered by first index: groups are opened in response order
+}
+
+std::vector<FusedGroup> decideGroups(const std::vector<Response>& units, int N,
+                                     size_t thresholdBytes, const LinkModel& link,
+                                     const SelectionPolicy& policy) {
+  std::vector<FusedGroup> decided;
+  for (const auto& members : planFusion(units, thresholdBytes)) {
+    FusedGroup group;
+    group.algorithm = Algorithm::kRing;
+    group.components = N;
+    for (size_t index : members) group.members.push_back(static_cast<uint32_t>(index));
+    const Response& first = units[members.front()];
+    const Description& d = first.description;
+    if (first.error.empty() && d.kind == Kind::kAllreduce) {
+      size_t total = 0;
+      for (size_t index : members) total += units[index].description.elements();
+      const Selection choice =
+          selectAlgorithm(N, d.dtype, reduceOpOf(d.op), total, link, policy);
+      group.algorithm = choice.algorithm;
+      group.components = choice.components;
+      group.eps = choice.eps;
+      const bool cerar = choice.algorithm == Algorithm::kCerar;
+      // Share correction is a host pass over the decoded buffer; device buffers skip it.
+      group.shareCorrection = cerar && policy.shareCorrection && !first.reducedOnDevice();
+      group.measureError = cerar && policy.measureError;
+    }
+    decided.push_back(std::move(group));
+  }
+  return decided;
 }
 
 }  // namespace cerar

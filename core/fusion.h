@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/message.h"
+#include "core/selection.h"
 
 namespace cerar {
 
@@ -17,5 +18,13 @@ namespace cerar {
 // never split. thresholdBytes == 0 disables fusion.
 std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& responses,
                                             size_t thresholdBytes);
+
+// The coordinator rank's decisions for one cycle's units: planFusion's groups and, per
+// allreduce group, the algorithm, c, eps and decoding from the cost model (`link`, the
+// coordinator rank's probe) and the job's policy. Error units and other kinds carry no
+// reduction decision.
+std::vector<FusedGroup> decideGroups(const std::vector<Response>& units, int N,
+                                     size_t thresholdBytes, const LinkModel& link,
+                                     const SelectionPolicy& policy);
 
 }  // namespace cerar

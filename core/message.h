@@ -11,6 +11,8 @@
 
 namespace cerar {
 
+enum class Algorithm : uint8_t;  // ops/communicator.h
+
 enum class Kind : uint8_t { kAllreduce, kAllgather, kBroadcast, kBarrier };
 const char* kindName(Kind kind);
 // Elements of one tensor of this shape (1 for a scalar).
@@ -81,13 +83,29 @@ struct RequestMessage {
   std::vector<Request> requests;     // newly ready units not in the cache
 };
 
-// Sent by the coordinator rank to every rank each cycle; every rank runs it in the same order:
-// the cached units in slot order, then `responses` in order.
+// The coordinator rank's decision for one fusion group: which units share one buffer (in
+// packing order) and, for an allreduce, how it is reduced. Decided once, on the coordinator
+// rank, from its link probe and the job's settings; every rank runs it as sent and derives
+// none of it itself, so no two ranks can run different algorithms, c, eps or layouts.
+struct FusedGroup {
+  std::vector<uint32_t> members;  // indices into the cycle's units (ResponseMessage)
+  Algorithm algorithm{};          // allreduce only, as all below
+  int32_t components = 0;         // c (N for the ring)
+  double eps = 0;                 // 0 for the ring
+  bool shareCorrection = false;   // share-corrected decoding of a CERAR host buffer
+  bool measureError = false;      // debug error mode: also the exact ring on a copy
+  bool operator==(const FusedGroup& other) const = default;
+};
+
+// Sent by the coordinator rank to every rank each cycle. The cycle's units are the cached
+// ones in slot order, then `responses` in order; `groups` covers each unit once and every rank
+// runs the groups in this order.
 struct ResponseMessage {
   bool shutdown = false;
   int32_t lastJoinedRank = -1;       // >= 0: every rank has joined, and this one was last
   std::vector<uint8_t> cacheBits;
   std::vector<Response> responses;
+  std::vector<FusedGroup> groups;
 };
 
 // Bit vectors of cache slots.

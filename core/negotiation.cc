@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "ops/common/error.h"
+#include "ops/communicator.h"
 
 namespace cerar {
 namespace {
@@ -163,6 +164,15 @@ std::vector<uint8_t> encode(const ResponseMessage& message) {
     w.putBytes(response.placement);
     w.putString(response.error);
   }
+  w.put<uint32_t>(static_cast<uint32_t>(message.groups.size()));
+  for (const auto& group : message.groups) {
+    w.put<uint32_t>(static_cast<uint32_t>(group.members.size()));
+    for (uint32_t member : group.members) w.put<uint32_t>(member);
+    w.put<uint8_t>(static_cast<uint8_t>(group.algorithm));
+    w.put<int32_t>(group.components);
+    w.put<double>(group.eps);
+    w.put<uint8_t>(uint8_t(group.shareCorrection) | uint8_t(group.measureError) << 1);
+  }
   return std::move(w.bytes);
 }
 
@@ -180,6 +190,20 @@ ResponseMessage decodeResponseMessage(const std::vector<uint8_t>& bytes) {
     for (auto& dim : response.firstDims) dim = r.get<int64_t>();
     response.placement = r.getBytes();
     response.error = r.getString();
+  }
+  message.groups.resize(r.getCount(18));
+  for (auto& group : message.groups) {
+    group.members.resize(r.getCount(4));
+    for (auto& member : group.members) member = r.get<uint32_t>();
+    const uint8_t algorithm = r.get<uint8_t>();
+    CERAR_ENFORCE(algorithm <= uint8_t(Algorithm::kCerar),
+                  "malformed negotiation message: bad algorithm");
+    group.algorithm = static_cast<Algorithm>(algorithm);
+    group.components = r.get<int32_t>();
+    group.eps = r.get<double>();
+    const uint8_t flags = r.get<uint8_t>();
+    group.shareCorrection = flags & 1;
+    group.measureError = flags & 2;
   }
   r.finish();
   return message;

@@ -10,12 +10,14 @@
 #include "core/config.h"
 #include "core/coordinator.h"
 #include "core/device.h"
+#include "core/job_config.h"
 #ifndef CERAR_NO_GLOO
 #include "core/rendezvous/tcp_store.h"
 #include "ops/transport/gloo_tcp.h"
 #endif
 #include "core/scaling.h"
 #include "ops/common/error.h"
+#include "ops/collectives.h"
 #include "ops/transport/inproc.h"
 
 namespace cerar {
@@ -85,13 +87,15 @@ std::string timelinePath(const std::string& path, int rank) {
 
 class RuntimeImpl final : public Runtime {
  public:
+  // `config` holds the job-wide settings every rank agreed on (core/job_config.h).
   RuntimeImpl(const RuntimeConfig& config, std::shared_ptr<Transport> transport,
-              std::shared_ptr<void> rendezvous)
+              std::shared_ptr<void> rendezvous, std::function<void()> beforeRelease = {})
       : config_(config), transport_(std::move(transport)), rendezvous_(std::move(rendezvous)),
         logger_(transport_->rank(), parseLogLevel(config.logLevel), config.logSink),
         timeline_(transport_->rank()),
         devices_(config_.deviceOps, deviceSetup(config_, transport_)),
-        coordinator_(config_, transport_, queue_, timeline_, logger_, devices_) {
+        coordinator_(config_, transport_, queue_, timeline_, logger_, devices_,
+                     std::move(beforeRelease)) {
     if (!config_.timeline.empty()) startTimeline(config_.timeline);
     coordinator_.probe();
     thread_ = std::thread([this] { coordinator_.run(); });
@@ -323,7 +327,11 @@ std::unique_ptr<Runtime> Runtime::startWith(const RuntimeConfig& config,
     adjusted.localRank = 0, adjusted.localSize = 1;
   }
   validateConfig(adjusted);
-  return std::make_unique<RuntimeImpl>(adjusted, std::move(transport), nullptr);
+  Transport& links = *transport;
+  const RuntimeConfig agreed = agreeJobConfig(adjusted, [&](const std::vector<uint8_t>& mine) {
+    return broadcastBytes(links, mine, 0);
+  });
+  return std::make_unique<RuntimeImpl>(agreed, std::move(transport), nullptr);
 }
 
 #ifndef CERAR_NO_GLOO
@@ -339,14 +347,29 @@ bool isLoopback(const std::string& addr) {
   return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
 }
 
+// Rank 0's bytes under `key` to every rank.
+std::vector<uint8_t> exchangeThroughStore(TcpStore& store, const std::string& key, int rank,
+                                          const std::vector<uint8_t>& mine) {
+  try {
+    if (rank == 0) {
+      store.set(key, std::vector<char>(mine.begin(), mine.end()));
+      return mine;
+    }
+    const std::vector<char> bytes = store.get(key);
+    return std::vector<uint8_t>(bytes.begin(), bytes.end());
+  } catch (const std::exception& e) {
+    throw Error(detail::concat("cerar: rank ", rank, ": the job settings from rank 0 ('", key,
+                               "' at ", store.address(), ") did not arrive: ", e.what()));
+  }
+}
+
 }  // namespace
 #endif
 
 std::unique_ptr<Runtime> Runtime::start(const RuntimeConfig& config) {
   validateConfig(config);
-  const auto timeout = timeoutOf(config);
   if (config.size == 1) {
-    InprocHub hub(1, timeout);
+    InprocHub hub(1, timeoutOf(config));
     return std::make_unique<RuntimeImpl>(config, hub.connect(0), nullptr);
   }
 #ifdef CERAR_NO_GLOO
@@ -367,9 +390,17 @@ std::unique_ptr<Runtime> Runtime::start(const RuntimeConfig& config) {
                                               config.secret);
     server->start();
   }
-  rendezvous->store = std::make_unique<TcpStore>(
-      config.rendezvousAddr, uint16_t(config.rendezvousPort), config.secret, timeout);
+  rendezvous->store = std::make_unique<TcpStore>(config.rendezvousAddr,
+                                                 uint16_t(config.rendezvousPort), config.secret,
+                                                 rendezvousTimeoutOf(config));
   TcpStore& store = *rendezvous->store;
+  // This process's n-th start on this store: every rank starts as often, so the count names
+  // this incarnation's keys on every rank, also on a store that outlives it (cerarrun's).
+  const int64_t epoch = store.add(detail::concat("cerar/runtime/starts/", config.rank), 1);
+  const std::string prefix = detail::concat("cerar/runtime/", epoch);
+  const RuntimeConfig agreed = agreeJobConfig(config, [&](const std::vector<uint8_t>& mine) {
+    return exchangeThroughStore(store, prefix + "/job-settings", config.rank, mine);
+  });
   GlooOptions options;
   if (!config.iface.empty()) {
     options.iface = config.iface;
@@ -378,11 +409,15 @@ std::unique_ptr<Runtime> Runtime::start(const RuntimeConfig& config) {
   } else {
     options.hostname = localHostname();
   }
-  options.timeout = timeout;
-  options.prefix = "cerar/runtime";
+  options.timeout = timeoutOf(agreed);
+  options.prefix = prefix + "/links";
   std::shared_ptr<Transport> transport =
       connectGloo(store, config.rank, config.size, options);
-  return std::make_unique<RuntimeImpl>(config, std::move(transport), std::move(rendezvous));
+  // Rank 0 closes the store it hosts before any rank leaves the shutdown handshake: a rank
+  // that starts again then reaches only the next incarnation's store.
+  Rendezvous* hosted = rendezvous.get();
+  return std::make_unique<RuntimeImpl>(agreed, std::move(transport), std::move(rendezvous),
+                                       [hosted] { hosted->server.reset(); });
 #endif
 }
 

@@ -3,11 +3,13 @@
 // created by init(); no file-scope globals, so init -> shutdown -> init works.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +73,10 @@ class Handle {
 };
 
 // Settings, from the environment by default (names as Horovod's, prefixed CERAR_).
+// Per rank: identity, rendezvous (address, port, secret, its timeout), interface, log level,
+// timeline path, hooks. Every other setting is job-wide: at start every rank adopts rank 0's
+// value and logs a warning naming both values where its own differed (core/job_config.h;
+// README, "Runtime knobs").
 struct RuntimeConfig {
   int rank = 0, size = 1, localRank = 0, localSize = 1;
   std::string rendezvousAddr = "127.0.0.1";
@@ -91,12 +97,18 @@ struct RuntimeConfig {
   double stallCheckSeconds = 60;              // CERAR_STALL_CHECK_TIME_SECONDS
   double stallShutdownSeconds = 0;            // CERAR_STALL_SHUTDOWN_TIME_SECONDS; 0 = never
   double timeoutSeconds = 60;                 // CERAR_TIMEOUT_SECONDS: a dead peer's limit
+  // CERAR_RENDEZVOUS_TIMEOUT_SECONDS: this rank's limit for reaching the store and rank 0's
+  // settings (per rank: it applies before ranks can talk); 0 = its timeoutSeconds.
+  double rendezvousTimeoutSeconds = 0;
   std::string logLevel = "warning";           // CERAR_LOG_LEVEL
   // Rank 0 hosts the rendezvous store (torchrun, mpirun, SLURM); under cerarrun the launcher
   // hosts it. CERAR_HOST_STORE overrides.
   bool hostStore = false;
   // Time the links at start for the cost model (a few ms); false keeps LinkModel's defaults.
   bool measureLink = true;
+  // Testing: this rank's link figures (alpha s, beta s/byte, gamma s/byte) instead of the
+  // probe's. Ranks may differ: only the coordinator rank's are used, since it decides.
+  std::optional<std::array<double, 3>> linkFigures;
   // Device tensors: how ranks exchange them (CERAR_DEVICE_TRANSPORT): nccl (P2P on the GPUs),
   // gloo (staged through pinned host memory over the runtime's TCP links), or auto (nccl when
   // every rank has its own GPU, else gloo).
@@ -121,6 +133,7 @@ struct RuntimeStats {
   uint64_t bytesSent = 0;
   uint64_t ringBuffers = 0;
   uint64_t cerarBuffers = 0;
+  int lastComponents = 0;         // c of the last allreduce buffer (N for the ring), as decided
   // CERAR's error per fused buffer (0 while no CERAR buffer ran): the bound predicted by the
   // spec's error terms, relative to sum_i |g_i| (always; ops/algorithms/share_correction.h),
   // and, with debugError, the measured max |CERAR - exact ring| / max |exact ring| over this
@@ -173,6 +186,9 @@ class Runtime {
 
   virtual void startTimeline(const std::string& path) = 0;
   virtual void stopTimeline() = 0;
+  // A consistent copy of the counters. Once a handle has completed (wait() returned, or its
+  // callback ran), its operation's effects (buffers, bytes, errors) are in the stats of the rank
+  // that enqueued it; the coordinator publishes them before completing the handles.
   virtual RuntimeStats stats() const = 0;
 };
 

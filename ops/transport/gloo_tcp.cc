@@ -1,7 +1,6 @@
 #include "ops/transport/gloo_tcp.h"
 
 #include <csignal>
-#include <map>
 #include <mutex>
 
 #include <gloo/common/error.h>
@@ -30,15 +29,6 @@ std::string glooMessage(const std::exception& e) {
     if (end != std::string::npos) text.erase(0, end + 2);
   }
   return text;
-}
-
-// A context per call needs fresh keys; ranks agree on the counter because each rank creates
-// its contexts on a store in the same order (keyed by rank too, for ranks sharing a process).
-int nextGeneration(const gloo::rendezvous::Store& store, int rank) {
-  static std::mutex mutex;
-  static std::map<std::pair<const void*, int>, int> counters;
-  std::lock_guard<std::mutex> lock(mutex);
-  return counters[{&store, rank}]++;
 }
 
 }  // namespace
@@ -160,7 +150,7 @@ std::unique_ptr<GlooTransport> connectGloo(gloo::rendezvous::Store& store, int r
   static std::once_flag sigpipe;
   std::call_once(sigpipe, [] { std::signal(SIGPIPE, SIG_IGN); });
 
-  const std::string prefix = detail::concat(options.prefix, "/", nextGeneration(store, rank));
+  const std::string& prefix = options.prefix;
   try {
     gloo::transport::tcp::attr attr;
     if (!options.hostname.empty()) {

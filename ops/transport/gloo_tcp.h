@@ -25,7 +25,9 @@ struct GlooOptions {
   std::string iface = "lo";  // interface whose address the ranks publish
   std::string hostname;      // overrides iface when set (an address or a resolvable name)
   std::chrono::milliseconds timeout{30000};  // rendezvous limit and default limit of a wait
-  std::string prefix = "cerar";              // key prefix of the contexts in the store
+  // Key prefix of the context in the store. Gloo never overwrites keys, so each context made
+  // on one store needs a prefix of its own, the same on every rank (e.g. "<name>/<epoch>").
+  std::string prefix = "cerar";
 };
 
 // One rank's link to every other rank of a Gloo context. Each post creates an UnboundBuffer
@@ -74,9 +76,8 @@ class GlooTransport : public Transport {
   std::string failure_;  // the first error; non-empty means unusable
 };
 
-// Connects rank `rank` of `size` through `store` over Gloo's TCP transport. Each call uses a
-// fresh key prefix (options.prefix + a per-(store, rank) counter), since Gloo never overwrites
-// keys: every rank must create its contexts on the same store in the same order.
+// Connects rank `rank` of `size` through `store` over Gloo's TCP transport, under the keys
+// options.prefix + "/...", which must be fresh on this store (see GlooOptions::prefix).
 // Throws cerar::Error naming the rank when the rendezvous fails or times out.
 std::unique_ptr<GlooTransport> connectGloo(gloo::rendezvous::Store& store, int rank, int size,
                                            const GlooOptions& options = {});

@@ -5,8 +5,6 @@
 
 #include <cstring>
 #include <deque>
-#include <map>
-#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -231,15 +229,7 @@ std::unique_ptr<NcclTransport> connectNcclWithId(const NcclId& id, int rank, int
 #ifndef CERAR_NO_GLOO
 std::unique_ptr<NcclTransport> connectNccl(gloo::rendezvous::Store& store, int rank, int size,
                                            int device, const NcclOptions& options) {
-  // Fresh keys per call, agreed by every rank connecting on this store in the same order.
-  static std::mutex mutex;
-  static std::map<std::pair<const void*, int>, int> generations;
-  int generation;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    generation = generations[{&store, rank}]++;
-  }
-  const std::string key = detail::concat(options.prefix, "/", generation, "/id");
+  const std::string key = options.prefix + "/id";
   NcclId id;
   try {
     if (rank == 0) {

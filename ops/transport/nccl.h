@@ -16,7 +16,9 @@ namespace cerar {
 
 struct NcclOptions {
   std::chrono::milliseconds timeout{30000};  // rendezvous limit and default limit of a wait
-  std::string prefix = "cerar-nccl";         // key prefix of the unique ids in the store
+  // Key prefix of the unique id in the store: fresh per connection on one store, the same on
+  // every rank (keys are never overwritten).
+  std::string prefix = "cerar-nccl";
 };
 
 // The 128 bytes of an ncclUniqueId.
@@ -74,9 +76,8 @@ class NcclTransport : public DeviceTransport {
 std::unique_ptr<NcclTransport> connectNcclWithId(const NcclId& id, int rank, int size,
                                                  int device, const NcclOptions& options = {});
 
-// Rank 0 makes the id and shares it through `store`; every rank then joins. Each call uses
-// fresh keys (options.prefix + a per-(store, rank) counter): all ranks must connect on a store
-// in the same order. Not available in builds without Gloo.
+// Rank 0 makes the id and shares it through `store` under options.prefix + "/id"; every rank
+// then joins. Not available in builds without Gloo.
 std::unique_ptr<NcclTransport> connectNccl(gloo::rendezvous::Store& store, int rank, int size,
                                            int device, const NcclOptions& options = {});
 
