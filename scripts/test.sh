@@ -1,16 +1,32 @@
 #!/usr/bin/env bash
 # Runs every test: installs and builds first (scripts/setup.sh), then ctest (C++, pytest, bench).
-# Usage: scripts/test.sh [--sanitize]
-#   --sanitize adds the C++ tests under ASan+UBSan and the runtime tests under TSan
-#   (CMakePresets.json: presets asan and tsan).
+# Usage: scripts/test.sh [--sanitize] [--repeat N]
+#   --sanitize  adds the C++ tests under ASan+UBSan and the runtime tests under TSan
+#               (CMakePresets.json: presets asan and tsan).
+#   --repeat N  runs each test up to N times, stopping a test at its first failure (ctest's
+#               --repeat until-fail:N; the pytest suite is one ctest test, so it is rerun whole).
+#               For hunting flaky tests, e.g. under load: docs/testing.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+sanitize=0 repeat=()
+while (($#)); do
+  case "$1" in
+    --sanitize) sanitize=1 ;;
+    --repeat)
+      [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "test.sh: --repeat needs a count >= 1" >&2; exit 2; }
+      repeat=(--repeat "until-fail:$2"); shift ;;
+    *) echo "usage: scripts/test.sh [--sanitize] [--repeat N]" >&2; exit 2 ;;
+  esac
+  shift
+done
+
 scripts/setup.sh
-ctest --test-dir build --output-on-failure -j2 --timeout 600
-if [ "${1:-}" = "--sanitize" ]; then
+ctest --test-dir build --output-on-failure -j2 --timeout 600 "${repeat[@]}"
+if ((sanitize)); then
   for preset in asan tsan; do
     cmake --preset "$preset" >/dev/null
     cmake --build --preset "$preset"
-    ctest --preset "$preset"
+    ctest --preset "$preset" "${repeat[@]}"
   done
 fi
