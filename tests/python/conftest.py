@@ -8,6 +8,14 @@ import pytest
 
 WORKERS = Path(__file__).resolve().parent / "workers"
 
+# torch before cerar in this process: a CUDA build of the extension links the toolkit's NCCL,
+# and a torch that ships a newer NCCL cannot load once that one is in the process. The suite's
+# other tests need not depend on the order; test_torch_compat.py checks the order itself.
+try:
+    import torch  # noqa: F401
+except ImportError:
+    pass
+
 
 def run_job(script, np=4, args=(), launcher_args=(), timeout=120, env=None):
     """Runs workers/<script> as `np` ranks through the launcher; returns CompletedProcess

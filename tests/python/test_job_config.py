@@ -6,6 +6,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import WORKERS, assert_ok, needs_runtime, run_job
 from test_environments import free_port
 
@@ -42,15 +44,26 @@ def test_differing_init_overrides_adopt_rank_zeros_and_warn():
     assert "job-wide setting" not in quiet
 
 
-def test_restart_three_times_under_torchrun_variables():
+def torchrun_env(rank, port):
+    return {"RANK": str(rank), "WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port - 1)}
+
+
+def open_mpi_env(rank, port):
+    return {"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": "4",
+            "CERAR_RENDEZVOUS_PORT": str(port)}
+
+
+@pytest.mark.parametrize("launcher_env", [torchrun_env, open_mpi_env])
+def test_restart_three_times_where_rank_zero_hosts_the_store(launcher_env):
     port = free_port()
     base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("CERAR_", "OMPI_", "SLURM_", "MASTER_"))}
+            if not k.startswith(("CERAR_", "OMPI_", "SLURM_", "MASTER_"))
+            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
     procs = [subprocess.Popen(
         [sys.executable, str(WORKERS / "restart_job.py")],
-        env={**base, **CERAR_ENV, "RANK": str(r), "WORLD_SIZE": "4",
-             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port - 1),
-             "CERAR_SECRET": "t0rch", "CERAR_TIMEOUT_SECONDS": "30"},
+        env={**base, **CERAR_ENV, **launcher_env(r, port), "CERAR_SECRET": "s3cret",
+             "CERAR_TIMEOUT_SECONDS": "30"},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(4)]
     outputs = []
     try:

@@ -10,7 +10,8 @@ import numpy as np
 import cerar
 import cerar.numpy as cn
 
-rank = int(os.environ.get("CERAR_RANK", os.environ.get("RANK", "0")))
+rank = int(next((os.environ[k] for k in ("CERAR_RANK", "RANK", "OMPI_COMM_WORLD_RANK")
+                 if k in os.environ), "0"))
 differ = len(sys.argv) > 1 and sys.argv[1] == "differ"
 overrides = {"components": 4, "eps": 0.01, "fusion_threshold_bytes": 4096} \
     if differ and rank == 1 else {}
