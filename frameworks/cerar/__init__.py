@@ -11,7 +11,33 @@ import atexit
 import itertools
 import threading
 
-from cerar._cerar import CerarError, Op
+
+
+def _load_torchs_nccl_first():
+    """PyPI's torch brings its own NCCL (the nvidia-nccl package) and cannot load once another
+    NCCL with the same soname is in the process, which a CUDA build of the extension would put
+    there first. Loading torch's globally before the extension makes both use it (the
+    extension links NCCL by soname and uses only its stable API)."""
+    import ctypes
+    import importlib.util
+    import os
+    try:
+        spec = importlib.util.find_spec("nvidia.nccl")
+    except (ImportError, ValueError):
+        return
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        library = os.path.join(folder, "lib", "libnccl.so.2")
+        if os.path.exists(library):
+            try:
+                ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                pass
+            return
+
+
+_load_torchs_nccl_first()
+
+from cerar._cerar import CerarError, Op  # noqa: E402
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_rank", "local_size",

@@ -16,6 +16,7 @@ from cerar import (Average, CerarError, Max, Min, Op, Sum, _auto_name, _rt, init
                    start_timeline, stop_timeline, stats)
 from cerar._cerar import DType, RawTensor
 from cerar._handle import Handle, poll, synchronize
+from cerar.torch._compat import stream_of
 
 _DTYPES = {
     torch.float32: DType.float32, torch.float64: DType.float64, torch.float16: DType.float16,
@@ -32,14 +33,12 @@ def _view(tensor):
         raise ValueError("cerar.torch: in-place operations need a contiguous tensor")
     if tensor.is_sparse:
         raise ValueError("cerar.torch: sparse tensors are not supported")
-    device, stream = -1, 0
-    if tensor.is_cuda:
-        device = tensor.device.index
-        # The runtime's device work waits for what is queued on this stream so far (an event,
-        # not a host synchronisation); the result is complete when the handle is.
-        stream = torch.cuda.current_stream(tensor.device).cuda_stream
+    # For a CUDA tensor the runtime's device work waits for what is queued on its current
+    # stream so far (an event, not a host synchronisation); the result is complete when the
+    # handle is.
+    device = tensor.device.index if tensor.is_cuda else -1
     return RawTensor(tensor, tensor.data_ptr(), _DTYPES[tensor.dtype], list(tensor.shape),
-                     device, stream)
+                     device, stream_of(tensor))
 
 
 def _fresh(tensor):

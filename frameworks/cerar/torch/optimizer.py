@@ -10,6 +10,7 @@ import warnings
 import torch
 
 from cerar import Average, Sum
+from cerar.torch._compat import on_gradient_ready
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -58,15 +59,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _register_hooks(self):
         for p in self._ordered:
-            if hasattr(p, "register_post_accumulate_grad_hook"):  # torch >= 2.1
-                self._hook_refs.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
-            else:  # the gradient accumulator node, as Horovod does
-                accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
-                accumulator.register_hook(self._make_hook(p))
-                self._hook_refs.append(accumulator)
+            self._hook_refs.append(on_gradient_ready(p, self._make_hook(p)))
 
     def _make_hook(self, p):
-        def hook(*_):
+        def hook():
             handle = self._handles.get(p, (None, None))[0]
             if handle is not None and self._delay[p] <= 0:
                 raise AssertionError(
