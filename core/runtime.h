@@ -91,7 +91,7 @@ struct RuntimeConfig {
   double eps = 0;                             // CERAR_EPS; 0 = the spec's default per dtype
   bool shareCorrection = false;               // CERAR_SHARE_CORRECTION: share-corrected decoding
   // CERAR_DEBUG_ERROR: also reduce each CERAR buffer with the exact ring (doubles the traffic)
-  // and record the measured error. Job-wide, as the others below it.
+  // and record the measured error. Job-wide (docs/settings.md).
   bool debugError = false;
   std::string timeline;                       // CERAR_TIMELINE
   double stallCheckSeconds = 60;              // CERAR_STALL_CHECK_TIME_SECONDS
