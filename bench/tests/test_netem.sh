@@ -6,11 +6,12 @@
 # netns: up/down/clean-up (also after failure and interruption) and a 2-rank smoke run in
 #        namespaces; needs root and `ip netns`. Alone it exits 77 when it cannot run (ctest:
 #        SKIP_RETURN_CODE 77); under `all` it prints SKIP and passes.
-# Uses the prefix "cerartst" so it never clashes with a manual run (default prefix cerar-ns).
+# Uses a prefix of its own per run ("ct" + the process id in letters), so it never clashes with a
+# manual run (default prefix cerar-ns) nor with another test run on the same machine.
 set -u
 BENCH=$(cd "$(dirname "$0")/.." && pwd)
 NETEM=$BENCH/netem.sh RUNNER=$BENCH/runner.py RING=$BENCH/tcp_ring.py
-TP=cerartst
+TP=ct$(echo $$ | tr 0-9 a-j)
 # Below the kernel's ephemeral range (32768 up), where concurrent tests' connections and
 # port-0 listeners would sometimes hold a port of ours.
 PORT=$((10000 + $$ % 10000))

@@ -10,7 +10,7 @@
 set -u
 BENCH=$(cd "$(dirname "$0")/.." && pwd)
 SUITE=$BENCH/run_suite.py REPORT=$BENCH/suite_report.py RUNNER=$BENCH/runner.py NETEM=$BENCH/netem.sh
-TP=cerarsmk
+TP=cs$(echo $$ | tr 0-9 a-j)  # per run: concurrent runs never share namespaces
 # Below the kernel's ephemeral range (32768 up), apart from test_netem.sh's ports.
 PORT=$((20000 + $$ % 9000))
 PART=${1:-all}
