@@ -75,7 +75,7 @@ TEST(RuntimeInproc, DuplicateNameAndBadArgumentsFailAtOnce) {
     Handle first = rt->allreduce("dup", f32(v), f32(v), Op::kSum);
     bool called = false;
     Handle second = rt->allreduce("dup", f32(v), f32(v), Op::kSum,
-                                  1.0, 1.0, [&](const std::string& e) { called = !e.empty(); });
+                                  1.0, 1.0, [&](const Status& s) { called = !s.ok(); });
     check(second.poll() && called, "duplicate not refused at once");
     check(failure(second).find("already in flight") != std::string::npos, failure(second));
     first.wait();
