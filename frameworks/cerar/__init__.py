@@ -11,12 +11,18 @@ import atexit
 import itertools
 import threading
 
-from cerar._cerar import CerarError, Op
+from cerar._cerar import (CerarError, CerarTimeoutError, InternalError, InvalidArgumentError,
+                          MismatchError, Op, PeerLostError, ShutDownError)
+
+# Every failure raises a subclass of CerarError (a RuntimeError); `.peer` names the rank it
+# concerns (or None) and `.code` the kind. See docs/errors.md.
+ERRORS = ("CerarError", "CerarTimeoutError", "PeerLostError", "MismatchError", "ShutDownError",
+          "InvalidArgumentError", "InternalError")
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_rank", "local_size",
-    "start_timeline", "stop_timeline", "stats", "CerarError", "Op",
-    "Sum", "Average", "Min", "Max",
+    "start_timeline", "stop_timeline", "stats", "Op", "Sum", "Average", "Min", "Max",
+    *ERRORS,
 ]
 __version__ = "0.1.0"
 
@@ -52,7 +58,7 @@ def init(**overrides):
 
 
 def shutdown():
-    """Stops the runtime; pending operations fail with "cerar has been shut down". Idempotent."""
+    """Stops the runtime; pending operations fail with ShutDownError. Idempotent."""
     global _runtime
     with _lock:
         runtime, _runtime = _runtime, None
