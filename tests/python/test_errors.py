@@ -92,6 +92,6 @@ def test_every_survivor_names_the_lost_rank(victim, signal_, expected):
     for rank, result in results.items():
         assert result["class"] == expected, result
         assert result["peer"] == victim and f"rank {victim} " in result["message"], result
-        assert result["horovod"], result
+        assert result["cerar"], result
         # Frozen: detected after the timeout; the agreement adds at most its window (1.5 s).
         assert result["time"] - struck < TIMEOUT_SECONDS + 1.5 + 2, result

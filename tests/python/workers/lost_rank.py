@@ -10,7 +10,6 @@ import numpy as np
 
 import cerar
 import cerar.numpy as cn
-import cerar.torch
 
 cerar.init()
 data = np.ones(1 << 20, np.float32)  # 4 MiB: a round trip of the ring takes a while
@@ -24,7 +23,7 @@ try:
 except RuntimeError as error:
     print("RESULT " + json.dumps({
         "rank": cerar.rank(), "class": type(error).__name__, "peer": getattr(error, "peer", None),
-        "horovod": isinstance(error, cerar.torch.HorovodInternalError),
+        "cerar": isinstance(error, cerar.CerarError),
         "message": str(error), "time": time.time(), "steps": step}), flush=True)
 sys.stdout.flush()
 os._exit(0)  # the runtime has failed; nothing is left to shut down cleanly
