@@ -1,6 +1,7 @@
 // Python classes of cerar's errors: one per StatusCode, all under CerarError (a RuntimeError),
-// so `except RuntimeError` still catches every one. Each instance carries `.code` (the
-// code's name) and `.peer` (the rank the failure concerns, or None).
+// so `except RuntimeError` still catches every one. Each instance carries `.code` (the code's
+// name: "timeout", "peer_lost", "mismatch", "shut_down", "invalid_argument", "internal") and
+// `.peer` (the rank the failure concerns, or None).
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
@@ -53,7 +54,9 @@ void registerErrors(py::module_& m) {
     } catch (const Error& e) {
       PyObject* cls = classes[std::min(size_t(e.code()), kCodes - 1)];
       py::object error = py::reinterpret_borrow<py::object>(cls)(e.what());
-      error.attr("code") = statusCodeName(e.code());
+      std::string code = statusCodeName(e.code());
+      std::replace(code.begin(), code.end(), ' ', '_');
+      error.attr("code") = code;
       error.attr("peer") = e.peer() >= 0 ? py::object(py::int_(e.peer())) : py::none();
       PyErr_SetObject(cls, error.ptr());
     }

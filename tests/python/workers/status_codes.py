@@ -11,6 +11,8 @@ from common import check
 
 EXPECTED = {1: cerar.CerarTimeoutError, 2: cerar.PeerLostError, 3: cerar.MismatchError,
             4: cerar.ShutDownError, 5: cerar.InvalidArgumentError, 6: cerar.InternalError}
+NAMES = {1: "timeout", 2: "peer_lost", 3: "mismatch", 4: "shut_down", 5: "invalid_argument",
+         6: "internal"}
 for code, cls in EXPECTED.items():
     try:
         _cerar._raise_status(code, 3, f"code {code}")
@@ -19,6 +21,7 @@ for code, cls in EXPECTED.items():
         check(f"base of {code}", isinstance(error, cerar.CerarError), type(error).__name__)
         check(f"horovod {code}", isinstance(error, cerar.torch.HorovodInternalError), "")
         check(f"peer of {code}", error.peer == 3 and str(error) == f"code {code}", repr(error))
+        check(f"name of {code}", error.code == NAMES[code], repr(error.code))
 check("value error", issubclass(cerar.InvalidArgumentError, ValueError), "")
 
 cerar.init()
