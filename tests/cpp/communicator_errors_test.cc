@@ -65,7 +65,8 @@ TEST(CommunicatorErrors, BadParametersAreRejected) {
   minimum.op = ReduceOp::kMin;
   EXPECT_NE(errorOf([&] { simulate(buffers, minimum); }).find("needs the exact ring"),
             std::string::npos);
-  EXPECT_THROW(parseDType("f8"), Error);
+  EXPECT_THROW(parseDType("f8"), InvalidArgumentError);
+  EXPECT_THROW(simulate(buffers, cerarWith(6, 1e-3)), InvalidArgumentError);
 }
 
 // Ranks that disagree on d, c or eps all fail, each naming both values.
@@ -81,16 +82,20 @@ TEST(CommunicatorErrors, DisagreeingRanksFailEverywhere) {
     const int N = 4;
     InprocHub hub(N, std::chrono::seconds(5));
     std::vector<std::string> errors(N);
+    std::vector<int> peers(N, -1);
     std::vector<std::thread> threads;
     for (int rank = 0; rank < N; ++rank) {
       threads.emplace_back([&, rank] {
         const bool odd = rank == 2;
         std::vector<float> data(odd ? variant.d : 100, 1.0f);
         Communicator communicator(hub.connect(rank));
-        errors[rank] = errorOf([&] {
+        try {
           communicator.allreduce(data.data(), data.size(), DType::kFloat32,
                                  cerarWith(odd ? variant.c : 8, odd ? variant.eps : 1e-3));
-        });
+        } catch (const MismatchError& e) {
+          errors[rank] = e.what();
+          peers[rank] = e.peer();
+        }
       });
     }
     for (auto& thread : threads) thread.join();
@@ -98,6 +103,7 @@ TEST(CommunicatorErrors, DisagreeingRanksFailEverywhere) {
       EXPECT_NE(errors[rank].find("parameters disagree"), std::string::npos) << errors[rank];
       EXPECT_NE(errors[rank].find("rank 2 has"), std::string::npos) << errors[rank];
       EXPECT_NE(errors[rank].find(variant.what), std::string::npos) << errors[rank];
+      EXPECT_EQ(peers[rank], 2) << errors[rank];
     }
   }
 }
