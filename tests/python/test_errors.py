@@ -2,6 +2,7 @@
 every survivor names it with the same error class; each status code has its Python class."""
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -72,7 +73,10 @@ def test_every_survivor_names_the_lost_rank(victim, signal_, expected):
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True, stdin=subprocess.DEVNULL))
     try:
-        for proc in procs:  # every rank is in the all-reduce loop
+        deadline = time.monotonic() + 60
+        for rank, proc in enumerate(procs):  # every rank is in the all-reduce loop
+            ready, _, _ = select.select([proc.stdout], [], [], deadline - time.monotonic())
+            assert ready, f"rank {rank} did not start within 60 s"
             line = proc.stdout.readline()
             assert line.startswith("ready"), line + proc.stdout.read()
         time.sleep(0.3)
