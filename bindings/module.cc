@@ -133,7 +133,7 @@ py::dict statsDict(const RuntimeStats& s) {
 
 PYBIND11_MODULE(_cerar, m) {
   m.doc() = "cerar's C++ runtime (core/runtime.h); use the `cerar` package instead.";
-  py::register_exception<Error>(m, "CerarError", PyExc_RuntimeError);
+  cerar::bindings::registerErrors(m);
 
   py::enum_<Op>(m, "Op")
       .value("Sum", Op::kSum)
@@ -201,7 +201,7 @@ PYBIND11_MODULE(_cerar, m) {
   py::class_<PyHandle>(m, "Handle")
       .def("poll", &PyHandle::poll, "True once the operation has ended.")
       .def("wait", &PyHandle::wait, py::arg("timeout") = py::none(),
-           "Waits (GIL released); raises CerarError if the operation failed; with a timeout, "
+           "Waits (GIL released); raises the CerarError subclass of the failure; with a timeout, "
            "returns False if it is still running.")
       .def("output", &PyHandle::output, "allgather: the gathered array (after wait).")
       .def("last_joined_rank", &PyHandle::lastJoinedRank, "join: the rank that joined last.");

@@ -66,4 +66,8 @@ class PyHandle {
 // Releases the parked tensors of operations that have ended (called with the GIL held).
 void pruneParked();
 
+// Defines CerarError and its subclasses in `m` and translates cerar::Error to them
+// (bindings/errors.cc).
+void registerErrors(py::module_& m);
+
 }  // namespace cerar::bindings

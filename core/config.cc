@@ -31,13 +31,14 @@ class Env {
     char* end = nullptr;
     const long long parsed = std::strtoll(value->c_str(), &end, 10);
     if (errno != 0 || end == value->c_str() || *end != '\0' || parsed < low || parsed > high) {
-      throw Error(detail::concat("bad value for ", name, ": '", *value,
-                                 "' (expected an integer in [", low, ", ", high, "])"));
+      throw InvalidArgumentError(detail::concat("bad value for ", name, ": '", *value,
+                                                "' (expected an integer in [", low, ", ", high,
+                                                "])"));
     }
     return parsed;
   }
   long long required(const std::string& name, long long low, long long high) const {
-    if (!has(name)) throw Error(name + " is not set");
+    if (!has(name)) throw InvalidArgumentError(name + " is not set");
     return integer(name, 0, low, high);
   }
   // A finite number >= low; `fallback` when unset.
@@ -49,8 +50,8 @@ class Env {
     const double parsed = std::strtod(value->c_str(), &end);
     if (errno != 0 || end == value->c_str() || *end != '\0' || !std::isfinite(parsed) ||
         parsed < low) {
-      throw Error(detail::concat("bad value for ", name, ": '", *value,
-                                 "' (expected a number >= ", low, ")"));
+      throw InvalidArgumentError(detail::concat("bad value for ", name, ": '", *value,
+                                                "' (expected a number >= ", low, ")"));
     }
     return parsed;
   }
@@ -59,7 +60,7 @@ class Env {
     if (!value) return fallback;
     if (*value == "1" || *value == "true") return true;
     if (*value == "0" || *value == "false") return false;
-    throw Error("bad value for " + name + ": '" + *value + "' (expected 0 or 1)");
+    throw InvalidArgumentError("bad value for " + name + ": '" + *value + "' (expected 0 or 1)");
   }
 
  private:
@@ -73,8 +74,8 @@ constexpr long long kMaxRanks = 1 << 20;
 std::string addressOrLoopback(const Env& env, const RuntimeConfig& c, const char* launcher) {
   if (auto addr = env.text("CERAR_RENDEZVOUS_ADDR")) return *addr;
   if (c.localSize == c.size) return "127.0.0.1";
-  throw Error(std::string("CERAR_RENDEZVOUS_ADDR is not set: under ") + launcher +
-              " across nodes it must name the host of rank 0");
+  throw InvalidArgumentError(std::string("CERAR_RENDEZVOUS_ADDR is not set: under ") +
+                             launcher + " across nodes it must name the host of rank 0");
 }
 
 void readIdentity(const Env& env, RuntimeConfig& c) {
@@ -155,7 +156,8 @@ RuntimeConfig configFromEnvironment(const EnvironmentLookup& lookup) {
   try {
     validateConfig(c);
   } catch (const Error& e) {
-    throw Error(std::string("cerar configuration from the environment: ") + e.what());
+    throw InvalidArgumentError(std::string("cerar configuration from the environment: ") +
+                               e.what());
   }
   if (c.secret.empty() && c.size > 1) {
     Logger(c.rank, parseLogLevel(c.logLevel))
@@ -186,34 +188,34 @@ std::chrono::milliseconds rendezvousTimeoutOf(const RuntimeConfig& config) {
 }
 
 void validateConfig(const RuntimeConfig& c) {
-  CERAR_ENFORCE(c.size >= 1, "size must be >= 1, got ", c.size);
-  CERAR_ENFORCE(c.rank >= 0 && c.rank < c.size, "rank ", c.rank, " out of range for size ",
-                c.size);
-  CERAR_ENFORCE(c.localSize >= 1 && c.localRank >= 0 && c.localRank < c.localSize,
-                "local rank ", c.localRank, " out of range for local size ", c.localSize);
-  CERAR_ENFORCE(c.rendezvousPort >= 0 && c.rendezvousPort <= 65535, "rendezvous port ",
-                c.rendezvousPort, " out of range");
-  CERAR_ENFORCE(c.cycleTimeMs > 0 && std::isfinite(c.cycleTimeMs),
-                "CERAR_CYCLE_TIME must be positive, got ", c.cycleTimeMs);
-  CERAR_ENFORCE(c.deviceTransport == "auto" || c.deviceTransport == "nccl" ||
-                    c.deviceTransport == "gloo",
-                "CERAR_DEVICE_TRANSPORT must be auto, nccl or gloo, got '", c.deviceTransport,
-                "'");
-  CERAR_ENFORCE(c.algorithm == "auto" || c.algorithm == "ring" || c.algorithm == "cerar",
-                "CERAR_ALGORITHM must be auto, ring or cerar, got '", c.algorithm, "'");
+  CERAR_CHECK_ARGUMENT(c.size >= 1, "size must be >= 1, got ", c.size);
+  CERAR_CHECK_ARGUMENT(c.rank >= 0 && c.rank < c.size, "rank ", c.rank, " out of range for size ",
+                       c.size);
+  CERAR_CHECK_ARGUMENT(c.localSize >= 1 && c.localRank >= 0 && c.localRank < c.localSize,
+                       "local rank ", c.localRank, " out of range for local size ", c.localSize);
+  CERAR_CHECK_ARGUMENT(c.rendezvousPort >= 0 && c.rendezvousPort <= 65535, "rendezvous port ",
+                       c.rendezvousPort, " out of range");
+  CERAR_CHECK_ARGUMENT(c.cycleTimeMs > 0 && std::isfinite(c.cycleTimeMs),
+                       "CERAR_CYCLE_TIME must be positive, got ", c.cycleTimeMs);
+  CERAR_CHECK_ARGUMENT(c.deviceTransport == "auto" || c.deviceTransport == "nccl" ||
+                           c.deviceTransport == "gloo",
+                       "CERAR_DEVICE_TRANSPORT must be auto, nccl or gloo, got '",
+                       c.deviceTransport, "'");
+  CERAR_CHECK_ARGUMENT(c.algorithm == "auto" || c.algorithm == "ring" || c.algorithm == "cerar",
+                       "CERAR_ALGORITHM must be auto, ring or cerar, got '", c.algorithm, "'");
   if (c.components != 0 && c.size > 1) {
-    const std::string invalid = validateCerarParameters(c.size, c.components);
-    CERAR_ENFORCE(invalid.empty(), "CERAR_COMPONENTS=", c.components, ": ", invalid);
+    const Status invalid = validateCerarParameters(c.size, c.components);
+    CERAR_CHECK_ARGUMENT(invalid.ok(), "CERAR_COMPONENTS=", c.components, ": ", invalid.message);
   }
-  CERAR_ENFORCE(c.components >= 0, "CERAR_COMPONENTS must be >= 0, got ", c.components);
-  CERAR_ENFORCE(c.eps >= 0 && std::isfinite(c.eps), "CERAR_EPS must be >= 0, got ", c.eps);
-  CERAR_ENFORCE(c.stallCheckSeconds >= 0 && c.stallShutdownSeconds >= 0,
-                "stall times must be >= 0");
-  CERAR_ENFORCE(c.timeoutSeconds > 0 && std::isfinite(c.timeoutSeconds),
-                "CERAR_TIMEOUT_SECONDS must be positive, got ", c.timeoutSeconds);
-  CERAR_ENFORCE(c.rendezvousTimeoutSeconds >= 0 && std::isfinite(c.rendezvousTimeoutSeconds),
-                "CERAR_RENDEZVOUS_TIMEOUT_SECONDS must be >= 0, got ",
-                c.rendezvousTimeoutSeconds);
+  CERAR_CHECK_ARGUMENT(c.components >= 0, "CERAR_COMPONENTS must be >= 0, got ", c.components);
+  CERAR_CHECK_ARGUMENT(c.eps >= 0 && std::isfinite(c.eps), "CERAR_EPS must be >= 0, got ", c.eps);
+  CERAR_CHECK_ARGUMENT(c.stallCheckSeconds >= 0 && c.stallShutdownSeconds >= 0,
+                       "stall times must be >= 0");
+  CERAR_CHECK_ARGUMENT(c.timeoutSeconds > 0 && std::isfinite(c.timeoutSeconds),
+                       "CERAR_TIMEOUT_SECONDS must be positive, got ", c.timeoutSeconds);
+  CERAR_CHECK_ARGUMENT(c.rendezvousTimeoutSeconds >= 0 && std::isfinite(c.rendezvousTimeoutSeconds),
+                       "CERAR_RENDEZVOUS_TIMEOUT_SECONDS must be >= 0, got ",
+                       c.rendezvousTimeoutSeconds);
   parseLogLevel(c.logLevel);
 }
 

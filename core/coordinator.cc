@@ -1,5 +1,6 @@
 #include "core/coordinator.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "core/config.h"
@@ -50,6 +51,21 @@ void Coordinator::probe() {
                                               link.gamma * 1e9, " ns/B"));
 }
 
+void Coordinator::setBlameBoard(std::shared_ptr<BlameBoard> board, bool hostedByRankZero) {
+  board_ = std::move(board);
+  if (!board_) return;
+  const std::string mine = transport_->rank() == kCoordinatorRank ? newBlameScope() : "";
+  const auto scope = broadcastBytes(*transport_, {mine.begin(), mine.end()}, kCoordinatorRank);
+  blame_.scope.assign(scope.begin(), scope.end());
+  blame_.rank = transport_->rank();
+  blame_.size = transport_->size();
+  blame_.hostedByRankZero = hostedByRankZero;
+  // Survivors fail within moments of each other (core/blame.h); the window only matters when
+  // more than one rank is missing, and must stay short next to the timeout.
+  blame_.window = std::clamp(timeoutOf(config_) / 2, std::chrono::milliseconds(200),
+                             std::chrono::milliseconds(5000));
+}
+
 RuntimeStats Coordinator::stats() const {
   std::lock_guard<std::mutex> lock(statsMutex_);
   return published_;
@@ -72,18 +88,20 @@ void Coordinator::run() {
       ++working_.cycles;
       if (answer.shutdown) {
         farewell();
-        finish("cerar has been shut down");
+        finish(Status(StatusCode::kShutDown, "cerar has been shut down"));
         return;
       }
       process(answer);
       publishStats();
     }
-  } catch (const TimeoutError& e) {
-    finish(detail::concat("cerar: rank ", transport_->rank(), " lost contact with rank ",
-                          e.peer(), ": ", e.what()));
   } catch (const std::exception& e) {
-    finish(detail::concat("cerar: rank ", transport_->rank(), ": the runtime failed: ",
-                          e.what()));
+    const Status observed = statusOf(e);
+    const Status agreed = agreeOnFailure(observed, board_.get(), blame_);
+    const bool lost = agreed.code == StatusCode::kTimeout || agreed.code == StatusCode::kPeerLost;
+    finish(withContext(agreed, lost ? std::string("cerar: ")
+                                    : detail::concat("cerar: rank ", transport_->rank(),
+                                                     ": the runtime failed: "),
+                       ""));
   }
 }
 
@@ -123,7 +141,7 @@ ResponseMessage Coordinator::negotiate(const RequestMessage& request) {
       auto report = stallInspector_.inspect(table_->waiting(), now);
       if (!report.warning.empty()) logger_.log(LogLevel::kWarning, report.warning);
       for (const auto& [key, error] : report.failures) {
-        logger_.log(LogLevel::kError, error);
+        logger_.log(LogLevel::kError, error.message);
         table_->fail(key, error);
       }
     }
@@ -170,7 +188,7 @@ void Coordinator::process(const ResponseMessage& message) {
       entries.push_back(it == pending_.end() ? nullptr : it->second.get());
     }
     if (!members.front()->error.empty()) {  // errors are never fused
-      complete(members.front()->key(), members.front()->error);
+      complete(members.front()->key(), members.front()->status());
       continue;
     }
     const auto dispatched = Clock::now();
@@ -187,25 +205,25 @@ void Coordinator::process(const ResponseMessage& message) {
     if (end) {
       completeOnDevice(members, std::move(end));
     } else {
-      for (const Response* member : members) complete(member->key(), "");
+      for (const Response* member : members) complete(member->key(), {});
     }
   }
 
   if (message.lastJoinedRank >= 0) {
     if (auto join = queue_.takeJoin()) {
       join->lastJoinedRank = message.lastJoinedRank;
-      join->complete("");
+      join->complete({});
     }
   }
 }
 
-void Coordinator::complete(const std::string& key, const std::string& error) {
+void Coordinator::complete(const std::string& key, const Status& status) {
   auto it = pending_.find(key);
   if (it == pending_.end()) return;  // a unit this rank never submitted (it has joined)
   std::unique_ptr<Entry> entry = std::move(it->second);
   pending_.erase(it);
   queue_.release(entry->request.names);  // before the callback, which may enqueue the name again
-  entry->state->complete(error);
+  entry->state->complete(status);
 }
 
 void Coordinator::completeOnDevice(const std::vector<const Response*>& members,
@@ -220,10 +238,10 @@ void Coordinator::completeOnDevice(const std::vector<const Response*>& members,
   if (done->empty()) return;
   // The names stay in flight until the results are there: a rank that enqueues one again
   // before then is refused, as on the host.
-  finalizer_.add(devices_.get(-1), std::move(end), [this, done](const std::string& error) {
+  finalizer_.add(devices_.get(-1), std::move(end), [this, done](const Status& status) {
     for (auto& entry : *done) {
       queue_.release(entry->request.names);
-      entry->state->complete(error);
+      entry->state->complete(status);
     }
   });
 }
@@ -240,9 +258,10 @@ void Coordinator::farewell() {
   }
 }
 
-void Coordinator::finish(const std::string& why) {
+void Coordinator::finish(const Status& why) {
   finalizer_.drain();  // device work already dispatched completes with its own outcome
-  logger_.log(why == "cerar has been shut down" ? LogLevel::kDebug : LogLevel::kError, why);
+  logger_.log(why.code == StatusCode::kShutDown ? LogLevel::kDebug : LogLevel::kError,
+              why.message);
   std::shared_ptr<OperationState> join;
   auto undrained = queue_.close(why, join);
   for (auto& [key, entry] : pending_) entry->state->complete(why);

@@ -9,6 +9,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "core/blame.h"
 #include "core/dispatch.h"
 #include "core/finalizer.h"
 #include "core/log.h"
@@ -30,6 +31,9 @@ class Coordinator {
 
   // Measures the links for the cost model (all ranks together). Call before run().
   void probe();
+  // Where a failure is posted so that survivors agree on a lost rank (core/blame.h). Every
+  // rank calls it before run(), all with a board or all without: rank 0 picks the scope.
+  void setBlameBoard(std::shared_ptr<BlameBoard> board, bool hostedByRankZero);
   // Runs cycles until a rank asks to shut down or the transport fails; then every operation
   // still pending on this rank fails with the reason, and later enqueues are refused.
   void run();
@@ -44,11 +48,11 @@ class Coordinator {
   std::vector<Response> unitsOf(const ResponseMessage& message) const;
   ResponseMessage negotiate(const RequestMessage& request);
   void process(const ResponseMessage& message);
-  void complete(const std::string& key, const std::string& error);
+  void complete(const std::string& key, const Status& status);
   // Hands the group's entries to the finalizer, which completes them once `end` is reached.
   void completeOnDevice(const std::vector<const Response*>& members, DeviceEvent end);
   void farewell();
-  void finish(const std::string& why);
+  void finish(const Status& why);
   void publishStats();
 
   RuntimeConfig config_;
@@ -69,6 +73,8 @@ class Coordinator {
   RuntimeStats working_;  // the coordinator thread's
   mutable std::mutex statsMutex_;
   RuntimeStats published_;
+  std::shared_ptr<BlameBoard> board_;
+  BlameOptions blame_;
   Finalizer finalizer_;  // last: its thread may still complete entries while members go
 };
 

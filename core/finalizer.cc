@@ -14,7 +14,7 @@ Finalizer::~Finalizer() {
 }
 
 void Finalizer::add(DeviceOps& ops, DeviceEvent event,
-                    std::function<void(const std::string&)> done) {
+                    std::function<void(const Status&)> done) {
   std::lock_guard<std::mutex> lock(mutex_);
   jobs_.push_back(Job{&ops, std::move(event), std::move(done)});
   if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
@@ -40,14 +40,15 @@ void Finalizer::loop() {
     jobs_.pop_front();
     busy_ = true;
     lock.unlock();
-    std::string error;
+    Status error;
     try {
       if (!job.ops->wait(job.event, timeout_)) {
-        error = detail::concat("cerar: the device did not finish within ", timeout_.count(),
-                               " ms");
+        error = Status(StatusCode::kTimeout,
+                       detail::concat("cerar: the device did not finish within ",
+                                      timeout_.count(), " ms"));
       }
     } catch (const std::exception& e) {
-      error = std::string("cerar: device error: ") + e.what();
+      error = withContext(statusOf(e), "cerar: device error: ", "");
     }
     job.done(error);
     job = Job{};  // drop the event and the callback's captures before reporting idle

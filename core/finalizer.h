@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "core/device.h"
+#include "ops/common/status.h"
 
 namespace cerar {
 
@@ -24,9 +25,9 @@ class Finalizer {
   Finalizer(const Finalizer&) = delete;
   Finalizer& operator=(const Finalizer&) = delete;
 
-  // Calls done("") on the finalizer thread once `ops` reaches `event`, or done(why) when
+  // Calls done(ok) on the finalizer thread once `ops` reaches `event`, or done(why) when
   // waiting fails (device error, timeout). The thread starts with the first job.
-  void add(DeviceOps& ops, DeviceEvent event, std::function<void(const std::string&)> done);
+  void add(DeviceOps& ops, DeviceEvent event, std::function<void(const Status&)> done);
   // Returns once every job added so far has finished.
   void drain();
   // True on the finalizer thread (where the `done` callbacks run).
@@ -36,7 +37,7 @@ class Finalizer {
   struct Job {
     DeviceOps* ops;
     DeviceEvent event;
-    std::function<void(const std::string&)> done;
+    std::function<void(const Status&)> done;
   };
   void loop();
 

@@ -16,7 +16,7 @@ LogLevel parseLogLevel(const std::string& name) {
                      LogLevel::kError, LogLevel::kFatal}) {
     if (lower == logLevelName(level)) return level;
   }
-  throw Error("unknown log level '" + name +
+  throw InvalidArgumentError("unknown log level '" + name +
               "' (expected trace, debug, info, warning, error or fatal)");
 }
 

@@ -60,6 +60,10 @@ struct Response {
   // Empty when every submitting rank's tensors are where description.onDevice says; else,
   // per rank, kHost / kDevice / kNone (joined).
   std::vector<uint8_t> placement;
+  StatusCode errorCode = StatusCode::kMismatch;  // of a non-empty error
+  int32_t errorPeer = -1;                         // the rank the error concerns, if one
+  // ok, or the error as a Status.
+  Status status() const { return error.empty() ? Status() : Status(errorCode, error, errorPeer); }
 
   enum Place : uint8_t { kHost = 0, kDevice = 1, kNone = 2 };
   // Whether `rank` submitted device tensors.

@@ -163,6 +163,8 @@ std::vector<uint8_t> encode(const ResponseMessage& message) {
     for (int64_t dim : response.firstDims) w.put<int64_t>(dim);
     w.putBytes(response.placement);
     w.putString(response.error);
+    w.put<uint8_t>(uint8_t(response.errorCode));
+    w.put<int32_t>(response.errorPeer);
   }
   w.put<uint32_t>(static_cast<uint32_t>(message.groups.size()));
   for (const auto& group : message.groups) {
@@ -190,6 +192,8 @@ ResponseMessage decodeResponseMessage(const std::vector<uint8_t>& bytes) {
     for (auto& dim : response.firstDims) dim = r.get<int64_t>();
     response.placement = r.getBytes();
     response.error = r.getString();
+    response.errorCode = StatusCode(r.get<uint8_t>());
+    response.errorPeer = r.get<int32_t>();
   }
   message.groups.resize(r.getCount(18));
   for (auto& group : message.groups) {
@@ -252,11 +256,15 @@ void NegotiationTable::add(int rank, const Request& request, Clock::time_point n
     // A rank never has one name in flight twice; seeing it is a protocol error worth naming.
     entry.error = "rank " + std::to_string(rank) + " submitted " + quoteNames(request.names) +
                   " twice";
+    entry.errorCode = StatusCode::kInternal;
+    entry.errorPeer = rank;
   } else if (entry.error.empty() && !request.description.agrees(entry.first.description)) {
     entry.error = "mismatched " + quoteNames(request.names) + ": rank " +
                   std::to_string(entry.firstRank) + " submitted " +
                   entry.first.description.toString() + ", rank " + std::to_string(rank) +
                   " submitted " + request.description.toString();
+    entry.errorCode = StatusCode::kMismatch;
+    entry.errorPeer = rank;
   }
   entry.submitted[rank] = true;
   entry.placement[rank] = request.description.onDevice ? Response::kDevice : Response::kHost;
@@ -279,6 +287,8 @@ Response NegotiationTable::respond(const Entry& entry) const {
   response.names = entry.first.names;
   response.description = entry.first.description;
   response.error = entry.error;
+  response.errorCode = entry.errorCode;
+  response.errorPeer = entry.errorPeer;
   const Description& d = response.description;
   if (d.kind == Kind::kAllgather) response.firstDims = entry.firstDims;
   const uint8_t first = d.onDevice ? Response::kDevice : Response::kHost;
@@ -289,6 +299,8 @@ Response NegotiationTable::respond(const Entry& entry) const {
       !entry.submitted[d.root]) {
     response.error = "broadcast of " + quoteNames(response.names) + ": root rank " +
                      std::to_string(d.root) + " has joined and cannot send";
+    response.errorCode = StatusCode::kInvalidArgument;
+    response.errorPeer = d.root;
   }
   return response;
 }
@@ -332,10 +344,12 @@ std::vector<NegotiationTable::Waiting> NegotiationTable::waiting() const {
   return out;
 }
 
-void NegotiationTable::fail(const std::string& key, const std::string& error) {
+void NegotiationTable::fail(const std::string& key, const Status& error) {
   auto it = entries_.find(key);
   if (it == entries_.end()) return;
-  it->second.error = error;
+  it->second.error = error.message;
+  it->second.errorCode = error.code;
+  it->second.errorPeer = error.peer;
   it->second.failNow = true;
 }
 

@@ -47,7 +47,7 @@ class NegotiationTable {
   };
   std::vector<Waiting> waiting() const;
   // Makes the unit `key` an error response in the next decide() (stall shutdown).
-  void fail(const std::string& key, const std::string& error);
+  void fail(const std::string& key, const Status& error);
 
   bool joined(int rank) const { return joined_[rank]; }
 
@@ -61,6 +61,8 @@ class NegotiationTable {
     std::vector<int64_t> firstDims;     // allgather rows per rank
     std::vector<uint8_t> placement;     // Response::Place per rank
     std::string error;
+    StatusCode errorCode = StatusCode::kMismatch;
+    int errorPeer = -1;
     bool failNow = false;               // error due without waiting for every rank
   };
   void add(int rank, const Request& request, Clock::time_point now);

@@ -2,41 +2,46 @@
 
 namespace cerar {
 
-void OperationState::complete(const std::string& why) {
+void OperationState::complete(const Status& outcome) {
   Callback run;
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (done) return;
     done = true;
-    error = why;
+    status = outcome;
     run = std::move(callback);
   }
   ended.notify_all();
-  if (run) run(why);
+  if (run) run(outcome);
 }
 
-std::string Queue::push(std::unique_ptr<Entry> entry) {
+Status Queue::push(std::unique_ptr<Entry> entry) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!closed_.empty()) return closed_;
+  if (!closed_.ok()) return closed_;
   for (const auto& name : entry->request.names) {
     if (inFlight_.count(name)) {
-      return "a collective named '" + name +
-             "' is already in flight on this rank; names must be unique until it completes";
+      return Status(StatusCode::kInvalidArgument,
+                    "cerar: a collective named '" + name +
+                        "' is already in flight on this rank; names must be unique until it "
+                        "completes");
     }
   }
   // Names repeated within one group are caught by enqueue's validation.
   for (const auto& name : entry->request.names) inFlight_.insert(name);
   incoming_.push_back(std::move(entry));
-  return "";
+  return {};
 }
 
-std::string Queue::pushJoin(std::shared_ptr<OperationState> state) {
+Status Queue::pushJoin(std::shared_ptr<OperationState> state) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!closed_.empty()) return closed_;
-  if (join_) return "this rank has already joined; wait for that join to complete";
+  if (!closed_.ok()) return closed_;
+  if (join_) {
+    return Status(StatusCode::kInvalidArgument,
+                  "cerar: this rank has already joined; wait for that join to complete");
+  }
   join_ = std::move(state);
   joinNew_ = true;
-  return "";
+  return {};
 }
 
 std::vector<std::unique_ptr<Entry>> Queue::drain(bool& join) {
@@ -78,21 +83,16 @@ void Queue::sleepUntil(Clock::time_point deadline) {
   wake_.wait_until(lock, deadline, [&] { return shutdown_; });
 }
 
-std::vector<std::unique_ptr<Entry>> Queue::close(const std::string& why,
+std::vector<std::unique_ptr<Entry>> Queue::close(const Status& why,
                                                  std::shared_ptr<OperationState>& join) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (closed_.empty()) closed_ = why;
+  if (closed_.ok()) closed_ = why;
   std::vector<std::unique_ptr<Entry>> out;
   for (auto& entry : incoming_) out.push_back(std::move(entry));
   incoming_.clear();
   inFlight_.clear();
   join = std::move(join_);
   return out;
-}
-
-std::string Queue::closedReason() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return closed_;
 }
 
 }  // namespace cerar

@@ -24,7 +24,7 @@ struct OperationState {
   std::mutex mutex;
   std::condition_variable ended;
   bool done = false;
-  std::string error;
+  Status status;  // the outcome, once done
   Callback callback;
   // Written by the coordinator before complete(); read by the caller after wait().
   std::vector<std::byte> output;
@@ -33,7 +33,7 @@ struct OperationState {
 
   // Marks the operation ended, wakes waiters, then runs the callback (outside the lock, on
   // the calling thread).
-  void complete(const std::string& why);
+  void complete(const Status& outcome);
 };
 
 // One unit (a tensor, or a grouped allreduce) of this rank, from enqueue to completion.
@@ -51,10 +51,10 @@ struct Entry {
 // thread.
 class Queue {
  public:
-  // Accepts the entry, or returns why not (a name in flight, or the queue is closed).
-  std::string push(std::unique_ptr<Entry> entry);
-  // Accepts a join; returns why not.
-  std::string pushJoin(std::shared_ptr<OperationState> state);
+  // Accepts the entry (ok), or returns why not (a name in flight, or the queue is closed).
+  Status push(std::unique_ptr<Entry> entry);
+  // Accepts a join (ok), or returns why not.
+  Status pushJoin(std::shared_ptr<OperationState> state);
   // Takes what was pushed since the last call; `join` is set when a join is new.
   std::vector<std::unique_ptr<Entry>> drain(bool& join);
   // The join being negotiated (null if none); clears it.
@@ -67,10 +67,8 @@ class Queue {
   // Sleeps until `deadline` or a shutdown request.
   void sleepUntil(Clock::time_point deadline);
   // Refuses every later push with `why`; returns the entries and join not yet drained.
-  std::vector<std::unique_ptr<Entry>> close(const std::string& why,
+  std::vector<std::unique_ptr<Entry>> close(const Status& why,
                                             std::shared_ptr<OperationState>& join);
-  // Empty while open.
-  std::string closedReason();
 
  private:
   std::mutex mutex_;
@@ -80,7 +78,7 @@ class Queue {
   std::shared_ptr<OperationState> join_;
   bool joinNew_ = false;
   bool shutdown_ = false;
-  std::string closed_;
+  Status closed_;  // ok while open
 };
 
 }  // namespace cerar

@@ -41,7 +41,7 @@ Handle::Handle(std::shared_ptr<OperationState> state) : state_(std::move(state))
 
 namespace {
 OperationState& stateOf(const std::shared_ptr<OperationState>& state) {
-  if (!state) throw Error("cerar: empty handle (not returned by an operation)");
+  if (!state) throw InvalidArgumentError("cerar: empty handle (not returned by an operation)");
   return *state;
 }
 }  // namespace
@@ -56,14 +56,14 @@ void Handle::wait() const {
   auto& s = stateOf(state_);
   std::unique_lock<std::mutex> lock(s.mutex);
   s.ended.wait(lock, [&] { return s.done; });
-  if (!s.error.empty()) throw Error(s.error);
+  if (!s.status.ok()) s.status.raise();
 }
 
 bool Handle::waitFor(std::chrono::milliseconds limit) const {
   auto& s = stateOf(state_);
   std::unique_lock<std::mutex> lock(s.mutex);
   if (!s.ended.wait_for(lock, limit, [&] { return s.done; })) return false;
-  if (!s.error.empty()) throw Error(s.error);
+  if (!s.status.ok()) s.status.raise();
   return true;
 }
 
@@ -89,7 +89,8 @@ class RuntimeImpl final : public Runtime {
  public:
   // `config` holds the job-wide settings every rank agreed on (core/job_config.h).
   RuntimeImpl(const RuntimeConfig& config, std::shared_ptr<Transport> transport,
-              std::shared_ptr<void> rendezvous, std::function<void()> beforeRelease = {})
+              std::shared_ptr<void> rendezvous, std::shared_ptr<BlameBoard> board = nullptr,
+              std::function<void()> beforeRelease = {})
       : config_(config), transport_(std::move(transport)), rendezvous_(std::move(rendezvous)),
         logger_(transport_->rank(), parseLogLevel(config.logLevel), config.logSink),
         timeline_(transport_->rank()),
@@ -97,6 +98,7 @@ class RuntimeImpl final : public Runtime {
         coordinator_(config_, transport_, queue_, timeline_, logger_, devices_,
                      std::move(beforeRelease)) {
     if (!config_.timeline.empty()) startTimeline(config_.timeline);
+    coordinator_.setBlameBoard(std::move(board), config_.hostStore);
     coordinator_.probe();
     thread_ = std::thread([this] { coordinator_.run(); });
     coordinatorId_ = thread_.get_id();  // before any operation exists to call back
@@ -135,28 +137,29 @@ class RuntimeImpl final : public Runtime {
     d.op = op;
     d.prescale = prescale;
     d.postscale = postscale;
-    std::string invalid = checkNames(names, "allreduce");
-    if (invalid.empty() && (inputs.size() != names.size() || outputs.size() != names.size())) {
-      invalid = detail::concat("grouped allreduce: ", names.size(), " names, ", inputs.size(),
-                               " inputs and ", outputs.size(), " outputs");
+    Status invalid = checkNames(names, "allreduce");
+    if (invalid.ok() && (inputs.size() != names.size() || outputs.size() != names.size())) {
+      invalid = argumentError(detail::concat("grouped allreduce: ", names.size(), " names, ",
+                                             inputs.size(), " inputs and ", outputs.size(),
+                                             " outputs"));
     }
-    for (size_t i = 0; invalid.empty() && i < inputs.size(); ++i) {
+    for (size_t i = 0; invalid.ok() && i < inputs.size(); ++i) {
       const Tensor& in = inputs[i];
       const Tensor& out = outputs[i];
       if (i == 0) d.dtype = in.dtype, d.onDevice = in.device >= 0;
       invalid = checkTensor(names[i], in);
-      if (!invalid.empty()) break;
+      if (!invalid.ok()) break;
       if (out.dtype != in.dtype || out.shape != in.shape || out.device != in.device ||
           (out.data == nullptr && out.elements() > 0)) {
-        invalid = "allreduce of '" + names[i] + "': the output must match the input's dtype, "
-                  "shape and device";
+        invalid = argumentError("allreduce of '" + names[i] + "': the output must match the "
+                                "input's dtype, shape and device");
       } else if (in.dtype != d.dtype || in.device != inputs[0].device) {
-        invalid = "grouped allreduce: '" + names[i] + "' differs in dtype or device from '" +
-                  names[0] + "'; a group is one fusion unit";
+        invalid = argumentError("grouped allreduce: '" + names[i] + "' differs in dtype or "
+                                "device from '" + names[0] + "'; a group is one fusion unit");
       }
       d.shapes.push_back(in.shape);
     }
-    if (invalid.empty()) invalid = checkOp(names.front(), d.dtype, op, prescale, postscale);
+    if (invalid.ok()) invalid = checkOp(names.front(), d.dtype, op, prescale, postscale);
     entry->inputs = std::move(inputs);
     entry->outputs = std::move(outputs);
     return enqueue(std::move(entry), invalid, std::move(callback));
@@ -164,10 +167,11 @@ class RuntimeImpl final : public Runtime {
 
   Handle allgather(const std::string& name, Tensor input, Callback callback) override {
     auto entry = singleTensorEntry(Kind::kAllgather, name, input);
-    std::string invalid = checkNames({name}, "allgather");
-    if (invalid.empty()) invalid = checkTensor(name, input);
-    if (invalid.empty() && input.shape.empty()) {
-      invalid = "allgather of '" + name + "': a scalar has no first dimension to concatenate";
+    Status invalid = checkNames({name}, "allgather");
+    if (invalid.ok()) invalid = checkTensor(name, input);
+    if (invalid.ok() && input.shape.empty()) {
+      invalid = argumentError("allgather of '" + name +
+                              "': a scalar has no first dimension to concatenate");
     }
     return enqueue(std::move(entry), invalid, std::move(callback));
   }
@@ -175,11 +179,11 @@ class RuntimeImpl final : public Runtime {
   Handle broadcast(const std::string& name, Tensor tensor, int root, Callback callback) override {
     auto entry = singleTensorEntry(Kind::kBroadcast, name, tensor);
     entry->request.description.root = root;
-    std::string invalid = checkNames({name}, "broadcast");
-    if (invalid.empty()) invalid = checkTensor(name, tensor);
-    if (invalid.empty() && (root < 0 || root >= size())) {
-      invalid = detail::concat("broadcast of '", name, "': root ", root, " out of range for ",
-                               size(), " ranks");
+    Status invalid = checkNames({name}, "broadcast");
+    if (invalid.ok()) invalid = checkTensor(name, tensor);
+    if (invalid.ok() && (root < 0 || root >= size())) {
+      invalid = argumentError(detail::concat("broadcast of '", name, "': root ", root,
+                                             " out of range for ", size(), " ranks"));
     }
     return enqueue(std::move(entry), invalid, std::move(callback));
   }
@@ -188,14 +192,14 @@ class RuntimeImpl final : public Runtime {
     auto entry = std::make_unique<Entry>();
     entry->request.names = {"cerar.barrier"};
     entry->request.description.kind = Kind::kBarrier;
-    return enqueue(std::move(entry), "", std::move(callback));
+    return enqueue(std::move(entry), {}, std::move(callback));
   }
 
   Handle join(Callback callback) override {
     auto state = std::make_shared<OperationState>();
     state->callback = std::move(callback);
-    const std::string refused = queue_.pushJoin(state);
-    if (!refused.empty()) state->complete(refused);
+    const Status refused = queue_.pushJoin(state);
+    if (!refused.ok()) state->complete(refused);
     return Handle(state);
   }
 
@@ -207,43 +211,55 @@ class RuntimeImpl final : public Runtime {
   RuntimeStats stats() const override { return coordinator_.stats(); }
 
  private:
-  static std::string checkNames(const std::vector<std::string>& names, const char* what) {
-    if (names.empty()) return std::string(what) + ": no tensors";
+  // Validation: ok, or kInvalidArgument with the reason.
+  static Status argumentError(const std::string& why) {
+    return Status(StatusCode::kInvalidArgument, why);
+  }
+
+  static Status checkNames(const std::vector<std::string>& names, const char* what) {
+    if (names.empty()) return argumentError(std::string(what) + ": no tensors");
     std::unordered_set<std::string> seen;
     for (const auto& name : names) {
-      if (name.empty()) return std::string(what) + ": a tensor name must not be empty";
+      if (name.empty()) {
+        return argumentError(std::string(what) + ": a tensor name must not be empty");
+      }
       if (name.find('\x1f') != std::string::npos) {
-        return std::string(what) + " of '" + name + "': the name contains the byte 0x1f";
+        return argumentError(std::string(what) + " of '" + name +
+                             "': the name contains the byte 0x1f");
       }
       if (!seen.insert(name).second) {
-        return std::string(what) + ": the name '" + name + "' appears twice in one group";
+        return argumentError(std::string(what) + ": the name '" + name +
+                             "' appears twice in one group");
       }
     }
-    return "";
+    return {};
   }
 
-  static std::string checkTensor(const std::string& name, const Tensor& t) {
+  static Status checkTensor(const std::string& name, const Tensor& t) {
     for (int64_t dim : t.shape) {
-      if (dim < 0) return "tensor '" + name + "': negative dimension";
+      if (dim < 0) return argumentError("tensor '" + name + "': negative dimension");
     }
-    if (t.data == nullptr && t.elements() > 0) return "tensor '" + name + "': null data";
-    return "";
+    if (t.data == nullptr && t.elements() > 0) {
+      return argumentError("tensor '" + name + "': null data");
+    }
+    return {};
   }
 
-  static std::string checkOp(const std::string& name, DType dtype, Op op, double prescale,
-                             double postscale) {
+  static Status checkOp(const std::string& name, DType dtype, Op op, double prescale,
+                        double postscale) {
     if (op == Op::kAverage && !isFloatDType(dtype)) {
-      return detail::concat("allreduce of '", name, "': average needs a floating-point dtype, "
-                            "got ", dtypeName(dtype), " (use sum)");
+      return argumentError(detail::concat("allreduce of '", name, "': average needs a "
+                                          "floating-point dtype, got ", dtypeName(dtype),
+                                          " (use sum)"));
     }
     if (!std::isfinite(prescale) || !std::isfinite(postscale)) {
-      return "allreduce of '" + name + "': scale factors must be finite";
+      return argumentError("allreduce of '" + name + "': scale factors must be finite");
     }
     if ((prescale != 1.0 || postscale != 1.0) && !isFloatDType(dtype)) {
-      return detail::concat("allreduce of '", name, "': prescale/postscale need a "
-                            "floating-point dtype, got ", dtypeName(dtype));
+      return argumentError(detail::concat("allreduce of '", name, "': prescale/postscale need "
+                                          "a floating-point dtype, got ", dtypeName(dtype)));
     }
-    return "";
+    return {};
   }
 
   // The request of an operation on one tensor, in place (allgather's output is the handle's).
@@ -274,7 +290,7 @@ class RuntimeImpl final : public Runtime {
   // Device tensors: this rank's device must be usable, and the runtime's work must follow the
   // work queued on the tensors' streams so far (an event per stream, recorded now, on the
   // enqueuing thread). Returns why not.
-  std::string prepareDevice(Entry& entry) {
+  Status prepareDevice(Entry& entry) {
     try {
       DeviceOps& ops = devices_.get(entry.inputs.front().device);
       std::vector<void*> streams;
@@ -283,22 +299,24 @@ class RuntimeImpl final : public Runtime {
         streams.push_back(t.stream);
         entry.ready.push_back(ops.ready(t.stream));
       }
-      return "";
+      return {};
     } catch (const std::exception& e) {
-      return detail::concat(kindName(entry.request.description.kind), " of '",
-                            entry.request.names.front(), "': ", e.what());
+      return withContext(statusOf(e), detail::concat(kindName(entry.request.description.kind),
+                                                     " of '", entry.request.names.front(), "': "),
+                         "");
     }
   }
 
-  Handle enqueue(std::unique_ptr<Entry> entry, const std::string& invalid, Callback callback) {
+  Handle enqueue(std::unique_ptr<Entry> entry, const Status& invalid, Callback callback) {
     auto state = std::make_shared<OperationState>();
     state->callback = std::move(callback);
     entry->state = state;
     entry->enqueued = Clock::now();
-    std::string why = invalid;
-    if (why.empty() && entry->request.description.onDevice) why = prepareDevice(*entry);
-    const std::string refused = why.empty() ? queue_.push(std::move(entry)) : "cerar: " + why;
-    if (!refused.empty()) state->complete(refused);  // the callback runs on this thread
+    Status why = invalid;
+    if (why.ok() && entry->request.description.onDevice) why = prepareDevice(*entry);
+    const Status refused =
+        why.ok() ? queue_.push(std::move(entry)) : withContext(why, "cerar: ", "");
+    if (!refused.ok()) state->complete(refused);  // the callback runs on this thread
     return Handle(state);
   }
 
@@ -363,6 +381,25 @@ std::vector<uint8_t> exchangeThroughStore(TcpStore& store, const std::string& ke
   }
 }
 
+// The rendezvous store as the board where failures are posted (core/blame.h).
+class StoreBoard final : public BlameBoard {
+ public:
+  explicit StoreBoard(std::shared_ptr<TcpStore> store) : store_(std::move(store)) {}
+  void post(const std::string& key, const std::string& value,
+            std::chrono::milliseconds limit) override {
+    store_->set(key, std::vector<char>(value.begin(), value.end()), limit);
+  }
+  std::optional<std::string> read(const std::string& key,
+                                  std::chrono::milliseconds limit) override {
+    if (!store_->check({key}, limit)) return std::nullopt;
+    auto value = store_->get(key, limit);
+    return std::string(value.begin(), value.end());
+  }
+
+ private:
+  std::shared_ptr<TcpStore> store_;
+};
+
 }  // namespace
 #endif
 
@@ -380,7 +417,7 @@ std::unique_ptr<Runtime> Runtime::start(const RuntimeConfig& config) {
   // Members in this order: the store (a client) closes before rank 0's server.
   struct Rendezvous {
     std::unique_ptr<TcpStoreServer> server;
-    std::unique_ptr<TcpStore> store;
+    std::shared_ptr<TcpStore> store;  // shared with the blame board
   };
   auto rendezvous = std::make_shared<Rendezvous>();
   std::unique_ptr<TcpStoreServer>& server = rendezvous->server;
@@ -390,7 +427,7 @@ std::unique_ptr<Runtime> Runtime::start(const RuntimeConfig& config) {
                                               config.secret);
     server->start();
   }
-  rendezvous->store = std::make_unique<TcpStore>(config.rendezvousAddr,
+  rendezvous->store = std::make_shared<TcpStore>(config.rendezvousAddr,
                                                  uint16_t(config.rendezvousPort), config.secret,
                                                  rendezvousTimeoutOf(config));
   TcpStore& store = *rendezvous->store;
@@ -413,11 +450,12 @@ std::unique_ptr<Runtime> Runtime::start(const RuntimeConfig& config) {
   options.prefix = prefix + "/links";
   std::shared_ptr<Transport> transport =
       connectGloo(store, config.rank, config.size, options);
+  auto board = std::make_shared<StoreBoard>(rendezvous->store);
   // Rank 0 closes the store it hosts before any rank leaves the shutdown handshake: a rank
   // that starts again then reaches only the next incarnation's store.
   Rendezvous* hosted = rendezvous.get();
   return std::make_unique<RuntimeImpl>(agreed, std::move(transport), std::move(rendezvous),
-                                       [hosted] { hosted->server.reset(); });
+                                       std::move(board), [hosted] { hosted->server.reset(); });
 #endif
 }
 

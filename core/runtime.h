@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ops/common/dtype.h"
+#include "ops/common/status.h"
 
 namespace cerar {
 
@@ -43,10 +44,10 @@ struct Tensor {
   size_t bytes() const;
 };
 
-// Called once on the coordinator thread when an operation ends; `error` is empty on success.
+// Called once on the coordinator thread when an operation ends; `status` is ok on success.
 // An operation refused at enqueue (bad arguments, duplicate name, shut down) calls it at once
 // on the enqueuing thread.
-using Callback = std::function<void(const std::string& error)>;
+using Callback = std::function<void(const Status& status)>;
 
 struct OperationState;
 
@@ -58,7 +59,8 @@ class Handle {
   explicit Handle(std::shared_ptr<OperationState> state);
   // True once the operation has ended, successfully or not.
   bool poll() const;
-  // Blocks until the operation ends; throws cerar::Error carrying the runtime's message.
+  // Blocks until the operation ends; throws the cerar::Error subclass of its status's code
+  // (ops/common/error.h): TimeoutError, PeerLostError, MismatchError, ShutDownError, ...
   void wait() const;
   // Like wait() with a limit; returns false if the operation is still running.
   bool waitFor(std::chrono::milliseconds limit) const;
@@ -155,7 +157,7 @@ class Runtime {
                                             std::shared_ptr<Transport> transport);
   virtual ~Runtime() = default;
 
-  // Joins the coordinator; pending operations fail with "cerar has been shut down".
+  // Joins the coordinator; pending operations fail with ShutDownError.
   // Idempotent; also done by the destructor.
   virtual void shutdown() = 0;
 

@@ -62,7 +62,8 @@ void scaledCopy(DType dtype, const void* src, void* dst, size_t n, double factor
     case DType::kFloat16: return scaleHalf<codec::Half>(src, dst, n, factor);
     case DType::kBFloat16: return scaleHalf<codec::BFloat16>(src, dst, n, factor);
     default:
-      throw Error(detail::concat("cannot scale ", dtypeName(dtype), " tensors by ", factor));
+      throw InvalidArgumentError(
+          detail::concat("cannot scale ", dtypeName(dtype), " tensors by ", factor));
   }
 }
 

@@ -36,7 +36,9 @@ StallInspector::Report StallInspector::inspect(
             << " stalled for " << waited << " s (past CERAR_STALL_SHUTDOWN_TIME_SECONDS="
             << shutdownSeconds_ << "): ranks " << rankList(unit.missingRanks)
             << " have not submitted it";
-      report.failures.emplace_back(unit.key, error.str());
+      // The first rank missing is the peer this failure concerns.
+      report.failures.emplace_back(
+          unit.key, Status(StatusCode::kTimeout, error.str(), unit.missingRanks.front()));
       continue;
     }
     if (checkSeconds_ > 0 && waited > checkSeconds_) {

@@ -21,7 +21,7 @@ class StallInspector {
 
   struct Report {
     std::string warning;  // empty: nothing to say now
-    std::vector<std::pair<std::string, std::string>> failures;  // (unit key, error)
+    std::vector<std::pair<std::string, Status>> failures;  // (unit key, timeout error)
   };
   // Warns at most once per check time.
   Report inspect(const std::vector<NegotiationTable::Waiting>& waiting, Clock::time_point now);

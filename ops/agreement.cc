@@ -40,9 +40,10 @@ void agreeOnParameters(Transport& transport, const ParameterRecord& mine) {
   // Every rank holds the same records, so every rank reports the same disagreement.
   for (int other = 1; other < N; ++other) {
     if (!(records[other] == records[0])) {
-      throw Error(detail::concat("rank ", rank, ": all-reduce parameters disagree: rank 0 has ",
-                                 records[0].describe(), ", rank ", other, " has ",
-                                 records[other].describe()));
+      throw MismatchError(detail::concat("rank ", rank, ": all-reduce parameters disagree: rank 0 "
+                                         "has ", records[0].describe(), ", rank ", other,
+                                         " has ", records[other].describe()),
+                          other);
     }
   }
 }

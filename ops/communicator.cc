@@ -16,7 +16,7 @@ const char* algorithmName(Algorithm algorithm) {
 Algorithm parseAlgorithm(const std::string& name) {
   if (name == "ring") return Algorithm::kRing;
   if (name == "cerar") return Algorithm::kCerar;
-  throw Error("unknown algorithm '" + name + "' (expected ring or cerar)");
+  throw InvalidArgumentError("unknown algorithm '" + name + "' (expected ring or cerar)");
 }
 
 double defaultEps(DType dtype) {
@@ -54,18 +54,20 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
   int c = N;
   double eps = 0;
   if (options.algorithm == Algorithm::kCerar) {
-    CERAR_ENFORCE(isCerarDType(dtype), "rank ", rank(), ": CERAR supports f32 and f64, got ",
-                  dtypeName(dtype), " (use the exact ring)");
-    CERAR_ENFORCE(options.op == ReduceOp::kSum, "rank ", rank(), ": CERAR is linear and only "
-                  "sums; ", reduceOpName(options.op), " needs the exact ring");
+    CERAR_CHECK_ARGUMENT(isCerarDType(dtype), "rank ", rank(),
+                                ": CERAR supports f32 and f64, got ", dtypeName(dtype),
+                                " (use the exact ring)");
+    CERAR_CHECK_ARGUMENT(options.op == ReduceOp::kSum, "rank ", rank(),
+                                ": CERAR is linear and only sums; ", reduceOpName(options.op),
+                                " needs the exact ring");
     c = options.components == 0 ? 4 * N : options.components;
-    const std::string invalid = validateCerarParameters(N, c);
-    CERAR_ENFORCE(invalid.empty(), "rank ", rank(), ": ", invalid);
+    const Status invalid = validateCerarParameters(N, c);
+    CERAR_CHECK_ARGUMENT(invalid.ok(), "rank ", rank(), ": ", invalid.message);
     eps = options.eps == 0 ? defaultEps(dtype) : options.eps;
-    CERAR_ENFORCE(std::isfinite(eps) && eps > 0, "rank ", rank(),
-                  ": eps must be positive and finite, got ", eps);
+    CERAR_CHECK_ARGUMENT(std::isfinite(eps) && eps > 0, "rank ", rank(),
+                                ": eps must be positive and finite, got ", eps);
   }
-  CERAR_ENFORCE(data != nullptr || count == 0, "rank ", rank(), ": null buffer");
+  CERAR_CHECK_ARGUMENT(data != nullptr || count == 0, "rank ", rank(), ": null buffer");
   if (options.verifyParameters) {
     ParameterRecord record;
     record.size = N;
@@ -78,8 +80,8 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
     agreeOnParameters(*transport_, record);
   }
   const Plan& plan = planFor(options.algorithm, c, count);
-  CERAR_ENFORCE(!options.shareCorrection || runner_->hostMemory(), "rank ", rank(),
-                ": share-corrected decoding needs host memory");
+  CERAR_CHECK_ARGUMENT(!options.shareCorrection || runner_->hostMemory(), "rank ", rank(),
+                       ": share-corrected decoding needs host memory");
   RunStats stats = runner_->run(plan, *transport_, data, CodecParams{dtype, options.op, eps});
   if (options.algorithm == Algorithm::kCerar && options.shareCorrection) {
     const auto start = std::chrono::steady_clock::now();

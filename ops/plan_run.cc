@@ -15,21 +15,27 @@ PlanRun::PlanRun(const Plan& plan, Transport& transport, std::byte* data, size_t
 
 void PlanRun::execute(RunStats& stats) {
   const int L = plan_.numRounds();
+  round_ = 1;
   for (size_t k = 0; k < segments(plan_.rounds[0].receive); ++k)
     postReceive(1, plan_.rounds[0].receive, k);
   for (int t = 1; t <= L + 1; ++t) {
-    round_ = t;
     const Round* round = t <= L ? &plan_.rounds[t - 1] : nullptr;
     const size_t sendSegments = round ? segments(round->message) : 0;
     const size_t arrivedSegments = t > 1 ? segments(plan_.rounds[t - 2].receive) : 0;
     const size_t nextSegments = t < L ? segments(plan_.rounds[t].receive) : 0;
     const size_t count = std::max({sendSegments, arrivedSegments, nextSegments});
     for (size_t k = 0; k < count; ++k) {
-      if (k < arrivedSegments) transport_.waitRecv(transport_.prev());
+      if (k < arrivedSegments) {
+        round_ = t - 1;  // the message of round t-1 arrives in step t
+        transport_.waitRecv(transport_.prev());
+      }
       if (k < sendSegments) sendSegment(t, *round, k);
       if (t > L && k < arrivedSegments) storeFinal(k);
       // The receive of round t+1 lands where round t-1's message was, consumed above.
-      if (k < nextSegments) postReceive(t + 1, plan_.rounds[t].receive, k);
+      if (k < nextSegments) {
+        round_ = t + 1;
+        postReceive(t + 1, plan_.rounds[t].receive, k);
+      }
     }
     if (round) {
       stats.bytesSent += round->message * elementBytes_;
@@ -79,12 +85,14 @@ void PlanRun::postReceive(int t, size_t elements, size_t k) {
 // Sends complete in posting order; wait for those up to and including (t, k).
 void PlanRun::waitSendsThrough(int t, size_t k) {
   while (!pendingSends_.empty() && pendingSends_.front() <= std::make_pair(t, k)) {
+    round_ = pendingSends_.front().first;
     pendingSends_.pop_front();
     transport_.waitSend(transport_.next());
   }
 }
 
 void PlanRun::sendSegment(int t, const Round& round, size_t k) {
+  round_ = t;
   const size_t n = segmentLength(round.message, k);
   const std::byte* y = arrived(t, k);
   std::byte* message = at(send_[t % 2], k * segment_);
@@ -117,6 +125,7 @@ void PlanRun::sendSegment(int t, const Round& round, size_t k) {
       source = out(round.store, k);
       break;
   }
+  round_ = t;  // after waitSendsThrough, which may have named an older round
   transport_.postSend(transport_.next(), source, n * elementBytes_);
   pendingSends_.emplace_back(t, k);
 }
@@ -135,15 +144,9 @@ void checkPlanFits(const Plan& plan, const Transport& transport) {
                 transport.size());
 }
 
-// Adds "in round t of L" to a transport error, keeping its type.
-[[noreturn]] void rethrowInRound(int round, int rounds) {
-  try {
-    throw;
-  } catch (const TimeoutError& e) {
-    throw TimeoutError(detail::concat(e.what(), " in round ", round, " of ", rounds), e.peer());
-  } catch (const Error& e) {
-    throw Error(detail::concat(e.what(), " in round ", round, " of ", rounds));
-  }
+// Adds "in round t of L" to an error, keeping its code and peer.
+[[noreturn]] void rethrowInRound(const Error& e, int round, int rounds) {
+  withContext(e.status(), "", detail::concat(" in round ", round, " of ", rounds)).raise();
 }
 
 }  // namespace
@@ -163,8 +166,8 @@ RunStats runPlan(const Plan& plan, Transport& transport, void* data, size_t elem
   try {
     run.execute(stats);
     if (finish) finish();
-  } catch (const Error&) {
-    rethrowInRound(run.round(), plan.numRounds());
+  } catch (const Error& e) {
+    rethrowInRound(e, run.round(), plan.numRounds());
   }
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;

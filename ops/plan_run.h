@@ -35,7 +35,7 @@ class PlanRun {
 
   // Rounds t = 1..L, then a virtual round L+1 that only stores the last message received.
   void execute(RunStats& stats);
-  // The round in progress (for error messages).
+  // The round (1..L) whose message the last transfer posted or waited for carries.
   int round() const { return round_; }
 
  private:

@@ -53,15 +53,8 @@ std::vector<std::string> runInproc(const LocalJobOptions& options, const RankMai
     others += detail::concat(i == 1 ? " (ranks that failed too: " : ", ", failures[i].first);
   }
   if (!others.empty()) others += ")";
-  try {
-    std::rethrow_exception(first);
-  } catch (const TimeoutError& e) {
-    throw TimeoutError(withRank(rank, e.what()) + others, e.peer());
-  } catch (const std::exception& e) {
-    throw Error(withRank(rank, e.what()) + others);
-  } catch (...) {
-    throw Error(withRank(rank, "unknown exception") + others);
-  }
+  const Status status = statusOf(first);
+  Status(status.code, withRank(rank, status.message) + others, status.peer).raise();
 }
 
 std::string randomSecret() {

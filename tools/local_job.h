@@ -34,8 +34,8 @@ struct LocalJobOptions {
 using RankMain = std::function<std::string(int rank, std::shared_ptr<Transport> transport)>;
 
 // Runs `fn` on every rank and returns the results indexed by rank.
-// kInproc: rethrows the first failure (in time), prefixed with its rank; a TimeoutError stays
-// one. kGloo: throws cerar::Error listing every rank that failed, crashed or was killed.
+// kInproc: rethrows the first failure (in time), prefixed with its rank, as the same Error
+// subclass. kGloo: throws cerar::Error listing every rank that failed, crashed or was killed.
 std::vector<std::string> runLocalJob(const LocalJobOptions& options, const RankMain& fn);
 
 }  // namespace cerar

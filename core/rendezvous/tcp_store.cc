@@ -82,7 +82,7 @@ struct Session : std::enable_shared_from_this<Session> {
     });
   }
 
-  void reply(Status status, const std::vector<char>& payload = {}, bool close = false) {
+  void reply(ReplyStatus status, const std::vector<char>& payload = {}, bool close = false) {
     out = frame(status, payload);
     asio::async_write(socket, asio::buffer(out),
                       [self = shared_from_this(), close](error_code ec, size_t) {
@@ -96,7 +96,7 @@ struct Session : std::enable_shared_from_this<Session> {
       auto op = static_cast<Op>(in.u8());
       if (!authenticated) {
         authenticated = op == Op::kHello && sameSecret(in.str(), server.secret);
-        return reply(authenticated ? Status::kOk : Status::kRejected, {}, !authenticated);
+        return reply(authenticated ? ReplyStatus::kOk : ReplyStatus::kRejected, {}, !authenticated);
       }
       switch (op) {
         case Op::kSet: {
@@ -106,7 +106,7 @@ struct Session : std::enable_shared_from_this<Session> {
             std::lock_guard<std::mutex> lock(server.mutex);
             server.data[key] = std::move(value);
           }
-          reply(Status::kOk);
+          reply(ReplyStatus::kOk);
           return server.notify();
         }
         case Op::kGet:
@@ -114,7 +114,7 @@ struct Session : std::enable_shared_from_this<Session> {
           int64_t timeoutMs = in.i64();
           std::vector<std::string> keys = in.strs();
           if (server.has(keys)) {
-            return reply(Status::kOk, op == Op::kGet ? server.value(keys.at(0))
+            return reply(ReplyStatus::kOk, op == Op::kGet ? server.value(keys.at(0))
                                                      : std::vector<char>{});
           }
           return server.park(shared_from_this(), std::move(keys), op == Op::kGet, timeoutMs);
@@ -131,17 +131,17 @@ struct Session : std::enable_shared_from_this<Session> {
           }
           Writer result;
           result.i64(now);
-          reply(Status::kOk, result.data);
+          reply(ReplyStatus::kOk, result.data);
           return server.notify();
         }
         case Op::kCheck:
-          return reply(Status::kOk, {static_cast<char>(server.has(in.strs()) ? 1 : 0)});
+          return reply(ReplyStatus::kOk, {static_cast<char>(server.has(in.strs()) ? 1 : 0)});
         default:
           throw std::runtime_error("unknown request");
       }
     } catch (const std::exception& e) {
       std::string text = e.what();
-      reply(Status::kError, std::vector<char>(text.begin(), text.end()));
+      reply(ReplyStatus::kError, std::vector<char>(text.begin(), text.end()));
     }
   }
 
@@ -182,8 +182,8 @@ void TcpStoreServer::Impl::finish(const std::shared_ptr<Waiter>& waiter, bool fo
   waiter->done = true;
   waiter->timer.cancel();
   waiters.remove(waiter);
-  if (!found) return waiter->session->reply(Status::kTimeout);
-  waiter->session->reply(Status::kOk, waiter->isGet ? value(waiter->keys.at(0))
+  if (!found) return waiter->session->reply(ReplyStatus::kTimeout);
+  waiter->session->reply(ReplyStatus::kOk, waiter->isGet ? value(waiter->keys.at(0))
                                                     : std::vector<char>{});
 }
 

@@ -68,6 +68,11 @@ class TcpStore : public gloo::rendezvous::Store {
   int64_t add(const std::string& key, int64_t delta);
   // True when every key exists; does not block.
   bool check(const std::vector<std::string>& keys);
+  // set(), get() and check() that give up after `limit` instead of the constructor's timeout.
+  std::vector<char> get(const std::string& key, std::chrono::milliseconds limit);
+  void set(const std::string& key, const std::vector<char>& data,
+           std::chrono::milliseconds limit);
+  bool check(const std::vector<std::string>& keys, std::chrono::milliseconds limit);
 
   std::string address() const;  // "host:port"
 

@@ -134,14 +134,14 @@ std::vector<char> TcpStore::request(const std::vector<char>& body,
     conn_->broken = true;
     throw fail(ec == asio::error::timed_out ? "no reply in time" : ec.message());
   }
-  auto status = static_cast<Status>(reply[0]);
+  auto status = static_cast<ReplyStatus>(reply[0]);
   reply.erase(reply.begin());
   switch (status) {
-    case Status::kOk:
+    case ReplyStatus::kOk:
       return reply;
-    case Status::kTimeout:
+    case ReplyStatus::kTimeout:
       throw fail("timed out");
-    case Status::kRejected:
+    case ReplyStatus::kRejected:
       conn_->broken = true;
       throw gloo::IoException(
           detail::concat("rendezvous store rejected the job secret (", address(), ")"));
@@ -151,20 +151,27 @@ std::vector<char> TcpStore::request(const std::vector<char>& body,
 }
 
 void TcpStore::set(const std::string& key, const std::vector<char>& data) {
+  set(key, data, timeout_);
+}
+
+void TcpStore::set(const std::string& key, const std::vector<char>& data,
+                   std::chrono::milliseconds limit) {
   Writer w;
   w.u8(static_cast<uint8_t>(Op::kSet));
   w.str(key);
   w.bytes(data.data(), data.size());
-  request(w.data, timeout_, detail::concat("set '", key, "'"));
+  request(w.data, limit, detail::concat("set '", key, "'"));
 }
 
-std::vector<char> TcpStore::get(const std::string& key) {
+std::vector<char> TcpStore::get(const std::string& key) { return get(key, timeout_); }
+
+std::vector<char> TcpStore::get(const std::string& key, std::chrono::milliseconds limit) {
   Writer w;
   w.u8(static_cast<uint8_t>(Op::kGet));
-  w.i64(timeout_.count());
+  w.i64(limit.count());
   w.strs({key});
-  return request(w.data, timeout_.count() > 0 ? timeout_ + kGrace : timeout_,
-                 detail::concat("get '", key, "' (waited up to ", timeout_.count(), " ms)"));
+  return request(w.data, limit.count() > 0 ? limit + kGrace : limit,
+                 detail::concat("get '", key, "' (waited up to ", limit.count(), " ms)"));
 }
 
 void TcpStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
@@ -190,11 +197,13 @@ int64_t TcpStore::add(const std::string& key, int64_t delta) {
   return Reader(reply).i64();
 }
 
-bool TcpStore::check(const std::vector<std::string>& keys) {
+bool TcpStore::check(const std::vector<std::string>& keys) { return check(keys, timeout_); }
+
+bool TcpStore::check(const std::vector<std::string>& keys, std::chrono::milliseconds limit) {
   Writer w;
   w.u8(static_cast<uint8_t>(Op::kCheck));
   w.strs(keys);
-  auto reply = request(w.data, timeout_, "check");
+  auto reply = request(w.data, limit, "check");
   return !reply.empty() && reply[0] != 0;
 }
 

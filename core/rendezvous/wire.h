@@ -16,7 +16,7 @@
 namespace cerar::rendezvous_wire {
 
 enum class Op : uint8_t { kHello = 1, kSet, kGet, kWait, kAdd, kCheck };
-enum class Status : uint8_t { kOk = 0, kTimeout, kRejected, kError };
+enum class ReplyStatus : uint8_t { kOk = 0, kTimeout, kRejected, kError };
 
 constexpr uint32_t kMaxHello = 4096;        // before the secret is checked
 constexpr uint32_t kMaxFrame = 1u << 30;    // after
@@ -91,7 +91,7 @@ inline std::vector<char> frame(uint8_t lead, const std::vector<char>& body) {
   w.data.insert(w.data.end(), body.begin(), body.end());
   return w.data;
 }
-inline std::vector<char> frame(Status s, const std::vector<char>& body) {
+inline std::vector<char> frame(ReplyStatus s, const std::vector<char>& body) {
   return frame(static_cast<uint8_t>(s), body);
 }
 

@@ -12,7 +12,6 @@ import itertools
 import threading
 
 
-
 def _load_torchs_nccl_first():
     """PyPI's torch brings its own NCCL (the nvidia-nccl package) and cannot load once another
     NCCL with the same soname is in the process, which a CUDA build of the extension would put
@@ -37,12 +36,18 @@ def _load_torchs_nccl_first():
 
 _load_torchs_nccl_first()
 
-from cerar._cerar import CerarError, Op  # noqa: E402
+from cerar._cerar import (CerarError, CerarTimeoutError, InternalError,  # noqa: E402
+                          InvalidArgumentError, MismatchError, Op, PeerLostError, ShutDownError)
+
+# Every failure raises a subclass of CerarError (a RuntimeError); `.peer` names the rank it
+# concerns (or None) and `.code` the kind. See docs/errors.md.
+ERRORS = ("CerarError", "CerarTimeoutError", "PeerLostError", "MismatchError", "ShutDownError",
+          "InvalidArgumentError", "InternalError")
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_rank", "local_size",
-    "start_timeline", "stop_timeline", "stats", "CerarError", "Op",
-    "Sum", "Average", "Min", "Max",
+    "start_timeline", "stop_timeline", "stats", "Op", "Sum", "Average", "Min", "Max",
+    *ERRORS,
 ]
 __version__ = "0.1.0"
 
@@ -78,7 +83,7 @@ def init(**overrides):
 
 
 def shutdown():
-    """Stops the runtime; pending operations fail with "cerar has been shut down". Idempotent."""
+    """Stops the runtime; pending operations fail with ShutDownError. Idempotent."""
     global _runtime
     with _lock:
         runtime, _runtime = _runtime, None

@@ -11,13 +11,15 @@ import jax.numpy as jnp
 import numpy as np
 
 import cerar.numpy as cn
-from cerar import (Average, CerarError, Max, Min, Sum, _auto_name, init, is_initialized,
-                   local_rank, local_size, rank, shutdown, size)
+from cerar import (ERRORS, Average, CerarError, CerarTimeoutError, InternalError,
+                   InvalidArgumentError, Max, Min, MismatchError, PeerLostError, ShutDownError,
+                   Sum, _auto_name, init, is_initialized, local_rank, local_size, rank,
+                   shutdown, size)
 
 __all__ = [
     "allreduce", "allreduce_tree", "allgather", "broadcast", "broadcast_tree", "barrier",
     "join", "init", "shutdown", "size", "rank", "local_rank", "local_size", "is_initialized",
-    "Sum", "Average", "Min", "Max", "CerarError",
+    "Sum", "Average", "Min", "Max", *ERRORS,
 ]
 
 

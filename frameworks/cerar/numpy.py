@@ -6,7 +6,9 @@ Names match operations across ranks; unnamed calls get "<op>.noname.<n>" in call
 """
 import numpy as np
 
-from cerar import Average, _auto_name, _rt
+from cerar import (ERRORS, Average, CerarError, CerarTimeoutError, InternalError,
+                   InvalidArgumentError, MismatchError, PeerLostError, ShutDownError,
+                   _auto_name, _rt)
 from cerar._cerar import DType, RawTensor
 from cerar._handle import Handle, poll, synchronize
 
@@ -14,7 +16,7 @@ __all__ = [
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
     "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "allgather",
     "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
-    "barrier", "join", "poll", "synchronize", "Handle",
+    "barrier", "join", "poll", "synchronize", "Handle", *ERRORS,
 ]
 
 

@@ -35,11 +35,12 @@ uint64_t Plan::elementsSent() const {
   return total;
 }
 
-std::string validateCerarParameters(int N, int c) {
-  if (N < 1) return detail::concat("the number of ranks must be >= 1, got N=", N);
+Status validateCerarParameters(int N, int c) {
+  auto invalid = [](std::string why) { return Status(StatusCode::kInvalidArgument, why); };
+  if (N < 1) return invalid(detail::concat("the number of ranks must be >= 1, got N=", N));
   if (c < 1 || c % N != 0)
-    return detail::concat("components c=", c, " must be a positive multiple of N=", N);
-  return "";
+    return invalid(detail::concat("components c=", c, " must be a positive multiple of N=", N));
+  return {};
 }
 
 namespace {
@@ -98,8 +99,7 @@ void finishPlan(Plan& plan) {
 }  // namespace
 
 Plan makeCerarPlan(int N, int c, size_t d, int rank) {
-  const std::string invalid = validateCerarParameters(N, c);
-  CERAR_ENFORCE(invalid.empty(), invalid);
+  if (Status invalid = validateCerarParameters(N, c); !invalid.ok()) invalid.raise();
   CERAR_ENFORCE(rank >= 0 && rank < N, "rank ", rank, " out of range for N=", N);
   Plan plan;
   plan.N = N;

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "ops/common/status.h"
+
 namespace cerar {
 
 // Elements [offset, offset + length) of a rank's buffer (gradient in, result out, in place).
@@ -79,7 +81,7 @@ Plan makeCerarPlan(int N, int c, size_t d, int rank);
 // order as CERAR with r = 1: ((g_{tau+1} + g_{tau+2}) + ...) + g_tau for chunk tau.
 Plan makeRingPlan(int N, size_t d, int rank);
 
-// Checks (N, c) for CERAR and returns an empty string, or the reason they are invalid.
-std::string validateCerarParameters(int N, int c);
+// Checks (N, c) for CERAR: ok, or kInvalidArgument with the reason.
+Status validateCerarParameters(int N, int c);
 
 }  // namespace cerar

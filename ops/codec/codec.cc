@@ -78,7 +78,7 @@ template <typename Fn>
 void withFloating(DType dtype, const char* what, Fn&& fn) {
   if (dtype == DType::kFloat32) return fn(float{});
   if (dtype == DType::kFloat64) return fn(double{});
-  throw Error(detail::concat("codec: ", what, " supports f32 and f64 only, got ",
+  throw InvalidArgumentError(detail::concat("codec: ", what, " supports f32 and f64 only, got ",
                              dtypeName(dtype)));
 }
 

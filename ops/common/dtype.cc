@@ -38,7 +38,8 @@ DType parseDType(const std::string& name) {
   if (name == "i32" || name == "int32") return DType::kInt32;
   if (name == "i64" || name == "int64") return DType::kInt64;
   if (name == "u8" || name == "uint8") return DType::kUInt8;
-  throw Error("unsupported dtype '" + name + "' (expected f32, f64, f16, bf16, i32, i64 or u8)");
+  throw InvalidArgumentError("unsupported dtype '" + name +
+                             "' (expected f32, f64, f16, bf16, i32, i64 or u8)");
 }
 
 const char* reduceOpName(ReduceOp op) {

@@ -50,7 +50,7 @@ GlooTransport::~GlooTransport() {
   }
   // Abandoned transfers: close the pairs so Gloo stops touching the caller's memory and the
   // peers fail at once instead of waiting for their timeout.
-  if (pending && failure_.empty()) {
+  if (pending && failure_.ok()) {
     try {
       context_->closeConnections();
     } catch (...) {
@@ -61,17 +61,18 @@ GlooTransport::~GlooTransport() {
 }
 
 void GlooTransport::checkUsable(int peer, const char* op) const {
-  if (!failure_.empty()) {
-    throw Error(detail::concat("rank ", rank_, ": cannot ", op, " rank ", peer,
-                               ": the Gloo transport is unusable after an earlier failure (",
-                               failure_, ")"));
+  if (!failure_.ok()) {
+    withContext(failure_, detail::concat("rank ", rank_, ": cannot ", op, " rank ", peer,
+                                         ": the Gloo transport is unusable after an earlier "
+                                         "failure ("), ")")
+        .raise();
   }
   CERAR_ENFORCE(peer >= 0 && peer < size_ && peer != rank_, "rank ", rank_, ": cannot ", op,
                 " rank ", peer, " in a group of ", size_);
 }
 
-void GlooTransport::fail(const std::string& what, bool timedOut, int peer) {
-  failure_ = what;
+void GlooTransport::fail(Status failure) {
+  failure_ = std::move(failure);
   // Gloo has closed some or all pairs; close the rest so that no pending transfer writes into
   // memory the caller may free after this error, then drop every pending transfer.
   try {
@@ -82,8 +83,7 @@ void GlooTransport::fail(const std::string& what, bool timedOut, int peer) {
     sends_[p].clear();
     recvs_[p].clear();
   }
-  if (timedOut) throw TimeoutError(what, peer);
-  throw Error(what);
+  failure_.raise();
 }
 
 void GlooTransport::post(bool send, int peer, void* data, size_t bytes) {
@@ -99,10 +99,11 @@ void GlooTransport::post(bool send, int peer, void* data, size_t bytes) {
     }
     (send ? sends_ : recvs_)[peer].push_back({std::move(buffer), bytes});
   } catch (const std::exception& e) {
-    fail(detail::concat("rank ", rank_, ": posting a ", send ? "send" : "receive", " of ", bytes,
-                        " bytes ", send ? "to" : "from", " rank ", peer,
-                        " failed: ", glooMessage(e)),
-         false, peer);
+    fail(Status(StatusCode::kPeerLost,
+                detail::concat("rank ", rank_, ": posting a ", send ? "send" : "receive", " of ",
+                               bytes, " bytes ", send ? "to" : "from", " rank ", peer,
+                               " failed: ", glooMessage(e)),
+                peer));
   }
 }
 
@@ -122,15 +123,19 @@ void GlooTransport::wait(bool send, int peer) {
     why = glooMessage(e);
   }
   const auto elapsed = std::chrono::steady_clock::now() - start;
-  if (why.find("Timed out") != std::string::npos || elapsed >= timeout_) {
-    fail(detail::concat("rank ", rank_, ": timed out after ", timeout_.count(),
-                        " ms waiting to ", send ? "send " : "receive ", op.bytes, " bytes ",
-                        send ? "to" : "from", " rank ", peer),
-         true, peer);
+  // Gloo ends a wait by throwing both on its timeout and on a broken link; only the time
+  // spent tells them apart (its message text is not an interface).
+  if (elapsed >= timeout_) {
+    fail(Status(StatusCode::kTimeout,
+                detail::concat("rank ", rank_, ": timed out after ", timeout_.count(),
+                               " ms waiting to ", send ? "send " : "receive ", op.bytes,
+                               " bytes ", send ? "to" : "from", " rank ", peer),
+                peer));
   }
-  fail(detail::concat("rank ", rank_, ": ", send ? "send of " : "receive of ", op.bytes,
-                      " bytes ", send ? "to" : "from", " rank ", peer, " failed: ", why),
-       false, peer);
+  fail(Status(StatusCode::kPeerLost,
+              detail::concat("rank ", rank_, ": ", send ? "send of " : "receive of ", op.bytes,
+                             " bytes ", send ? "to" : "from", " rank ", peer, " failed: ", why),
+              peer));
 }
 
 void GlooTransport::postSend(int peer, const void* data, size_t bytes) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/common/status.h"
 #include "ops/transport/transport.h"
 
 namespace gloo {
@@ -36,6 +37,8 @@ struct GlooOptions {
 //
 // Failure: Gloo closes every pair of the context after any error or timeout, so the first
 // failure makes the transport unusable; later calls throw at once, repeating the first error.
+// A wait that outlives the timeout is a TimeoutError; a link that breaks first (the peer died,
+// or failed and closed its links) is a PeerLostError; both name the peer waited on.
 // Limits of Gloo that the plans must respect: both ends post equal byte counts (a longer send
 // aborts the receiving process inside Gloo), and no transfer to oneself.
 class GlooTransport : public Transport {
@@ -65,7 +68,7 @@ class GlooTransport : public Transport {
   void checkUsable(int peer, const char* op) const;
   void post(bool send, int peer, void* data, size_t bytes);
   void wait(bool send, int peer);
-  [[noreturn]] void fail(const std::string& what, bool timedOut, int peer);
+  [[noreturn]] void fail(Status failure);
 
   std::shared_ptr<gloo::Context> context_;  // first member: outlives the buffers below
   int rank_;
@@ -73,7 +76,7 @@ class GlooTransport : public Transport {
   Duration timeout_;
   std::vector<std::deque<Pending>> sends_;  // per peer, oldest first
   std::vector<std::deque<Pending>> recvs_;
-  std::string failure_;  // the first error; non-empty means unusable
+  Status failure_;  // the first error; not ok means unusable
 };
 
 // Connects rank `rank` of `size` through `store` over Gloo's TCP transport, under the keys

@@ -119,8 +119,9 @@ class InprocTransport : public Transport {
                          peer);
     }
     if (!transfer->error.empty())
-      throw Error(detail::concat("rank ", rank_, ": ", what, " rank ", peer, ": ",
-                                 transfer->error));
+      throw MismatchError(detail::concat("rank ", rank_, ": ", what, " rank ", peer, ": ",
+                                         transfer->error),
+                          peer);
   }
 
   std::shared_ptr<InprocHub::State> state_;

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <thread>
 
@@ -25,6 +26,19 @@ std::string errorOf(const std::function<void()>& fn) {
     return e.what();
   }
   return "";
+}
+
+// Every "in round t of L" in `message` has 1 <= t <= L (never "round L+1 of L").
+int checkRounds(const std::string& message) {
+  int found = 0;
+  for (size_t at = message.find("in round "); at != std::string::npos;
+       at = message.find("in round ", at + 1)) {
+    int t = 0, L = 0;
+    EXPECT_EQ(std::sscanf(message.c_str() + at, "in round %d of %d", &t, &L), 2) << message;
+    EXPECT_TRUE(t >= 1 && t <= L) << message.substr(at, 24);
+    ++found;
+  }
+  return found;
 }
 
 AllreduceOptions cerarWith(int c, double eps) {
@@ -51,7 +65,8 @@ TEST(CommunicatorErrors, BadParametersAreRejected) {
   minimum.op = ReduceOp::kMin;
   EXPECT_NE(errorOf([&] { simulate(buffers, minimum); }).find("needs the exact ring"),
             std::string::npos);
-  EXPECT_THROW(parseDType("f8"), Error);
+  EXPECT_THROW(parseDType("f8"), InvalidArgumentError);
+  EXPECT_THROW(simulate(buffers, cerarWith(6, 1e-3)), InvalidArgumentError);
 }
 
 // Ranks that disagree on d, c or eps all fail, each naming both values.
@@ -67,16 +82,20 @@ TEST(CommunicatorErrors, DisagreeingRanksFailEverywhere) {
     const int N = 4;
     InprocHub hub(N, std::chrono::seconds(5));
     std::vector<std::string> errors(N);
+    std::vector<int> peers(N, -1);
     std::vector<std::thread> threads;
     for (int rank = 0; rank < N; ++rank) {
       threads.emplace_back([&, rank] {
         const bool odd = rank == 2;
         std::vector<float> data(odd ? variant.d : 100, 1.0f);
         Communicator communicator(hub.connect(rank));
-        errors[rank] = errorOf([&] {
+        try {
           communicator.allreduce(data.data(), data.size(), DType::kFloat32,
                                  cerarWith(odd ? variant.c : 8, odd ? variant.eps : 1e-3));
-        });
+        } catch (const MismatchError& e) {
+          errors[rank] = e.what();
+          peers[rank] = e.peer();
+        }
       });
     }
     for (auto& thread : threads) thread.join();
@@ -84,6 +103,7 @@ TEST(CommunicatorErrors, DisagreeingRanksFailEverywhere) {
       EXPECT_NE(errors[rank].find("parameters disagree"), std::string::npos) << errors[rank];
       EXPECT_NE(errors[rank].find("rank 2 has"), std::string::npos) << errors[rank];
       EXPECT_NE(errors[rank].find(variant.what), std::string::npos) << errors[rank];
+      EXPECT_EQ(peers[rank], 2) << errors[rank];
     }
   }
 }
@@ -148,6 +168,7 @@ TEST(CommunicatorGloo, KilledRankMakesEveryOtherRankFailInTime) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(seconds, 2.0 + 3) << message;  // within the timeout (plus start-up)
+  checkRounds(message);  // any round named is one of the run's
   EXPECT_NE(message.find("rank 2: exited with code 9"), std::string::npos) << message;
   // Each survivor names the peer it was waiting on: its previous rank on the ring, or the dead
   // rank itself when it was sending to it (a dead socket is reported at once; a silent peer
@@ -191,9 +212,60 @@ TEST(CommunicatorGloo, SilentRankTimesOutNamingThePeer) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(seconds, 1.5 + 1 + 3) << message;
+  checkRounds(message);  // any round named is one of the run's
   EXPECT_NE(message.find("rank 2: timed out after 1500 ms"), std::string::npos) << message;
   EXPECT_NE(message.find("from rank 1"), std::string::npos) << message;
   EXPECT_NE(message.find("rank 0: "), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace cerar
+
+namespace cerar {
+namespace {
+
+// Rank 0 of 2 whose transfers all succeed (carrying nothing) until wait number `failAt`.
+class FailingTransport : public Transport {
+ public:
+  explicit FailingTransport(int failAt) : failAt_(failAt) {}
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  Duration timeout() const override { return Duration(1000); }
+  void postSend(int, const void*, size_t) override {}
+  void postRecv(int, void*, size_t) override {}
+  void waitSend(int peer) override { step(peer); }
+  void waitRecv(int peer) override { step(peer); }
+  int waits = 0;
+
+ private:
+  void step(int peer) {
+    if (++waits == failAt_) throw TimeoutError("rank 0: timed out", peer);
+  }
+  int failAt_;
+};
+
+// A failure in any transfer of a run names a round of the run, with its code and peer.
+TEST(CommunicatorErrors, FailuresNameARoundOfTheRun) {
+  std::vector<float> data(4096, 1.0f);
+  AllreduceOptions options;
+  options.verifyParameters = false;
+  options.components = 8;
+  const int total = [&] {
+    auto counter = std::make_shared<FailingTransport>(-1);
+    Communicator(counter, 1024).allreduce(data.data(), data.size(), DType::kFloat32, options);
+    return counter->waits;
+  }();
+  ASSERT_GT(total, 4);
+  for (int failAt = 1; failAt <= total; ++failAt) {
+    try {
+      Communicator(std::make_shared<FailingTransport>(failAt), 1024)
+          .allreduce(data.data(), data.size(), DType::kFloat32, options);
+      ADD_FAILURE() << "no failure at wait " << failAt;
+    } catch (const TimeoutError& e) {
+      EXPECT_EQ(e.peer(), 1);
+      EXPECT_EQ(checkRounds(e.what()), 1) << e.what();
+    }
+  }
 }
 
 }  // namespace

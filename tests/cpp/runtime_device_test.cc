@@ -174,7 +174,7 @@ TEST(RuntimeDevice, CompletionDoesNotBlockTheCoordinator) {
     std::vector<float> grad(1000, float(rank)), other(10, 1.0f);
     std::atomic<bool> calledBack{false};
     Handle device = rt.allreduce("grad", onDevice(f32(grad)), onDevice(f32(grad)), Op::kSum,
-                                 1.0, 1.0, [&](const std::string& e) { calledBack = e.empty(); });
+                                 1.0, 1.0, [&](const Status& s) { calledBack = s.ok(); });
     Handle host = rt.allreduce("other", f32(other), f32(other), Op::kSum);
     host.wait();
     check(!device.poll() && !calledBack, "device operation completed before its event");
@@ -283,7 +283,7 @@ TEST(RuntimeDevice, ShutdownFromADeviceCallback) {
   runWithDevice(2, [](int, Runtime& rt, FakeDeviceLog&) {
     std::vector<float> g(10, 1.0f);
     rt.allreduce("g", onDevice(f32(g)), onDevice(f32(g)), Op::kSum, 1.0, 1.0,
-                 [&](const std::string&) { rt.shutdown(); })
+                 [&](const Status&) { rt.shutdown(); })
         .wait();
     rt.shutdown();
     return std::string("ok");

@@ -71,7 +71,7 @@ TEST(RuntimeInproc, StatsIncludeEveryCompletedOperation) {
         std::promise<uint64_t> seen;
         Runtime* runtime = rt.get();
         rt->allreduce(name, f32(data), f32(data), Op::kSum, 1.0, 1.0,
-                      [&](const std::string&) { seen.set_value(runtime->stats().fusedBuffers); });
+                      [&](const Status&) { seen.set_value(runtime->stats().fusedBuffers); });
         const uint64_t counted = seen.get_future().get();
         check(counted == i, "in the callback of operation ", i, ": ", counted, " buffers");
       }
@@ -103,7 +103,7 @@ TEST(RuntimeInproc, DuplicateNameAndBadArgumentsFailAtOnce) {
     Handle first = rt->allreduce("dup", f32(v), f32(v), Op::kSum);
     bool called = false;
     Handle second = rt->allreduce("dup", f32(v), f32(v), Op::kSum,
-                                  1.0, 1.0, [&](const std::string& e) { called = !e.empty(); });
+                                  1.0, 1.0, [&](const Status& s) { called = !s.ok(); });
     check(second.poll() && called, "duplicate not refused at once");
     check(failure(second).find("already in flight") != std::string::npos, failure(second));
     first.wait();

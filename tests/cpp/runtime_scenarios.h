@@ -30,15 +30,18 @@ void check(bool ok, const Parts&... parts) {
   if (!ok) throw Error(detail::concat(parts...));
 }
 
-// The error of a handle that must fail ("" if it did not).
-inline std::string failure(const Handle& h) {
+// The status of a handle that must fail (ok if it did not).
+inline Status outcome(const Handle& h) {
   try {
     h.wait();
   } catch (const Error& e) {
-    return e.what();
+    return e.status();
   }
-  return "";
+  return {};
 }
+
+// The error of a handle that must fail ("" if it did not).
+inline std::string failure(const Handle& h) { return outcome(h).message; }
 
 inline RuntimeConfig testConfig() {
   RuntimeConfig c;
@@ -326,19 +329,22 @@ inline std::string stallReport(int rank, const Starter& start) {
   config.logSink = log.sink();
   auto rt = start(config);
   const int N = rt->size();
-  std::string outcome = "missing";
+  std::string result = "missing";
   if (rank == N - 1) {
     // Enter the barrier while the others still wait for 'lonely', but not so early that the
     // barrier itself would stall.
     std::this_thread::sleep_for(std::chrono::duration<double>(config.stallShutdownSeconds / 2 + 0.1));
   } else {
     std::vector<float> v(2, 1);
-    const std::string error = failure(rt->allreduce("lonely", f32(v), f32(v), Op::kSum));
+    const Status status = outcome(rt->allreduce("lonely", f32(v), f32(v), Op::kSum));
+    const std::string& error = status.message;
+    check(status.code == StatusCode::kTimeout && status.peer == N - 1, "stall status ",
+          statusCodeName(status.code), " peer ", status.peer);
     check(error.find("'lonely' stalled") != std::string::npos &&
               error.find("ranks " + std::to_string(N - 1) + " have not submitted") !=
                   std::string::npos,
           "stall error: '", error, "'");
-    outcome = "failed";
+    result = "failed";
   }
   rt->barrier().wait();
   if (rank == 0) {
@@ -346,7 +352,7 @@ inline std::string stallReport(int rank, const Starter& start) {
     check(!line.empty(), "no stall warning naming rank ", N - 1);
   }
   rt->barrier().wait();
-  return outcome;
+  return result;
 }
 
 // The same name with another shape on the last rank fails on every rank, at negotiation.
@@ -356,9 +362,13 @@ inline std::string mismatch(int rank, const Starter& start) {
   rt->barrier().wait();  // start together, so the time below is the negotiation's
   std::vector<float> v(rank == N - 1 ? 5 : 4, 1.0f);
   const auto begin = std::chrono::steady_clock::now();
-  const std::string error = failure(rt->allreduce("w", f32(v), f32(v), Op::kSum));
+  const Status status = outcome(rt->allreduce("w", f32(v), f32(v), Op::kSum));
+  const std::string& error = status.message;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  // The peer is the first rank seen to disagree with the first submitter: either side.
+  check(status.code == StatusCode::kMismatch && status.peer >= 0 && status.peer < N,
+        "mismatch status ", statusCodeName(status.code), " peer ", status.peer);
   check(error.find("mismatched tensor 'w'") != std::string::npos &&
             error.find("shape [4]") != std::string::npos &&
             error.find("shape [5]") != std::string::npos &&
@@ -383,12 +393,14 @@ inline std::string shutdownPending(int rank, const Starter& start) {
     std::this_thread::sleep_for(50ms);
     rt->shutdown();
   }
-  const std::string error = failure(pending);
-  check(error.find("cerar has been shut down") != std::string::npos, "pending: '", error, "'");
+  const Status error = outcome(pending);
+  check(error.code == StatusCode::kShutDown &&
+            error.message.find("cerar has been shut down") != std::string::npos,
+        "pending: '", error.message, "'");
   rt->shutdown();
   rt->shutdown();
-  const std::string later = failure(rt->allreduce("later", f32(v), f32(v), Op::kSum));
-  check(later.find("shut down") != std::string::npos, "later: '", later, "'");
+  const Status later = outcome(rt->allreduce("later", f32(v), f32(v), Op::kSum));
+  check(later.code == StatusCode::kShutDown, "later: '", later.message, "'");
   return "shut down";
 }
 

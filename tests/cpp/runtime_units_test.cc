@@ -408,8 +408,11 @@ TEST(RuntimeStall, WarnsByMissingRankThenFails) {
   EXPECT_TRUE(inspector.inspect(waiting, t0 + std::chrono::milliseconds(2000)).warning.empty());
   report = inspector.inspect(waiting, t0 + std::chrono::milliseconds(3500));
   ASSERT_EQ(report.failures.size(), 2u);
-  EXPECT_NE(report.failures[1].second.find("ranks 2, 3 have not submitted"), std::string::npos)
-      << report.failures[1].second;
+  const Status& failure = report.failures[1].second;
+  EXPECT_NE(failure.message.find("ranks 2, 3 have not submitted"), std::string::npos)
+      << failure.message;
+  EXPECT_EQ(failure.code, StatusCode::kTimeout);
+  EXPECT_EQ(failure.peer, 2);  // the first rank missing
 }
 
 TEST(RuntimeScaling, ScaledCopiesAndIdentities) {

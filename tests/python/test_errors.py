@@ -1,7 +1,17 @@
-"""Errors: disagreeing ranks get CerarError everywhere; a dead rank fails the job."""
+"""Errors: disagreeing ranks get MismatchError everywhere; a dead rank fails the job, and
+every survivor names it with the same error class; each status code has its Python class."""
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
 import time
 
-from conftest import assert_ok, needs_runtime, run_job
+import pytest
+
+from conftest import WORKERS, assert_ok, needs_runtime, run_job
 
 pytestmark = needs_runtime
 
@@ -20,3 +30,74 @@ def test_dying_rank_fails_the_job_quickly():
     assert "rank 1 exited with code 5" in result.stderr
     assert "should not get here" not in result.stdout
     assert time.monotonic() - start < 30
+
+
+def test_each_status_code_has_its_class():
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("CERAR_", "OMPI_", "SLURM_")) and k not in ("RANK", "WORLD_SIZE")}
+    env["PYTHONPATH"] = str(WORKERS)
+    result = subprocess.run([sys.executable, str(WORKERS / "status_codes.py")],
+                            capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 0 and "codes OK" in result.stdout, result.stdout + result.stderr
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+TIMEOUT_SECONDS = 3
+
+
+@pytest.mark.parametrize("victim,signal_,expected", [
+    (2, signal.SIGKILL, "PeerLostError"),
+    (2, signal.SIGSTOP, "CerarTimeoutError"),
+    (0, signal.SIGKILL, "PeerLostError"),  # rank 0 hosts the store and the coordinator
+    (0, signal.SIGSTOP, "CerarTimeoutError"),  # ... which then stops answering
+])
+def test_every_survivor_names_the_lost_rank(victim, signal_, expected):
+    """4 ranks started directly (torchrun's variables; no launcher ends the survivors), one
+    killed or frozen mid-all-reduce: each survivor raises `expected`, naming the victim,
+    within the timeout plus the agreement window (core/blame.h) and some slack."""
+    port = free_port()
+    procs = []
+    for rank in range(4):
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("CERAR_", "OMPI_", "SLURM_"))}
+        env.update(RANK=str(rank), WORLD_SIZE="4", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="4",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port - 1), CERAR_SECRET="lost",
+                   CERAR_TIMEOUT_SECONDS=str(TIMEOUT_SECONDS), CERAR_LOG_LEVEL="fatal",
+                   PYTHONPATH=str(WORKERS))
+        procs.append(subprocess.Popen([sys.executable, str(WORKERS / "lost_rank.py")], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True, stdin=subprocess.DEVNULL))
+    try:
+        deadline = time.monotonic() + 60
+        for rank, proc in enumerate(procs):  # every rank is in the all-reduce loop
+            ready, _, _ = select.select([proc.stdout], [], [], deadline - time.monotonic())
+            assert ready, f"rank {rank} did not start within 60 s"
+            line = proc.stdout.readline()
+            assert line.startswith("ready"), line + proc.stdout.read()
+        time.sleep(0.3)
+        procs[victim].send_signal(signal_)
+        struck = time.time()
+        results = {}
+        for rank, proc in enumerate(procs):
+            if rank == victim:
+                continue
+            output, _ = proc.communicate(timeout=TIMEOUT_SECONDS + 30)
+            lines = [l for l in output.splitlines() if l.startswith("RESULT ")]
+            assert lines, f"rank {rank} printed no result:\n{output}"
+            results[rank] = json.loads(lines[-1][len("RESULT "):])
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    for rank, result in results.items():
+        assert result["class"] == expected, result
+        assert result["peer"] == victim and f"rank {victim} " in result["message"], result
+        assert result["cerar"], result
+        # Frozen: detected after the timeout; the agreement adds at most its window (1.5 s,
+        # half the timeout), spent in full only when the store itself is frozen.
+        assert result["time"] - struck < TIMEOUT_SECONDS + 1.5 + 2, result

@@ -11,12 +11,18 @@ get "<op>.noname.<n>" in call order, which must then be the same on every rank.
 """
 import torch
 
-from cerar import (Average, CerarError, Max, Min, Op, Sum, _auto_name, _rt, init,
-                   is_initialized, local_rank, local_size, rank, shutdown, size,
-                   start_timeline, stop_timeline, stats)
+from cerar import (Average, CerarError, CerarTimeoutError, InternalError,
+                   InvalidArgumentError, Max, Min, MismatchError, Op, PeerLostError,
+                   ShutDownError, Sum, _auto_name, _rt, init, is_initialized, local_rank,
+                   local_size, rank, shutdown, size, start_timeline, stop_timeline, stats)
 from cerar._cerar import DType, RawTensor
 from cerar._handle import Handle, poll, synchronize
 from cerar.torch._compat import stream_of
+
+# Horovod code catches HorovodInternalError when a collective fails (elastic training restores
+# its state then); Horovod raises it for every failed collective, so here it is CerarError
+# itself: a lost peer (PeerLostError) and a silent one (CerarTimeoutError) are instances.
+HorovodInternalError = CerarError
 
 _DTYPES = {
     torch.float32: DType.float32, torch.float64: DType.float64, torch.float16: DType.float16,

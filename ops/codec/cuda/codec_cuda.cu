@@ -217,7 +217,8 @@ template <typename Fn>
 void withFloating(DType dtype, const char* what, Fn&& fn) {
   if (dtype == DType::kFloat32) return fn(float{});
   if (dtype == DType::kFloat64) return fn(double{});
-  throw Error(detail::concat("codec (CUDA): ", what, " supports f32 and f64 only, got ",
+  throw InvalidArgumentError(detail::concat("codec (CUDA): ", what,
+                                            " supports f32 and f64 only, got ",
                              dtypeName(dtype)));
 }
 
@@ -304,7 +305,8 @@ void scale(DType dtype, void* data, size_t n, double factor, void* stream) {
     case DType::kFloat16: return run(dev::Half{}, float{});
     case DType::kBFloat16: return run(dev::BFloat16{}, float{});
     default:
-      throw Error(detail::concat("cannot scale ", dtypeName(dtype), " tensors by ", factor));
+      throw InvalidArgumentError(
+          detail::concat("cannot scale ", dtypeName(dtype), " tensors by ", factor));
   }
 }
 

@@ -1,0 +1,170 @@
+#include "core/blame.h"
+
+#include <algorithm>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "ops/common/error.h"
+
+namespace cerar {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+bool isLoss(StatusCode code) {
+  return code == StatusCode::kTimeout || code == StatusCode::kPeerLost;
+}
+
+std::string encodeReport(const Status& s) {
+  return detail::concat(int(s.code), ' ', s.peer, ' ', s.message);
+}
+
+std::optional<Status> decodeReport(const std::string& text) {
+  std::istringstream in(text);
+  int code = 0, peer = -1;
+  if (!(in >> code >> peer) || code <= 0 || code > int(StatusCode::kInternal)) return {};
+  in.get();
+  std::string message;
+  std::getline(in, message, '\0');
+  return Status(StatusCode(code), message, peer);
+}
+
+// Between two polls of the board: 10 ms, or less to meet `deadline`.
+void pause(Clock::time_point deadline) {
+  std::this_thread::sleep_for(std::min<Clock::duration>(milliseconds(10), deadline - Clock::now()));
+}
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+}  // namespace
+
+std::string newBlameScope() {
+  std::random_device device;
+  return detail::concat("cerar/failures/", std::hex, device(), device());
+}
+
+namespace {
+
+// The rank every survivor names, from the posts read (`reports`, this rank's included).
+Status verdict(const Status& observed, const std::vector<std::optional<Status>>& reports,
+               const BlameOptions& o, const std::function<Status(const std::string&)>& ownView) {
+  for (int r = 0; r < o.size; ++r) {
+    if (r != o.rank && reports[r] && !isLoss(reports[r]->code)) {
+      return Status(StatusCode::kPeerLost,
+                    detail::concat("rank ", r, " failed (", statusCodeName(reports[r]->code),
+                                   "): ", reports[r]->message, "; rank ", o.rank,
+                                   " saw: ", observed.message),
+                    r);
+    }
+  }
+  std::vector<int> missing;
+  for (int r = 0; r < o.size; ++r) {
+    if (!reports[r]) missing.push_back(r);
+  }
+  if (missing.empty()) return ownView("");  // every rank posted: none is known to be lost
+  const bool named = std::count(missing.begin(), missing.end(), observed.peer) > 0;
+  const int lost = named ? observed.peer : missing.front();
+  // A dead process's links close at once; a frozen one's stay open and time out. Without a
+  // rank that saw either (its detector failed first on a neighbour), it was silent.
+  bool closed = false, silent = false;
+  for (const auto& report : reports) {
+    if (!report || report->peer != lost) continue;
+    closed = closed || report->code == StatusCode::kPeerLost;
+    silent = silent || report->code == StatusCode::kTimeout;
+  }
+  closed = closed && !silent;
+  std::string others;
+  if (missing.size() > 1) others = " (ranks " + rankList(missing) + " did not report)";
+  return Status(closed ? StatusCode::kPeerLost : StatusCode::kTimeout,
+                detail::concat("rank ", lost,
+                               closed ? " was lost (its links closed)"
+                                      : " stopped answering (silent past the timeout)",
+                               others, "; rank ", o.rank, " saw: ", observed.message),
+                lost);
+}
+
+}  // namespace
+
+Status agreeOnFailure(const Status& observed, BlameBoard* board, const BlameOptions& o) {
+  // What this rank alone can say, when it cannot learn more.
+  std::function<Status(const std::string&)> ownView = [&](const std::string& why) {
+    return Status(observed.code,
+                  detail::concat("rank ", o.rank, " lost contact with rank ", observed.peer,
+                                 ": ", observed.message, why),
+                  observed.peer);
+  };
+  if (board == nullptr || o.size < 2) return isLoss(observed.code) ? ownView("") : observed;
+  auto deadline = Clock::now() + o.window;
+  Clock::time_point callStart;
+  milliseconds callLimit{1};
+  auto limit = [&] {  // of the next board call; its start is kept to tell silence from failure
+    callStart = Clock::now();
+    callLimit = std::max(milliseconds(1),
+                         std::chrono::duration_cast<milliseconds>(deadline - callStart));
+    return callLimit;
+  };
+  auto key = [&](const char* kind, int rank) {
+    return detail::concat(o.scope, "/", kind, "/", rank);
+  };
+  std::vector<std::optional<Status>> reports(o.size);
+  reports[o.rank] = observed;
+  Status result = observed;
+  try {
+    board->post(key("failed", o.rank), encodeReport(observed), limit());
+    while (isLoss(observed.code)) {
+      int missing = 0;
+      bool cause = false;
+      for (int r = 0; r < o.size; ++r) {
+        if (!reports[r]) {
+          if (auto text = board->read(key("failed", r), limit())) reports[r] = decodeReport(*text);
+        }
+        if (!reports[r]) ++missing;
+        else if (!isLoss(reports[r]->code)) cause = true;
+      }
+      if (missing <= 1 || cause || Clock::now() >= deadline) break;
+      pause(deadline);
+    }
+  } catch (const std::exception& e) {
+    // A board in rank 0's process fails only with that process: it died (the connection
+    // closes) or is frozen (no answer until the limit).
+    const bool silent = Clock::now() - callStart >= callLimit * 9 / 10;
+    if (o.hostedByRankZero && o.rank != 0) {
+      return Status(silent ? StatusCode::kTimeout : StatusCode::kPeerLost,
+                    detail::concat("rank 0 ", silent ? "stopped answering" : "was lost",
+                                   " (the rendezvous store in its process ",
+                                   silent ? "is silent" : "closed", "); rank ", o.rank,
+                                   " saw: ", observed.message),
+                    0);
+    }
+    return ownView(detail::concat(" (which rank was lost is not known here: ", e.what(), ")"));
+  }
+  if (isLoss(observed.code)) result = verdict(observed, reports, o, ownView);
+
+  // The board may end with rank 0's process once rank 0 reports its failure: so rank 0 holds
+  // its report back until every other survivor has read the posts and said so (or a window).
+  try {
+    board->post(key("done", o.rank), "", limit());
+    if (o.hostedByRankZero && o.rank == 0) {
+      deadline = Clock::now() + o.window;
+      for (int r = 1; r < o.size; ++r) {
+        if (result.peer == r && isLoss(result.code)) continue;  // the lost rank never will
+        while (!board->read(key("done", r), limit()) && Clock::now() < deadline) {
+          pause(deadline);
+        }
+      }
+    }
+  } catch (const std::exception&) {
+    // The verdict stands; only the others' reading of it was in question.
+  }
+  return result;
+}
+
+}  // namespace cerar

@@ -1,0 +1,56 @@
+// Which rank was lost: after a dead or silent peer, every survivor names the same one.
+//
+// Why ranks disagree without this: in a ring each rank waits only on its neighbours, so the
+// rank next to a dead or frozen peer detects it (a closed link, or a timeout) and closes its
+// own links, and the ranks waiting on that detector then see *its* links close, a cascade in
+// which most survivors would blame an innocent neighbour.
+//
+// The protocol: every rank whose runtime fails posts what it saw to a board (the job's
+// rendezvous store, under a key per runtime instance) and then reads the others' posts for a
+// short window, ending early once every rank but one has posted. The cascade makes every
+// survivor fail within moments of the first detection, so the rank that never posts is the
+// lost one; a rank that posted a failure of its own (not a lost link) is the cause instead.
+// The board lives in the launcher, or in rank 0's process (torchrun-style): there, a board
+// that stops answering means rank 0 itself is lost, and rank 0 returns only once the others
+// have read the posts (its process, and the board, may end right after). A rank without a
+// board, or whose board fails otherwise, names only what it saw itself, saying so.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ops/common/status.h"
+
+namespace cerar {
+
+// Where ranks post their failures. Calls throw on failure and give up after `limit`.
+class BlameBoard {
+ public:
+  virtual ~BlameBoard() = default;
+  virtual void post(const std::string& key, const std::string& value,
+                    std::chrono::milliseconds limit) = 0;
+  // The value at `key`, or nothing if none was posted yet.
+  virtual std::optional<std::string> read(const std::string& key,
+                                          std::chrono::milliseconds limit) = 0;
+};
+
+struct BlameOptions {
+  int rank = 0;
+  int size = 1;
+  std::string scope;           // key prefix of this runtime instance, the same on every rank
+  bool hostedByRankZero = false;  // the board lives in rank 0's process
+  std::chrono::milliseconds window{1000};  // how long to wait for the others' posts
+};
+
+// The failure this rank reports, given what it `observed`: for a timeout or a lost peer, the
+// rank that every survivor names (with kTimeout if it went silent, kPeerLost if its links
+// closed or it failed on its own); any other failure is posted and returned unchanged.
+// Returns within options.window (rank 0 hosting the board: twice that); never throws.
+Status agreeOnFailure(const Status& observed, BlameBoard* board, const BlameOptions& options);
+
+// A fresh scope for one runtime instance (random), to be agreed on by rank 0's choice.
+std::string newBlameScope();
+
+}  // namespace cerar

@@ -1,0 +1,173 @@
+// Agreement on a lost rank (core/blame.h), with ranks as threads over an in-memory board.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "core/blame.h"
+#include "ops/common/error.h"
+
+namespace cerar {
+namespace {
+
+using namespace std::chrono_literals;
+
+class MemoryBoard : public BlameBoard {
+ public:
+  void post(const std::string& key, const std::string& value, std::chrono::milliseconds) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    values_[key] = value;
+  }
+  std::optional<std::string> read(const std::string& key, std::chrono::milliseconds) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = values_.find(key);
+    if (it == values_.end()) return std::nullopt;
+    return it->second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, std::string> values_;
+};
+
+// A board in a process that is gone (throws at once) or frozen (blocks until the limit).
+class BrokenBoard : public BlameBoard {
+ public:
+  explicit BrokenBoard(bool frozen) : frozen_(frozen) {}
+  void post(const std::string&, const std::string&, std::chrono::milliseconds limit) override {
+    fail(limit);
+  }
+  std::optional<std::string> read(const std::string&, std::chrono::milliseconds limit) override {
+    fail(limit);
+  }
+
+ private:
+  [[noreturn]] void fail(std::chrono::milliseconds limit) {
+    if (frozen_) std::this_thread::sleep_for(limit);
+    throw std::runtime_error("store: connection lost");
+  }
+  bool frozen_;
+};
+
+BlameOptions optionsFor(int rank, int size, bool rankZeroHosts = false) {
+  BlameOptions o;
+  o.rank = rank;
+  o.size = size;
+  o.scope = "test";
+  o.hostedByRankZero = rankZeroHosts;
+  o.window = 2000ms;
+  return o;
+}
+
+// Each survivor's observation in turn, started with a lag (the cascade); returns the results.
+std::map<int, Status> agree(BlameBoard& board, int size, const std::map<int, Status>& seen) {
+  std::map<int, Status> results;
+  std::mutex mutex;
+  std::vector<std::thread> threads;
+  int lag = 0;
+  for (const auto& [rank, observed] : seen) {
+    threads.emplace_back([&, rank = rank, observed = observed, lag] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(lag));
+      Status agreed = agreeOnFailure(observed, &board, optionsFor(rank, size));
+      std::lock_guard<std::mutex> lock(mutex);
+      results[rank] = agreed;
+    });
+    lag += 30;
+  }
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+TEST(Blame, SurvivorsNameTheRankThatNeverPosts) {
+  MemoryBoard board;
+  const auto start = std::chrono::steady_clock::now();
+  // Rank 2 died: its neighbours saw its links close, rank 0 only its neighbour's.
+  auto results = agree(board, 4, {{3, Status(StatusCode::kPeerLost, "recv from 2", 2)},
+                                  {0, Status(StatusCode::kPeerLost, "recv from 3", 3)},
+                                  {1, Status(StatusCode::kPeerLost, "recv from 0", 0)}});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1000ms);  // ended early, not the window
+  for (const auto& [rank, status] : results) {
+    EXPECT_EQ(status.code, StatusCode::kPeerLost) << rank << ": " << status.message;
+    EXPECT_EQ(status.peer, 2) << rank << ": " << status.message;
+    EXPECT_NE(status.message.find("rank 2 was lost"), std::string::npos) << status.message;
+  }
+}
+
+TEST(Blame, AFrozenRankIsATimeoutEverywhere) {
+  MemoryBoard board;
+  auto results = agree(board, 4, {{1, Status(StatusCode::kTimeout, "send to 2", 2)},
+                                  {0, Status(StatusCode::kPeerLost, "recv from 1", 1)},
+                                  {3, Status(StatusCode::kPeerLost, "send to 0", 0)}});
+  for (const auto& [rank, status] : results) {
+    EXPECT_EQ(status.code, StatusCode::kTimeout) << rank << ": " << status.message;
+    EXPECT_EQ(status.peer, 2) << rank << ": " << status.message;
+  }
+}
+
+TEST(Blame, ARankThatFailedOnItsOwnIsTheCause) {
+  MemoryBoard board;
+  auto results = agree(board, 3, {{1, Status(StatusCode::kInternal, "codec broke")},
+                                  {0, Status(StatusCode::kTimeout, "recv from 2", 2)},
+                                  {2, Status(StatusCode::kTimeout, "recv from 1", 1)}});
+  EXPECT_EQ(results[1].code, StatusCode::kInternal);  // its own failure, unchanged
+  for (int rank : {0, 2}) {
+    EXPECT_EQ(results[rank].code, StatusCode::kPeerLost) << results[rank].message;
+    EXPECT_EQ(results[rank].peer, 1) << results[rank].message;
+    EXPECT_NE(results[rank].message.find("codec broke"), std::string::npos);
+  }
+}
+
+TEST(Blame, TwoMissingRanksWaitForTheWindowAndPreferTheOneSeen) {
+  MemoryBoard board;
+  const auto start = std::chrono::steady_clock::now();
+  auto results = agree(board, 4, {{0, Status(StatusCode::kPeerLost, "recv from 3", 3)}});
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 2000ms);
+  EXPECT_EQ(results[0].peer, 3);
+  EXPECT_NE(results[0].message.find("ranks 1, 2, 3 did not report"), std::string::npos)
+      << results[0].message;
+}
+
+TEST(Blame, ABoardInRankZeroThatFailsMeansRankZeroIsLost) {
+  for (bool frozen : {false, true}) {
+    BrokenBoard board(frozen);
+    const auto start = std::chrono::steady_clock::now();
+    Status agreed = agreeOnFailure(Status(StatusCode::kPeerLost, "recv from 1", 1), &board,
+                                   optionsFor(2, 4, /*rankZeroHosts=*/true));
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 2500ms);  // the window bounds it
+    EXPECT_EQ(agreed.peer, 0) << agreed.message;
+    EXPECT_EQ(agreed.code, frozen ? StatusCode::kTimeout : StatusCode::kPeerLost)
+        << agreed.message;
+  }
+}
+
+TEST(Blame, WithoutABoardARankNamesWhatItSaw) {
+  BrokenBoard broken(false);
+  for (BlameBoard* board : {static_cast<BlameBoard*>(nullptr), static_cast<BlameBoard*>(&broken)}) {
+    Status agreed = agreeOnFailure(Status(StatusCode::kTimeout, "recv from 1", 1), board,
+                                   optionsFor(2, 4));
+    EXPECT_EQ(agreed.code, StatusCode::kTimeout);
+    EXPECT_EQ(agreed.peer, 1);
+    EXPECT_NE(agreed.message.find("rank 2 lost contact with rank 1"), std::string::npos)
+        << agreed.message;
+  }
+}
+
+TEST(Blame, ErrorsThrowTheSubclassOfTheirCode) {
+  EXPECT_THROW(Status(StatusCode::kTimeout, "t", 1).raise(), TimeoutError);
+  EXPECT_THROW(Status(StatusCode::kPeerLost, "p", 1).raise(), PeerLostError);
+  EXPECT_THROW(Status(StatusCode::kMismatch, "m").raise(), MismatchError);
+  EXPECT_THROW(Status(StatusCode::kShutDown, "s").raise(), ShutDownError);
+  EXPECT_THROW(Status(StatusCode::kInvalidArgument, "i").raise(), InvalidArgumentError);
+  EXPECT_THROW(Status(StatusCode::kInternal, "x").raise(), InternalError);
+  try {
+    CERAR_ENFORCE(false, "broken invariant");
+  } catch (const InternalError& e) {
+    // A short source tag, never the build machine's path.
+    EXPECT_NE(std::string(e.what()).find("[blame_test.cc:"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('/'), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace cerar

@@ -1,0 +1,123 @@
+// A rank killed in the middle of all-reduces, with ranks started as torchrun starts them (rank 0
+// hosts the store; no launcher ends the survivors): every survivor's handle throws
+// PeerLostError naming the killed rank (core/blame.h), soon after the kill.
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/runtime.h"
+#include "ops/common/error.h"
+
+namespace cerar {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t length = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// A rank: all-reduces until one fails, then writes "<code> <peer>" to `out`.
+[[noreturn]] void rankMain(int rank, int port, int out) {
+  setenv("RANK", std::to_string(rank).c_str(), 1);
+  setenv("WORLD_SIZE", "4", 1);
+  setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+  setenv("LOCAL_WORLD_SIZE", "4", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", std::to_string(port - 1).c_str(), 1);
+  setenv("CERAR_SECRET", "lost", 1);
+  setenv("CERAR_TIMEOUT_SECONDS", "3", 1);
+  setenv("CERAR_LOG_LEVEL", "fatal", 1);
+  std::string line = "none";
+  try {
+    auto rt = Runtime::start(RuntimeConfig::fromEnvironment());
+    std::vector<float> data(1 << 20, 1.0f);
+    Tensor t{data.data(), DType::kFloat32, {int64_t(data.size())}};
+    rt->allreduce("warmup", t, t, Op::kSum).wait();
+    if (write(out, "ready\n", 6) != 6) _exit(3);
+    for (int step = 0;; ++step) {
+      rt->allreduce("step." + std::to_string(step), t, t, Op::kSum).wait();
+    }
+  } catch (const Error& e) {
+    line = std::to_string(int(e.code())) + " " + std::to_string(e.peer()) + "\n";
+  } catch (...) {
+  }
+  if (write(out, line.data(), line.size()) < 0) _exit(4);
+  _exit(0);  // the runtime failed: nothing to shut down cleanly
+}
+
+// A line from `fd`, or what arrived before 30 s passed (a hung rank must not hang the test).
+std::string readLine(int fd) {
+  std::string line;
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  pollfd wait{fd, POLLIN, 0};
+  char c;
+  while (Clock::now() < deadline && poll(&wait, 1, 100) >= 0) {
+    if (!(wait.revents & (POLLIN | POLLHUP))) continue;
+    if (read(fd, &c, 1) != 1 || c == '\n') break;
+    line += c;
+  }
+  return line;
+}
+
+TEST(LostRank, EverySurvivorNamesTheKilledRank) {
+  const int port = freePort();
+  const int victim = 2;
+  std::fflush(nullptr);
+  std::vector<pid_t> pids;
+  std::vector<int> pipes;
+  for (int rank = 0; rank < 4; ++rank) {
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      rankMain(rank, port, fds[1]);
+    }
+    close(fds[1]);
+    pids.push_back(pid);
+    pipes.push_back(fds[0]);
+  }
+  std::vector<std::string> ready;
+  for (int fd : pipes) ready.push_back(readLine(fd));
+  usleep(300000);  // in the middle of the loop
+  kill(pids[victim], SIGKILL);
+  const auto struck = Clock::now();
+  std::vector<std::string> results(4);
+  for (int rank = 0; rank < 4; ++rank) {
+    if (rank != victim) results[rank] = readLine(pipes[rank]);
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - struck).count();
+  for (int rank = 0; rank < 4; ++rank) {
+    kill(pids[rank], SIGKILL);
+    waitpid(pids[rank], nullptr, 0);
+    close(pipes[rank]);
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(ready[rank], "ready") << rank;
+    if (rank == victim) continue;
+    EXPECT_EQ(results[rank], std::to_string(int(StatusCode::kPeerLost)) + " 2") << rank;
+  }
+  EXPECT_LT(seconds, 3 + 1.5 + 2);  // the timeout, the agreement's window and slack
+}
+
+}  // namespace
+}  // namespace cerar
