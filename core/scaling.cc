@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "ops/codec/half.h"
+#include "ops/codec/range.h"
 #include "ops/common/error.h"
 
 namespace cerar {
@@ -17,6 +18,30 @@ void scale(const void* src, void* dst, size_t n, double factor) {
   T* out = static_cast<T*>(dst);
   const T f = static_cast<T>(factor);
   for (size_t i = 0; i < n; ++i) out[i] = in[i] * f;
+}
+
+// One pass: read, scale (or not), write, and accumulate the range test of what is written.
+template <typename T>
+bool scaleChecked(const void* src, void* dst, size_t n, double factor, int N) {
+  const T* in = static_cast<const T*>(src);
+  T* out = static_cast<T*>(dst);
+  const codec::RangeCheck<T> check(N);
+  typename codec::RangeCheck<T>::Bits accumulated = 0;
+  if (factor == 1.0 && src == dst) {
+    for (size_t i = 0; i < n; ++i) accumulated |= check.term(in[i]);
+  } else if (factor == 1.0) {
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = in[i];
+      accumulated |= check.term(in[i]);
+    }
+  } else {
+    const T f = static_cast<T>(factor);
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = in[i] * f;
+      accumulated |= check.term(out[i]);
+    }
+  }
+  return codec::RangeCheck<T>::beyond(accumulated);
 }
 
 template <typename H>
@@ -63,6 +88,15 @@ void scaledCopy(DType dtype, const void* src, void* dst, size_t n, double factor
     case DType::kBFloat16: return scaleHalf<codec::BFloat16>(src, dst, n, factor);
     default:
       throw Error(detail::concat("cannot scale ", dtypeName(dtype), " tensors by ", factor));
+  }
+}
+
+bool scaledCopyChecked(DType dtype, const void* src, void* dst, size_t n, double factor,
+                       int N) {
+  switch (dtype) {
+    case DType::kFloat32: return scaleChecked<float>(src, dst, n, factor, N);
+    case DType::kFloat64: return scaleChecked<double>(src, dst, n, factor, N);
+    default: throw Error(detail::concat("range check: CERAR has no ", dtypeName(dtype)));
   }
 }
 

@@ -48,6 +48,14 @@ const Plan& Communicator::planFor(Algorithm algorithm, int c, size_t d) {
   return it->second;
 }
 
+bool Communicator::anyRankBeyondRange(const void* data, size_t count, DType dtype,
+                                      const AllreduceOptions& options) {
+  const bool mine = options.beyondCerarRange.has_value()
+                        ? *options.beyondCerarRange
+                        : runner_->beyondCerarRange(*transport_, data, count, dtype);
+  return runner_->anyRank(*transport_, mine);
+}
+
 RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
                                  const AllreduceOptions& options) {
   const int N = size();
@@ -77,16 +85,28 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
     record.eps = eps;
     agreeOnParameters(*transport_, record);
   }
-  const Plan& plan = planFor(options.algorithm, c, count);
   CERAR_ENFORCE(!options.shareCorrection || runner_->hostMemory(), "rank ", rank(),
                 ": share-corrected decoding needs host memory");
-  RunStats stats = runner_->run(plan, *transport_, data, CodecParams{dtype, options.op, eps});
-  if (options.algorithm == Algorithm::kCerar && options.shareCorrection) {
-    const auto start = std::chrono::steady_clock::now();
-    applyShareCorrection(Layout(N, c, count), rank(), eps, dtype, data);
-    stats.seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // CERAR mixes each element with those at its offset in the other slices of its chunk
+  // (cerar-protocol.md); a NaN or an overflow would spread to them, so such a buffer takes the
+  // exact ring on every rank. c = N is the ring itself, and N = 1 has no rounds.
+  const auto start = std::chrono::steady_clock::now();
+  bool cerar = options.algorithm == Algorithm::kCerar;
+  const bool fallback = cerar && N > 1 && c > N && options.exactOnNonFinite &&
+                        anyRankBeyondRange(data, count, dtype, options);
+  if (fallback) {
+    cerar = false;
+    c = N;
   }
+  const Plan& plan = planFor(cerar ? Algorithm::kCerar : Algorithm::kRing, c, count);
+  RunStats stats = runner_->run(plan, *transport_, data, CodecParams{dtype, options.op, eps});
+  stats.nonFiniteFallback = fallback;
+  if (cerar && options.shareCorrection) {
+    applyShareCorrection(Layout(N, c, count), rank(), eps, dtype, data);
+  }
+  // The check and the decoding pass count as part of the all-reduce.
+  stats.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }
 

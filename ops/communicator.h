@@ -3,6 +3,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <tuple>
 
 #include "ops/executor.h"
@@ -27,6 +28,15 @@ struct AllreduceOptions {
   // CERAR only: share-corrected decoding of positions j >= 2 (ops/algorithms/share_correction.h),
   // a local post-pass; off by default (docs/fidelity.md has the measurements).
   bool shareCorrection = false;
+  // CERAR only: before the counted rounds, ranks agree whether any rank's buffer holds a NaN,
+  // an Inf or a value near overflow (ops/codec/range.h), and if one does, every rank runs the
+  // exact ring instead, so such values stay in their own elements as with the ring
+  // (cerar-protocol.md, "Non-finite and near-overflow inputs"). Costs a read of the buffer and
+  // a one-byte-per-rank exchange. false only to measure that cost on data known to be finite.
+  bool exactOnNonFinite = true;
+  // With exactOnNonFinite: this rank's own test result when the caller has it already (the
+  // runtime tests while packing); unset, the communicator reads the buffer.
+  std::optional<bool> beyondCerarRange;
 };
 
 // One rank's handle on a group. Thread safety: one operation at a time.
@@ -46,6 +56,9 @@ class Communicator {
 
  private:
   const Plan& planFor(Algorithm algorithm, int c, size_t d);
+  // The exact-ring fallback's agreement (AllreduceOptions::exactOnNonFinite).
+  bool anyRankBeyondRange(const void* data, size_t count, DType dtype,
+                          const AllreduceOptions& options);
 
   std::shared_ptr<Transport> transport_;
   std::unique_ptr<PlanRunner> runner_;

@@ -1,6 +1,8 @@
 #include "ops/executor.h"
 
 #include "ops/codec/codec.h"
+#include "ops/codec/range.h"
+#include "ops/collectives.h"
 #include "ops/common/error.h"
 #include "ops/plan_run.h"
 
@@ -32,6 +34,20 @@ class HostCodec : public SegmentCodec {
 };
 
 }  // namespace
+
+bool PlanRunner::beyondCerarRange(Transport& transport, const void* data, size_t count,
+                                  DType dtype) {
+  return codec::beyondCerarRange(dtype, data, count, transport.size());
+}
+
+bool PlanRunner::anyRank(Transport& transport, bool mine) {
+  std::vector<uint8_t> flags(transport.size(), 0);
+  flags[transport.rank()] = mine ? 1 : 0;
+  ringAllgather(transport, flags.data(), std::vector<size_t>(flags.size(), 1));
+  for (uint8_t flag : flags)
+    if (flag != 0) return true;
+  return false;
+}
 
 Executor::Executor(size_t segmentBytes) : segmentBytes_(segmentBytes) {
   CERAR_ENFORCE(segmentBytes > 0, "segment size must be positive");
