@@ -4,6 +4,9 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "ops/codec/half.h"
 #include "ops/codec/range.h"
@@ -20,6 +23,51 @@ void scale(const void* src, void* dst, size_t n, double factor) {
   for (size_t i = 0; i < n; ++i) out[i] = in[i] * f;
 }
 
+// Copies of at least this many bytes stream their stores past the cache, as memmove does for
+// sizes like these: a fusion buffer that large is not in cache when the all-reduce reads it,
+// and normal stores would first read every destination line.
+constexpr size_t kStreamingBytes = size_t(4) << 20;
+
+#ifdef __SSE2__
+// A plain copy with non-temporal stores and the range test on the way; false where the
+// destination cannot be aligned to 16 bytes.
+template <typename T>
+bool streamingCopy(const T* in, T* out, size_t n, const codec::RangeCheck<T>& check,
+                   typename codec::RangeCheck<T>::Bits& accumulated) {
+  using Bits = typename codec::RangeCheck<T>::Bits;
+  if (reinterpret_cast<uintptr_t>(out) % sizeof(T) != 0) return false;
+  size_t i = 0;
+  for (; i < n && reinterpret_cast<uintptr_t>(out + i) % 16 != 0; ++i) {
+    out[i] = in[i];
+    accumulated |= check.term(in[i]);
+  }
+  // The test's AND and ADD, lane-wise on the bits (the terms of T's width).
+  const Bits exponent = codec::RangeCheck<T>::kExponent;
+  const __m128i mask = sizeof(T) == 4 ? _mm_set1_epi32(int32_t(exponent))
+                                      : _mm_set1_epi64x(int64_t(exponent));
+  const __m128i bias = sizeof(T) == 4 ? _mm_set1_epi32(int32_t(check.bias()))
+                                      : _mm_set1_epi64x(int64_t(check.bias()));
+  __m128i lanes = _mm_setzero_si128();
+  constexpr size_t kLane = 16 / sizeof(T);
+  for (; i + kLane <= n; i += kLane) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + i), v);
+    const __m128i field = _mm_and_si128(v, mask);
+    lanes = _mm_or_si128(lanes, sizeof(T) == 4 ? _mm_add_epi32(field, bias)
+                                                : _mm_add_epi64(field, bias));
+  }
+  _mm_sfence();
+  Bits lane[kLane];
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(lane), lanes);
+  for (Bits b : lane) accumulated |= b;
+  for (; i < n; ++i) {
+    out[i] = in[i];
+    accumulated |= check.term(in[i]);
+  }
+  return true;
+}
+#endif
+
 // One pass: read, scale (or not), write, and accumulate the range test of what is written.
 template <typename T>
 bool scaleChecked(const void* src, void* dst, size_t n, double factor, int N) {
@@ -29,6 +77,10 @@ bool scaleChecked(const void* src, void* dst, size_t n, double factor, int N) {
   typename codec::RangeCheck<T>::Bits accumulated = 0;
   if (factor == 1.0 && src == dst) {
     for (size_t i = 0; i < n; ++i) accumulated |= check.term(in[i]);
+#ifdef __SSE2__
+  } else if (factor == 1.0 && n * sizeof(T) >= kStreamingBytes &&
+             streamingCopy(in, out, n, check, accumulated)) {
+#endif
   } else if (factor == 1.0) {
     for (size_t i = 0; i < n; ++i) {
       out[i] = in[i];

@@ -42,7 +42,7 @@ class PlanRunner {
   // before a run() on this transport.
   virtual bool beyondCerarRange(Transport& transport, const void* data, size_t count,
                                 DType dtype);
-  // Whether `mine` holds on any rank: one byte per rank, gathered around the ring in memory as
+  // Whether `mine` holds on any rank: one byte from every rank to every other, in memory as
   // run() takes it. Collective.
   virtual bool anyRank(Transport& transport, bool mine);
 };

@@ -32,14 +32,18 @@ class RangeCheck {
 
   explicit RangeCheck(int N)
       : bias_(kSign - (Bits(kExponentOnes - rangeGuardBits(N)) << kMantissaBits)) {}
+  static constexpr Bits kExponent = Bits(sizeof(T) == 4 ? 0xff : 0x7ff)
+                                    << (sizeof(T) == 4 ? 23 : 52);
+
   Bits term(T x) const { return (std::bit_cast<Bits>(x) & kExponent) + bias_; }
+  // For hand-vectorised loops: term(x) = (bits of x & kExponent) + bias().
+  Bits bias() const { return bias_; }
   // `accumulated`: the OR of term() over the values.
   static bool beyond(Bits accumulated) { return (accumulated & kSign) != 0; }
 
  private:
   static constexpr int kMantissaBits = sizeof(T) == 4 ? 23 : 52;
   static constexpr Bits kExponentOnes = sizeof(T) == 4 ? 0xff : 0x7ff;
-  static constexpr Bits kExponent = kExponentOnes << kMantissaBits;
   static constexpr Bits kSign = Bits(1) << (8 * sizeof(T) - 1);
   Bits bias_;
 };
