@@ -93,6 +93,14 @@ std::string rankMain(int rank, std::shared_ptr<Transport> transport, const Setti
       }
     }
   }
+  // The agreement alone (the one-byte exchange), as many times.
+  std::vector<double> agreement;
+  Executor runner;
+  for (int r = 0; r < s.repeats; ++r) {
+    const auto start = Clock::now();
+    runner.anyRank(*transport, false);
+    agreement.push_back(since(start));
+  }
   if (rank != 0) return "";
   std::string out;
   const char* names[2] = {"runtime path (pack + CERAR)", "engine path (Communicator) "};
@@ -100,13 +108,19 @@ std::string rankMain(int rank, std::shared_ptr<Transport> transport, const Setti
     const double off = median(seconds[path][0]), on = median(seconds[path][1]);
     // Each repeat's two runs are adjacent: their ratio cancels slow drifts of the machine.
     std::vector<double> ratios;
-    for (int r = 0; r < s.repeats; ++r) ratios.push_back(seconds[path][1][r] / seconds[path][0][r]);
+    for (int r = 0; r < s.repeats; ++r)
+      ratios.push_back(seconds[path][1][r] / seconds[path][0][r]);
     out += detail::concat("  ", names[path], ": unchecked ", off * 1e3, " ms, checked ",
                           on * 1e3, " ms; ratio of medians ", on / off,
                           ", median of per-repeat ratios ", median(ratios), "\n");
   }
+  const double packDelta = median(pack[1]) - median(pack[0]);
   out += detail::concat("  packing copy alone: plain ", median(pack[0]) * 1e3,
                         " ms, with the fused range test ", median(pack[1]) * 1e3, " ms\n");
+  out += detail::concat("  agreement alone: ", median(agreement) * 1e3, " ms\n");
+  out += detail::concat("  runtime path, unchecked + (pack difference + agreement): ratio ",
+                        (median(seconds[0][0]) + packDelta + median(agreement)) /
+                            median(seconds[0][0]), "\n");
   return out;
 }
 
