@@ -10,8 +10,8 @@ namespace cerar {
 
 bool ParameterRecord::operator==(const ParameterRecord& o) const {
   return magic == o.magic && size == o.size && components == o.components &&
-         algorithm == o.algorithm && dtype == o.dtype && op == o.op && elements == o.elements &&
-         eps == o.eps;
+         algorithm == o.algorithm && dtype == o.dtype && op == o.op &&
+         exactOnNonFinite == o.exactOnNonFinite && elements == o.elements && eps == o.eps;
 }
 
 std::string ParameterRecord::describe() const {
@@ -19,7 +19,8 @@ std::string ParameterRecord::describe() const {
   return detail::concat("(algorithm=", algorithmName(static_cast<Algorithm>(algorithm)),
                         ", N=", size, ", c=", components, ", d=", elements, ", eps=", eps,
                         ", dtype=", dtypeName(static_cast<DType>(dtype)),
-                        ", op=", reduceOpName(static_cast<ReduceOp>(op)), ")");
+                        ", op=", reduceOpName(static_cast<ReduceOp>(op)),
+                        exactOnNonFinite ? "" : ", non-finite check off", ")");
 }
 
 void agreeOnParameters(Transport& transport, const ParameterRecord& mine) {

@@ -17,7 +17,7 @@ struct ParameterRecord {
   uint8_t algorithm = 0;
   uint8_t dtype = 0;
   uint8_t op = 0;
-  uint8_t padding = 0;
+  uint8_t exactOnNonFinite = 0;  // AllreduceOptions::exactOnNonFinite: decides what is sent
   uint64_t elements = 0;
   double eps = 0;
 

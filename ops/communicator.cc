@@ -83,6 +83,8 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
     record.op = static_cast<uint8_t>(options.op);
     record.elements = count;
     record.eps = eps;
+    // Only CERAR with r > 1 exchanges the verdict, so only there must the ranks agree on it.
+    record.exactOnNonFinite = options.exactOnNonFinite && c > N ? 1 : 0;
     agreeOnParameters(*transport_, record);
   }
   CERAR_ENFORCE(!options.shareCorrection || runner_->hostMemory(), "rank ", rank(),

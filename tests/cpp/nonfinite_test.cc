@@ -115,6 +115,31 @@ TEST(NonFinite, FiniteDataBitIdenticalWithAndWithoutCheck) {
   }
 }
 
+// Ranks that disagree on the check would post different transfers: parameter agreement
+// fails every rank first, naming the setting.
+TEST(NonFinite, RanksDisagreeingOnTheCheckFailTogether) {
+  const int N = 3;
+  InprocHub hub(N, std::chrono::seconds(20));
+  std::vector<std::string> errors(N);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < N; ++rank) {
+    threads.emplace_back([&, rank] {
+      Communicator communicator(hub.connect(rank));
+      std::vector<float> data(100, 1.0f);
+      AllreduceOptions o = options(Algorithm::kCerar, 2 * N);
+      o.exactOnNonFinite = rank != 1;
+      try {
+        communicator.allreduce(data.data(), data.size(), DType::kFloat32, o);
+      } catch (const Error& e) {
+        errors[rank] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank = 0; rank < N; ++rank)
+    EXPECT_NE(errors[rank].find("non-finite check off"), std::string::npos) << errors[rank];
+}
+
 // Finite inputs whose sum overflows: the ring gives Inf in that element only; unchecked CERAR
 // would turn its coupled elements into NaN (Inf - Inf in the home's decode).
 TEST(NonFinite, SumsThatOverflowMatchExactRing) {
