@@ -23,10 +23,10 @@ std::string ParameterRecord::describe() const {
                         exactOnNonFinite ? "" : ", non-finite check off", ")");
 }
 
-void agreeOnParameters(Transport& transport, const ParameterRecord& mine) {
+bool agreeOnParameters(Transport& transport, const ParameterRecord& mine) {
   const int N = transport.size();
   const int rank = transport.rank();
-  if (N == 1) return;
+  if (N == 1) return mine.beyondCerarRange != 0;
   std::vector<ParameterRecord> records(N);
   records[rank] = mine;
   // Ring allgather: in step s, pass on the record of rank - s, receive that of rank - s - 1.
@@ -46,6 +46,9 @@ void agreeOnParameters(Transport& transport, const ParameterRecord& mine) {
                                  records[other].describe()));
     }
   }
+  for (const ParameterRecord& record : records)
+    if (record.beyondCerarRange != 0) return true;
+  return false;
 }
 
 }  // namespace cerar

@@ -48,14 +48,6 @@ const Plan& Communicator::planFor(Algorithm algorithm, int c, size_t d) {
   return it->second;
 }
 
-bool Communicator::anyRankBeyondRange(const void* data, size_t count, DType dtype,
-                                      const AllreduceOptions& options) {
-  const bool mine = options.beyondCerarRange.has_value()
-                        ? *options.beyondCerarRange
-                        : runner_->beyondCerarRange(*transport_, data, count, dtype);
-  return runner_->anyRank(*transport_, mine);
-}
-
 RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
                                  const AllreduceOptions& options) {
   const int N = size();
@@ -74,6 +66,18 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
                   ": eps must be positive and finite, got ", eps);
   }
   CERAR_ENFORCE(data != nullptr || count == 0, "rank ", rank(), ": null buffer");
+  CERAR_ENFORCE(!options.shareCorrection || runner_->hostMemory(), "rank ", rank(),
+                ": share-corrected decoding needs host memory");
+  // CERAR mixes each element with those at its offset in the other slices of its chunk
+  // (cerar-protocol.md); a NaN or an overflow would spread to them, so such a buffer takes the
+  // exact ring on every rank. c = N is the ring itself, and N = 1 has no rounds.
+  const auto start = std::chrono::steady_clock::now();
+  bool cerar = options.algorithm == Algorithm::kCerar;
+  const bool check = cerar && N > 1 && c > N && options.exactOnNonFinite;
+  const bool mine = check && (options.beyondCerarRange.has_value()
+                                  ? *options.beyondCerarRange
+                                  : runner_->beyondCerarRange(*transport_, data, count, dtype));
+  bool fallback = false;
   if (options.verifyParameters) {
     ParameterRecord record;
     record.size = N;
@@ -83,19 +87,14 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
     record.op = static_cast<uint8_t>(options.op);
     record.elements = count;
     record.eps = eps;
-    // Only CERAR with r > 1 exchanges the verdict, so only there must the ranks agree on it.
-    record.exactOnNonFinite = options.exactOnNonFinite && c > N ? 1 : 0;
-    agreeOnParameters(*transport_, record);
+    // Only CERAR with r > 1 exchanges the verdict, so only there must the ranks agree on it;
+    // the verdict itself rides on the record.
+    record.exactOnNonFinite = check ? 1 : 0;
+    record.beyondCerarRange = mine ? 1 : 0;
+    fallback = agreeOnParameters(*transport_, record);
+  } else if (check) {
+    fallback = runner_->anyRank(*transport_, mine);
   }
-  CERAR_ENFORCE(!options.shareCorrection || runner_->hostMemory(), "rank ", rank(),
-                ": share-corrected decoding needs host memory");
-  // CERAR mixes each element with those at its offset in the other slices of its chunk
-  // (cerar-protocol.md); a NaN or an overflow would spread to them, so such a buffer takes the
-  // exact ring on every rank. c = N is the ring itself, and N = 1 has no rounds.
-  const auto start = std::chrono::steady_clock::now();
-  bool cerar = options.algorithm == Algorithm::kCerar;
-  const bool fallback = cerar && N > 1 && c > N && options.exactOnNonFinite &&
-                        anyRankBeyondRange(data, count, dtype, options);
   if (fallback) {
     cerar = false;
     c = N;
@@ -106,7 +105,7 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
   if (cerar && options.shareCorrection) {
     applyShareCorrection(Layout(N, c, count), rank(), eps, dtype, data);
   }
-  // The check and the decoding pass count as part of the all-reduce.
+  // The range check, the agreement and the decoding pass count as part of the all-reduce.
   stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;

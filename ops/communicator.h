@@ -31,8 +31,9 @@ struct AllreduceOptions {
   // CERAR only: before the counted rounds, ranks agree whether any rank's buffer holds a NaN,
   // an Inf or a value near overflow (ops/codec/range.h), and if one does, every rank runs the
   // exact ring instead, so such values stay in their own elements as with the ring
-  // (cerar-protocol.md, "Non-finite and near-overflow inputs"). Costs a read of the buffer and
-  // a one-byte-per-rank exchange. false only to measure that cost on data known to be finite.
+  // (cerar-protocol.md, "Non-finite and near-overflow inputs"). Costs a read of the buffer;
+  // the verdict rides on the parameter agreement (or, without it, a one-byte exchange). false
+  // only for data known to be finite, or to measure the cost. Must be the same on every rank.
   bool exactOnNonFinite = true;
   // With exactOnNonFinite: this rank's own test result when the caller has it already (the
   // runtime tests while packing); unset, the communicator reads the buffer.
@@ -56,9 +57,6 @@ class Communicator {
 
  private:
   const Plan& planFor(Algorithm algorithm, int c, size_t d);
-  // The exact-ring fallback's agreement (AllreduceOptions::exactOnNonFinite).
-  bool anyRankBeyondRange(const void* data, size_t count, DType dtype,
-                          const AllreduceOptions& options);
 
   std::shared_ptr<Transport> transport_;
   std::unique_ptr<PlanRunner> runner_;

@@ -6,11 +6,32 @@ namespace cerar::codec {
 namespace {
 
 template <typename T>
-bool beyond(const T* data, size_t n, int N) {
-  const RangeCheck<T> check(N);
+typename RangeCheck<T>::Bits terms(const T* data, size_t n, const RangeCheck<T>& check) {
   typename RangeCheck<T>::Bits accumulated = 0;
   for (size_t i = 0; i < n; ++i) accumulated |= check.term(data[i]);
-  return RangeCheck<T>::beyond(accumulated);
+  return accumulated;
+}
+
+#if defined(__x86_64__)
+// The same loop compiled for AVX2: half the instructions per byte, which is what a scan costs
+// where ranks share cores (the loop is otherwise memory-bound).
+template <typename T>
+__attribute__((target("avx2"))) typename RangeCheck<T>::Bits termsAvx2(
+    const T* data, size_t n, const RangeCheck<T>& check) {
+  typename RangeCheck<T>::Bits accumulated = 0;
+  for (size_t i = 0; i < n; ++i) accumulated |= check.term(data[i]);
+  return accumulated;
+}
+#endif
+
+template <typename T>
+bool beyond(const T* data, size_t n, int N) {
+  const RangeCheck<T> check(N);
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) return RangeCheck<T>::beyond(termsAvx2(data, n, check));
+#endif
+  return RangeCheck<T>::beyond(terms(data, n, check));
 }
 
 }  // namespace
