@@ -120,6 +120,7 @@ py::dict statsDict(const RuntimeStats& s) {
   d["bytes_sent"] = s.bytesSent;
   d["ring_buffers"] = s.ringBuffers;
   d["cerar_buffers"] = s.cerarBuffers;
+  d["non_finite_fallbacks"] = s.nonFiniteFallbacks;
   d["last_components"] = s.lastComponents;
   d["predicted_error_max"] = s.predictedErrorMax;
   d["measured_error_last"] = s.measuredErrorLast;

@@ -33,6 +33,11 @@ double maxRelativeDifference(DType dtype, const std::byte* a, const std::byte* b
                                reinterpret_cast<const float*>(b), n);
 }
 
+// Timeline arguments of a CERAR buffer that took the exact ring (non-finite input).
+std::string fallbackArgs(const RunStats& run) {
+  return run.nonFiniteFallback ? ", \"non_finite_fallback\": true" : "";
+}
+
 // Where one tensor of a fusion group lies in the fusion buffer; entry is null for a joined
 // rank's share (the op's identity).
 struct Slot {
@@ -152,17 +157,28 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
   if (onDevice) {
     const auto start = Clock::now();
     end = deviceAllreduce(units, entries, total, options, measure, run, errorArgs, stats);
-    record(units, "ALLREDUCE", start, Clock::now(), args + ", \"device\": true" + errorArgs);
+    record(units, "ALLREDUCE", start, Clock::now(),
+           args + ", \"device\": true" + errorArgs + fallbackArgs(run));
   } else {
     // Tensors of this rank on a device (other ranks' are on the host) are copied in and out.
     const bool direct = reducesInPlace(units, entries) && entries[0]->inputs[0].device < 0;
     const std::vector<Slot> slots = fusionLayout(units, entries);
     std::byte* buffer;
     const auto packStart = Clock::now();
+    // CERAR's range test (AllreduceOptions::exactOnNonFinite) rides on the packing copies,
+    // so the communicator need not read the buffer again.
+    bool beyond = false;
+    auto pack = [&](const void* src, void* dst, size_t n) {
+      if (cerar) {
+        beyond |= scaledCopyChecked(d.dtype, src, dst, n, d.prescale, N);
+      } else {
+        scaledCopy(d.dtype, src, dst, n, d.prescale);
+      }
+    };
     if (direct) {
       const Entry& e = *entries[0];
       buffer = static_cast<std::byte*>(e.outputs[0].data);
-      scaledCopy(d.dtype, e.inputs[0].data, buffer, total, d.prescale);
+      pack(e.inputs[0].data, buffer, total);
     } else {
       if (fusion_.size() < total * elementSize) fusion_.resize(total * elementSize);
       buffer = fusion_.data();
@@ -174,10 +190,9 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
             for (const DeviceEvent& ready : slot.entry->ready) ops.after(ready);
           }
           ops.download(at, slot.entry->inputs[slot.tensor].data, slot.elements * elementSize);
-          scaledCopy(d.dtype, at, at, slot.elements, d.prescale);
+          pack(at, at, slot.elements);
         } else if (slot.entry != nullptr) {
-          scaledCopy(d.dtype, slot.entry->inputs[slot.tensor].data, at, slot.elements,
-                     d.prescale);
+          pack(slot.entry->inputs[slot.tensor].data, at, slot.elements);
         } else {
           fillIdentity(d.dtype, op, at, slot.elements);  // a joined rank
         }
@@ -186,10 +201,13 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
     const auto reduceStart = Clock::now();
     record(units, "MEMCPY_IN", packStart, reduceStart);
     if (measure) exactCopy_.assign(buffer, buffer + total * elementSize);
+    if (cerar) options.beyondCerarRange = beyond;
     run = communicator_.allreduce(buffer, total, d.dtype, options);
     const auto unpackStart = Clock::now();
-    if (measure) errorArgs += measureError(buffer, total, d.dtype, options, stats);
-    record(units, "ALLREDUCE", reduceStart, unpackStart, args + errorArgs);
+    if (measure && !run.nonFiniteFallback) {
+      errorArgs += measureError(buffer, total, d.dtype, options, stats);
+    }
+    record(units, "ALLREDUCE", reduceStart, unpackStart, args + errorArgs + fallbackArgs(run));
 
     const double factor = d.postscale / (d.op == Op::kAverage ? double(N) : 1.0);
     if (direct) {
@@ -214,6 +232,7 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
   for (Entry* e : entries) stats.tensorsReduced += e ? e->inputs.size() : 0;
   stats.bytesSent += run.bytesSent;
   (cerar ? stats.cerarBuffers : stats.ringBuffers) += 1;
+  stats.nonFiniteFallbacks += run.nonFiniteFallback ? 1 : 0;
   stats.lastComponents = decision.components;
   return end;
 }
@@ -262,8 +281,8 @@ DeviceEvent Dispatcher::deviceAllreduce(const std::vector<const Response*>& unit
     exactCopy_.resize(total * elementSize);
     ops.download(exactCopy_.data(), buffer, exactCopy_.size());
   }
-  run = ops.allreduce(buffer, total, d.dtype, options);
-  if (measure) {
+  run = ops.allreduce(buffer, total, d.dtype, options);  // tests the range itself
+  if (measure && !run.nonFiniteFallback) {
     staged_.resize(total * elementSize);
     ops.download(staged_.data(), buffer, staged_.size());
     errorArgs += measureError(staged_.data(), total, d.dtype, options, stats);

@@ -4,8 +4,12 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include "ops/codec/half.h"
+#include "ops/codec/range.h"
 #include "ops/common/error.h"
 
 namespace cerar {
@@ -17,6 +21,95 @@ void scale(const void* src, void* dst, size_t n, double factor) {
   T* out = static_cast<T*>(dst);
   const T f = static_cast<T>(factor);
   for (size_t i = 0; i < n; ++i) out[i] = in[i] * f;
+}
+
+// Copies of at least this many bytes stream their stores past the cache, as memmove does for
+// sizes like these: a fusion buffer that large is not in cache when the all-reduce reads it,
+// and normal stores would first read every destination line.
+constexpr size_t kStreamingBytes = size_t(4) << 20;
+
+#if defined(__x86_64__)
+// A plain copy with non-temporal stores and the range test on the way, 32 bytes at a time
+// (the cost is instructions where ranks share cores); false without AVX2 or where the
+// destination cannot be aligned to 32 bytes.
+template <typename T>
+__attribute__((target("avx2"))) bool streamingCopyAvx2(
+    const T* in, T* out, size_t n, const codec::RangeCheck<T>& check,
+    typename codec::RangeCheck<T>::Bits& accumulated) {
+  using Bits = typename codec::RangeCheck<T>::Bits;
+  if (reinterpret_cast<uintptr_t>(out) % sizeof(T) != 0) return false;
+  size_t i = 0;
+  for (; i < n && reinterpret_cast<uintptr_t>(out + i) % 32 != 0; ++i) {
+    out[i] = in[i];
+    accumulated |= check.term(in[i]);
+  }
+  const Bits exponent = codec::RangeCheck<T>::kExponent;
+  const __m256i mask = sizeof(T) == 4 ? _mm256_set1_epi32(int32_t(exponent))
+                                      : _mm256_set1_epi64x(int64_t(exponent));
+  const __m256i bias = sizeof(T) == 4 ? _mm256_set1_epi32(int32_t(check.bias()))
+                                      : _mm256_set1_epi64x(int64_t(check.bias()));
+  __m256i lanes = _mm256_setzero_si256();
+  constexpr size_t kLane = 32 / sizeof(T);
+  for (; i + 2 * kLane <= n; i += 2 * kLane) {  // one cache line per step
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + i + kLane));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i), a);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(out + i + kLane), b);
+    const __m256i fa = _mm256_and_si256(a, mask), fb = _mm256_and_si256(b, mask);
+    lanes = _mm256_or_si256(
+        lanes, sizeof(T) == 4
+                   ? _mm256_or_si256(_mm256_add_epi32(fa, bias), _mm256_add_epi32(fb, bias))
+                   : _mm256_or_si256(_mm256_add_epi64(fa, bias), _mm256_add_epi64(fb, bias)));
+  }
+  _mm_sfence();
+  Bits lane[kLane];
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lane), lanes);
+  for (Bits b : lane) accumulated |= b;
+  for (; i < n; ++i) {
+    out[i] = in[i];
+    accumulated |= check.term(in[i]);
+  }
+  return true;
+}
+
+template <typename T>
+bool streamingCopy(const T* in, T* out, size_t n, const codec::RangeCheck<T>& check,
+                   typename codec::RangeCheck<T>::Bits& accumulated) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return avx2 && streamingCopyAvx2(in, out, n, check, accumulated);
+}
+#else
+template <typename T>
+bool streamingCopy(const T*, T*, size_t, const codec::RangeCheck<T>&,
+                   typename codec::RangeCheck<T>::Bits&) {
+  return false;
+}
+#endif
+
+// One pass: read, scale (or not), write, and accumulate the range test of what is written.
+template <typename T>
+bool scaleChecked(const void* src, void* dst, size_t n, double factor, int N) {
+  const T* in = static_cast<const T*>(src);
+  T* out = static_cast<T*>(dst);
+  const codec::RangeCheck<T> check(N);
+  typename codec::RangeCheck<T>::Bits accumulated = 0;
+  if (factor == 1.0 && src == dst) {
+    for (size_t i = 0; i < n; ++i) accumulated |= check.term(in[i]);
+  } else if (factor == 1.0 && n * sizeof(T) >= kStreamingBytes &&
+             streamingCopy(in, out, n, check, accumulated)) {
+  } else if (factor == 1.0) {
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = in[i];
+      accumulated |= check.term(in[i]);
+    }
+  } else {
+    const T f = static_cast<T>(factor);
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = in[i] * f;
+      accumulated |= check.term(out[i]);
+    }
+  }
+  return codec::RangeCheck<T>::beyond(accumulated);
 }
 
 template <typename H>
@@ -64,6 +157,15 @@ void scaledCopy(DType dtype, const void* src, void* dst, size_t n, double factor
     default:
       throw InvalidArgumentError(
           detail::concat("cannot scale ", dtypeName(dtype), " tensors by ", factor));
+  }
+}
+
+bool scaledCopyChecked(DType dtype, const void* src, void* dst, size_t n, double factor,
+                       int N) {
+  switch (dtype) {
+    case DType::kFloat32: return scaleChecked<float>(src, dst, n, factor, N);
+    case DType::kFloat64: return scaleChecked<double>(src, dst, n, factor, N);
+    default: throw Error(detail::concat("range check: CERAR has no ", dtypeName(dtype)));
   }
 }
 

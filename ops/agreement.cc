@@ -10,8 +10,8 @@ namespace cerar {
 
 bool ParameterRecord::operator==(const ParameterRecord& o) const {
   return magic == o.magic && size == o.size && components == o.components &&
-         algorithm == o.algorithm && dtype == o.dtype && op == o.op && elements == o.elements &&
-         eps == o.eps;
+         algorithm == o.algorithm && dtype == o.dtype && op == o.op &&
+         exactOnNonFinite == o.exactOnNonFinite && elements == o.elements && eps == o.eps;
 }
 
 std::string ParameterRecord::describe() const {
@@ -19,13 +19,14 @@ std::string ParameterRecord::describe() const {
   return detail::concat("(algorithm=", algorithmName(static_cast<Algorithm>(algorithm)),
                         ", N=", size, ", c=", components, ", d=", elements, ", eps=", eps,
                         ", dtype=", dtypeName(static_cast<DType>(dtype)),
-                        ", op=", reduceOpName(static_cast<ReduceOp>(op)), ")");
+                        ", op=", reduceOpName(static_cast<ReduceOp>(op)),
+                        exactOnNonFinite ? "" : ", non-finite check off", ")");
 }
 
-void agreeOnParameters(Transport& transport, const ParameterRecord& mine) {
+bool agreeOnParameters(Transport& transport, const ParameterRecord& mine) {
   const int N = transport.size();
   const int rank = transport.rank();
-  if (N == 1) return;
+  if (N == 1) return mine.beyondCerarRange != 0;
   std::vector<ParameterRecord> records(N);
   records[rank] = mine;
   // Ring allgather: in step s, pass on the record of rank - s, receive that of rank - s - 1.
@@ -46,6 +47,9 @@ void agreeOnParameters(Transport& transport, const ParameterRecord& mine) {
                           other);
     }
   }
+  for (const ParameterRecord& record : records)
+    if (record.beyondCerarRange != 0) return true;
+  return false;
 }
 
 }  // namespace cerar

@@ -17,7 +17,11 @@ struct ParameterRecord {
   uint8_t algorithm = 0;
   uint8_t dtype = 0;
   uint8_t op = 0;
-  uint8_t padding = 0;
+  uint8_t exactOnNonFinite = 0;  // AllreduceOptions::exactOnNonFinite: decides what is sent
+  // This rank's verdict of the non-finite check (not compared: the ranks OR it), so that the
+  // engine API needs no exchange of its own for it.
+  uint8_t beyondCerarRange = 0;
+  uint8_t padding[7] = {};
   uint64_t elements = 0;
   double eps = 0;
 
@@ -27,6 +31,7 @@ struct ParameterRecord {
 
 // Gathers every rank's record around the ring (N-1 small messages, not counted in a plan's
 // rounds) and throws Error on every rank if any two differ, naming both ranks and values.
-void agreeOnParameters(Transport& transport, const ParameterRecord& mine);
+// Returns whether any rank's record has beyondCerarRange set.
+bool agreeOnParameters(Transport& transport, const ParameterRecord& mine);
 
 }  // namespace cerar

@@ -68,6 +68,18 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
                                 ": eps must be positive and finite, got ", eps);
   }
   CERAR_CHECK_ARGUMENT(data != nullptr || count == 0, "rank ", rank(), ": null buffer");
+  CERAR_CHECK_ARGUMENT(!options.shareCorrection || runner_->hostMemory(), "rank ", rank(),
+                       ": share-corrected decoding needs host memory");
+  // CERAR mixes each element with those at its offset in the other slices of its chunk
+  // (cerar-protocol.md); a NaN or an overflow would spread to them, so such a buffer takes the
+  // exact ring on every rank. c = N is the ring itself, and N = 1 has no rounds.
+  const auto start = std::chrono::steady_clock::now();
+  bool cerar = options.algorithm == Algorithm::kCerar;
+  const bool check = cerar && N > 1 && c > N && options.exactOnNonFinite;
+  const bool mine = check && (options.beyondCerarRange.has_value()
+                                  ? *options.beyondCerarRange
+                                  : runner_->beyondCerarRange(*transport_, data, count, dtype));
+  bool fallback = false;
   if (options.verifyParameters) {
     ParameterRecord record;
     record.size = N;
@@ -77,18 +89,27 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
     record.op = static_cast<uint8_t>(options.op);
     record.elements = count;
     record.eps = eps;
-    agreeOnParameters(*transport_, record);
+    // Only CERAR with r > 1 exchanges the verdict, so only there must the ranks agree on it;
+    // the verdict itself rides on the record.
+    record.exactOnNonFinite = check ? 1 : 0;
+    record.beyondCerarRange = mine ? 1 : 0;
+    fallback = agreeOnParameters(*transport_, record);
+  } else if (check) {
+    fallback = runner_->anyRank(*transport_, mine);
   }
-  const Plan& plan = planFor(options.algorithm, c, count);
-  CERAR_CHECK_ARGUMENT(!options.shareCorrection || runner_->hostMemory(), "rank ", rank(),
-                       ": share-corrected decoding needs host memory");
+  if (fallback) {
+    cerar = false;
+    c = N;
+  }
+  const Plan& plan = planFor(cerar ? Algorithm::kCerar : Algorithm::kRing, c, count);
   RunStats stats = runner_->run(plan, *transport_, data, CodecParams{dtype, options.op, eps});
-  if (options.algorithm == Algorithm::kCerar && options.shareCorrection) {
-    const auto start = std::chrono::steady_clock::now();
+  stats.nonFiniteFallback = fallback;
+  if (cerar && options.shareCorrection) {
     applyShareCorrection(Layout(N, c, count), rank(), eps, dtype, data);
-    stats.seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
+  // The range check, the agreement and the decoding pass count as part of the all-reduce.
+  stats.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }
 

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <tuple>
 
 #include "ops/executor.h"
@@ -27,6 +28,16 @@ struct AllreduceOptions {
   // CERAR only: share-corrected decoding of positions j >= 2 (ops/algorithms/share_correction.h),
   // a local post-pass; off by default (docs/fidelity.md has the measurements).
   bool shareCorrection = false;
+  // CERAR only: before the counted rounds, ranks agree whether any rank's buffer holds a NaN,
+  // an Inf or a value near overflow (ops/codec/range.h), and if one does, every rank runs the
+  // exact ring instead, so such values stay in their own elements as with the ring
+  // (cerar-protocol.md, "Non-finite and near-overflow inputs"). Costs a read of the buffer;
+  // the verdict rides on the parameter agreement (or, without it, a one-byte exchange). false
+  // only for data known to be finite, or to measure the cost. Must be the same on every rank.
+  bool exactOnNonFinite = true;
+  // With exactOnNonFinite: this rank's own test result when the caller has it already (the
+  // runtime tests while packing); unset, the communicator reads the buffer.
+  std::optional<bool> beyondCerarRange;
 };
 
 // One rank's handle on a group. Thread safety: one operation at a time.

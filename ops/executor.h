@@ -23,6 +23,9 @@ struct RunStats {
   uint64_t bytesSent = 0;      // payload bytes sent by this rank
   uint64_t bytesReceived = 0;  // payload bytes received by this rank
   double seconds = 0;
+  // CERAR was asked for, but some rank's input was non-finite or near overflow, so every rank
+  // ran the exact ring (cerar-protocol.md, "Non-finite and near-overflow inputs").
+  bool nonFiniteFallback = false;
 };
 
 // Runs a plan on one buffer over a transport: the Executor below on host memory, or the
@@ -34,6 +37,14 @@ class PlanRunner {
                        const CodecParams& params) = 0;
   // Whether run() takes host memory (host-side post-passes need it).
   virtual bool hostMemory() const { return true; }
+  // Whether any of the `count` elements at `data` (memory as run() takes it) is beyond
+  // CERAR's range on transport.size() ranks (ops/codec/range.h). Local; sees the work ordered
+  // before a run() on this transport.
+  virtual bool beyondCerarRange(Transport& transport, const void* data, size_t count,
+                                DType dtype);
+  // Whether `mine` holds on any rank: one byte from every rank to every other, in memory as
+  // run() takes it. Collective.
+  virtual bool anyRank(Transport& transport, bool mine);
 };
 
 // Streams each round in segments: segment k of round t+1 is computed and sent as soon as

@@ -8,6 +8,7 @@
 
 #include "core/device.h"
 #include "ops/codec/cuda/codec_cuda.h"
+#include "ops/codec/range.h"
 #include "ops/codec/cuda/cuda_util.h"
 #include "ops/codec/cuda/device_executor.h"
 #include "ops/collectives.h"
@@ -57,14 +58,70 @@ class SharedTransport : public Transport {
 // Plans on device memory, for Communicator.
 class DeviceRunner : public PlanRunner {
  public:
+  ~DeviceRunner() override {
+    if (scratch_) cudaFree(scratch_);
+  }
   RunStats run(const Plan& plan, Transport& transport, void* data,
                const CodecParams& params) override {
     return executor_.run(plan, static_cast<DeviceTransport&>(transport), data, params);
   }
   bool hostMemory() const override { return false; }
 
+  // A kernel on the transport's stream (which follows the packing), then one word back.
+  bool beyondCerarRange(Transport& transport, const void* data, size_t count,
+                        DType dtype) override {
+    void* stream = static_cast<DeviceTransport&>(transport).stream();
+    auto* flag = static_cast<unsigned*>(scratch(transport.size()));
+    cuda::check(cudaMemsetAsync(flag, 0, sizeof(unsigned), static_cast<cudaStream_t>(stream)),
+                "cudaMemsetAsync (range flag)");
+    cuda::rangeTest(dtype, data, count, codec::rangeExponentLimit(dtype, transport.size()),
+                    flag, stream);
+    unsigned host = 0;
+    toHost(transport, &host, flag, sizeof host);
+    return host != 0;
+  }
+
+  // The device transport moves device memory only: the flags travel from a device buffer.
+  bool anyRank(Transport& transport, bool mine) override {
+    const int N = transport.size();
+    auto stream = static_cast<cudaStream_t>(static_cast<DeviceTransport&>(transport).stream());
+    auto* flags = static_cast<uint8_t*>(scratch(N));
+    cuda::check(cudaMemsetAsync(flags, 0, N, stream), "cudaMemsetAsync (flags)");
+    cuda::check(cudaMemsetAsync(flags + transport.rank(), mine ? 1 : 0, 1, stream),
+                "cudaMemsetAsync (flag)");
+    ringAllgather(transport, flags, std::vector<size_t>(N, 1));
+    std::vector<uint8_t> host(N, 0);
+    toHost(transport, host.data(), flags, N);
+    return std::any_of(host.begin(), host.end(), [](uint8_t flag) { return flag != 0; });
+  }
+
  private:
+  // At least max(bytes, one word) of device memory, kept.
+  void* scratch(size_t bytes) {
+    bytes = std::max(bytes, sizeof(unsigned));
+    if (bytes > scratchBytes_) {
+      if (scratch_) cudaFree(scratch_);
+      scratch_ = nullptr;
+      scratchBytes_ = 0;
+      cuda::check(cudaMalloc(&scratch_, bytes), "cudaMalloc (flags)");
+      scratchBytes_ = bytes;
+    }
+    return scratch_;
+  }
+  void toHost(Transport& transport, void* host, const void* device, size_t bytes) {
+    void* stream = static_cast<DeviceTransport&>(transport).stream();
+    cuda::check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost,
+                                static_cast<cudaStream_t>(stream)),
+                "cudaMemcpyAsync (flags)");
+    if (!cuda::waitStream(stream, transport.timeout()))
+      throw TimeoutError(detail::concat("rank ", transport.rank(),
+                                        ": the device did not finish the range check"),
+                         transport.rank());
+  }
+
   DeviceExecutor executor_;
+  void* scratch_ = nullptr;
+  size_t scratchBytes_ = 0;
 };
 
 DeviceEvent newEvent() {

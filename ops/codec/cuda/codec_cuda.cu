@@ -245,7 +245,37 @@ __global__ void copySegments(const CopySegment* segments, int count) {
   }
 }
 
+// The range test: each thread ORs the exponent terms of its elements (bits of type B, the
+// float's width), then one atomicOr per thread that saw a value at or beyond the limit.
+template <typename B>
+__global__ void rangeTestKernel(const B* data, size_t n, B exponentMask, B bias,
+                                unsigned* flag) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  B accumulated = 0;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    accumulated |= (data[i] & exponentMask) + bias;
+  if (accumulated >> (8 * sizeof(B) - 1)) atomicOr(flag, 1u);
+}
+
 }  // namespace
+
+void rangeTest(DType dtype, const void* data, size_t n, unsigned exponentLimit, unsigned* flag,
+               void* stream) {
+  if (n == 0) return;
+  auto run = [&](auto zero, int mantissaBits, auto ones) {
+    using B = decltype(zero);
+    const B sign = B(1) << (8 * sizeof(B) - 1);
+    constexpr int kThreads = 256;
+    const int blocks = int(std::min<size_t>((n + kThreads - 1) / kThreads, maxBlocks()));
+    rangeTestKernel<B><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<const B*>(data), n, B(ones) << mantissaBits,
+        sign - (B(exponentLimit) << mantissaBits), flag);
+    check(cudaGetLastError(), "rangeTest");
+  };
+  if (dtype == DType::kFloat32) return run(uint32_t{}, 23, 0xffu);
+  if (dtype == DType::kFloat64) return run(uint64_t{}, 52, 0x7ffu);
+  throw Error(detail::concat("range test (CUDA): CERAR has no ", dtypeName(dtype)));
+}
 
 void accumulate(DType dtype, ReduceOp op, const void* y, const void* g, void* msg, size_t n,
                 void* stream) {

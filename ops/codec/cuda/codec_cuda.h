@@ -37,6 +37,12 @@ void scale(DType dtype, void* data, size_t n, double factor, void* stream);
 // host's fillIdentity.
 void fillIdentity(DType dtype, ReduceOp op, void* data, size_t n, void* stream);
 
+// *flag |= 1 when any of the n elements (f32/f64) has a biased exponent field of at least
+// `exponentLimit`: CERAR's range test (ops/codec/range.h; NaN and Inf have all ones). `flag`
+// is device memory, which the caller clears.
+void rangeTest(DType dtype, const void* data, size_t n, unsigned exponentLimit, unsigned* flag,
+               void* stream);
+
 // One segment of a batched copy (fusion buffers: many tensors into one buffer and back).
 struct CopySegment {
   const void* src = nullptr;
