@@ -384,13 +384,13 @@ std::unique_ptr<Runtime> Runtime::start(const RuntimeConfig& config) {
   };
   auto rendezvous = std::make_shared<Rendezvous>();
   std::unique_ptr<TcpStoreServer>& server = rendezvous->server;
+  const StoreEndpoint endpoint = storeEndpointOf(config);  // the secret policy; may throw
   if (config.hostStore && config.rank == 0) {
-    const std::string bind = isLoopback(config.rendezvousAddr) ? config.rendezvousAddr : "0.0.0.0";
-    server = std::make_unique<TcpStoreServer>(bind, uint16_t(config.rendezvousPort),
-                                              config.secret);
+    server = std::make_unique<TcpStoreServer>(endpoint.listen, uint16_t(config.rendezvousPort),
+                                              config.secret, StoreLimits::fromEnvironment());
     server->start();
   }
-  rendezvous->store = std::make_unique<TcpStore>(config.rendezvousAddr,
+  rendezvous->store = std::make_unique<TcpStore>(endpoint.connect,
                                                  uint16_t(config.rendezvousPort), config.secret,
                                                  rendezvousTimeoutOf(config));
   TcpStore& store = *rendezvous->store;
