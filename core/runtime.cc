@@ -22,16 +22,6 @@
 
 namespace cerar {
 
-const char* opName(Op op) {
-  switch (op) {
-    case Op::kSum: return "sum";
-    case Op::kAverage: return "average";
-    case Op::kMin: return "min";
-    case Op::kMax: return "max";
-  }
-  return "?";
-}
-
 size_t Tensor::elements() const { return shapeElements(shape); }
 size_t Tensor::bytes() const { return elements() * dtypeSize(dtype); }
 
