@@ -185,20 +185,26 @@ bool isLoopback(const std::string& addr) {
   return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
 }
 
-// $XDG_RUNTIME_DIR, or /tmp/cerar-<uid>: a directory of this user that nobody else may enter,
-// checked rather than trusted (another user could have made /tmp/cerar-<uid> first).
+bool isPrivateDirectory(const std::string& dir) {
+  struct stat info {};
+  return lstat(dir.c_str(), &info) == 0 && S_ISDIR(info.st_mode) && info.st_uid == getuid() &&
+         (info.st_mode & 077) == 0;
+}
+
+// $XDG_RUNTIME_DIR when it is private, else /tmp/cerar-<uid>: a directory of this user that
+// nobody else may enter, checked rather than trusted (another user could have made
+// /tmp/cerar-<uid> first). Every rank of the host decides alike.
 std::string privateDirectory(int rank) {
   const char* runtimeDir = std::getenv("XDG_RUNTIME_DIR");
-  const std::string dir = runtimeDir != nullptr && *runtimeDir != '\0'
-                              ? std::string(runtimeDir)
-                              : detail::concat("/tmp/cerar-", getuid());
+  if (runtimeDir != nullptr && *runtimeDir != '\0' && isPrivateDirectory(runtimeDir)) {
+    return runtimeDir;
+  }
+  const std::string dir = detail::concat("/tmp/cerar-", getuid());
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     throw Error(detail::concat("cerar: rank ", rank, ": cannot create ", dir, ": ",
                                std::strerror(errno)));
   }
-  struct stat info {};
-  if (lstat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode) || info.st_uid != getuid() ||
-      (info.st_mode & 077) != 0) {
+  if (!isPrivateDirectory(dir)) {
     throw Error(detail::concat("cerar: rank ", rank, ": ", dir, " is not a directory that only "
                                "this user can open (mode 0700); remove it, or set CERAR_SECRET"));
   }

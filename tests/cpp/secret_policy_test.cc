@@ -87,11 +87,15 @@ TEST(SecretPolicy, SingleHostWithoutSecretUsesAPrivateUnixSocket) {
       storeEndpointOf(fromMap({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "6000"}}));
   EXPECT_EQ(endpoint.listen, "unix:" + dir.path + "/cerar-store-6001.sock");
   EXPECT_EQ(endpoint.connect, endpoint.listen);
-  // A directory others may enter is refused, not used.
+  // A runtime directory others may enter is passed over for /tmp/cerar-<uid>.
   chmod(dir.path.c_str(), 0755);
-  EXPECT_THROW(storeEndpointOf(fromMap({{"OMPI_COMM_WORLD_RANK", "0"},
-                                        {"OMPI_COMM_WORLD_SIZE", "2"}})),
-               Error);
+  const StoreEndpoint fallback = storeEndpointOf(
+      fromMap({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}}));
+  EXPECT_EQ(fallback.listen,
+            "unix:/tmp/cerar-" + std::to_string(getuid()) + "/cerar-store-29501.sock");
+  struct stat info {};
+  ASSERT_EQ(lstat(("/tmp/cerar-" + std::to_string(getuid())).c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0700u);
   chmod(dir.path.c_str(), 0700);
 }
 
