@@ -188,9 +188,9 @@ struct Session : std::enable_shared_from_this<Session> {
   // Counts what this connection adds to the map against its quota.
   void charge(size_t bytes) {
     if (bytes > server.limits.connectionQuotaBytes - stored) {
-      throw std::runtime_error(detail::concat("this connection's quota of ",
-                                              server.limits.connectionQuotaBytes,
-                                              " bytes is spent (CERAR_STORE_CONNECTION_QUOTA_BYTES)"));
+      throw std::runtime_error(
+          detail::concat("this connection's quota of ", server.limits.connectionQuotaBytes,
+                         " bytes is spent (CERAR_STORE_CONNECTION_QUOTA_BYTES)"));
     }
     stored += bytes;
   }
