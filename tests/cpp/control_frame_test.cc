@@ -5,6 +5,7 @@
 #include <cstring>
 #include <thread>
 
+#include "core/dispatch.h"
 #include "core/negotiation.h"
 #include "ops/collectives.h"
 #include "ops/common/error.h"
@@ -143,6 +144,32 @@ TEST(ControlFrame, DecodersRejectNegativeAndOverflowingShapes) {
   EXPECT_NE(responseError({2, 3}, {2, -5}).find("negative dimension"), std::string::npos);
   EXPECT_NE(responseError({2, int64_t{1} << 40}, {int64_t{1} << 30, 1}).find("overflows"),
             std::string::npos);
+}
+
+// The coordinator's shape says 8 elements; this rank's tensor has 4: refused before packing.
+TEST(ControlFrame, UnpackingChecksTheLocalTensorsSize) {
+  InprocHub hub(1, std::chrono::seconds(5));
+  Timeline timeline(0);
+  DeviceSlot devices({}, DeviceSetup{});
+  Dispatcher dispatcher(hub.connect(0), timeline, devices);
+  Response unit;
+  unit.names = {"t"};
+  unit.description.shapes = {{8}};
+  std::vector<float> small(4, 1.0f);
+  Entry entry;
+  entry.inputs = {Tensor{small.data(), DType::kFloat32, {4}}};
+  entry.outputs = entry.inputs;
+  FusedGroup decision;
+  decision.algorithm = Algorithm::kRing;
+  decision.components = 1;
+  RuntimeStats stats;
+  const std::string error = errorOf([&] { dispatcher.run({&unit}, {&entry}, decision, stats); });
+  EXPECT_NE(error.find("the coordinator's shape has 8 elements, this rank's tensor 4"),
+            std::string::npos)
+      << error;
+  unit.description.shapes = {{4}};
+  dispatcher.run({&unit}, {&entry}, decision, stats);  // matching sizes run
+  EXPECT_EQ(small[0], 1.0f);
 }
 
 }  // namespace
