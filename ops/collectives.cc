@@ -116,14 +116,24 @@ std::vector<std::vector<uint8_t>> gatherBytes(Transport& t, const std::vector<ui
   for (int peer = 0; peer < N; ++peer) {
     if (peer != root) t.postRecv(peer, frames[peer].data(), kFrameBytes);
   }
+  // Every frame first, so that no receive into `frames` is left posted when one is refused;
+  // then every valid tail, so that healthy senders are not left waiting on theirs.
+  for (int peer = 0; peer < N; ++peer) {
+    if (peer != root) t.waitRecv(peer);
+  }
+  std::string refused;
   for (int peer = 0; peer < N; ++peer) {
     if (peer == root) {
       all[peer] = mine;
       continue;
     }
-    t.waitRecv(peer);
-    all[peer] = finishMessage(t, peer, frames[peer], Type::kGather, maxBytes);
+    try {
+      all[peer] = finishMessage(t, peer, frames[peer], Type::kGather, maxBytes);
+    } catch (const Error& e) {
+      if (refused.empty()) refused = e.what();
+    }
   }
+  if (!refused.empty()) throw Error(refused);
   return all;
 }
 
