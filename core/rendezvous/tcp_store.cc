@@ -287,15 +287,17 @@ struct Session : std::enable_shared_from_this<Session> {
 void TcpStoreServer::Impl::accept() {
   acceptor.async_accept([this](error_code ec, Protocol::socket socket) {
     if (ec == asio::error::operation_aborted) return;
-    if (ec) {
-      // Out of descriptors (or memory): the connection stays in the backlog and accept would
-      // fail again at once; wait instead of spinning until some descriptor is freed.
+    const int code = ec.value();
+    const bool clientLeft = code == ECONNABORTED || code == EPROTO || code == EINTR;
+    if (ec && !clientLeft) {
+      // Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ...): the connection stays in
+      // the backlog and accept would fail again at once; wait instead of spinning.
       acceptBackoff.expires_after(std::chrono::milliseconds(100));
       return acceptBackoff.async_wait([this](error_code e) {
         if (!e) accept();
       });
     }
-    admit(std::move(socket));
+    if (!ec) admit(std::move(socket));  // else the client went away first: next one
     accept();
   });
 }
