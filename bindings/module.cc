@@ -233,8 +233,11 @@ PYBIND11_MODULE(_cerar, m) {
 
   py::class_<TcpStoreServer>(m, "StoreServer",
                              "The rendezvous store's server (binds on construction).")
-      .def(py::init<const std::string&, uint16_t, std::string>(), py::arg("host"),
-           py::arg("port") = 0, py::arg("secret") = "")
+      .def(py::init([](const std::string& host, uint16_t port, std::string secret) {
+             return std::make_unique<TcpStoreServer>(host, port, std::move(secret),
+                                                     StoreLimits::fromEnvironment());
+           }),
+           py::arg("host"), py::arg("port") = 0, py::arg("secret") = "")
       .def_property_readonly("port", &TcpStoreServer::port)
       .def("start", &TcpStoreServer::start)
       .def("try_get", [](const TcpStoreServer& s, const std::string& key) -> py::object {

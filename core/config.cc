@@ -1,8 +1,12 @@
 #include "core/config.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/log.h"
 #include "ops/algorithms/plan.h"
@@ -159,9 +163,11 @@ RuntimeConfig configFromEnvironment(const EnvironmentLookup& lookup) {
     throw InvalidArgumentError(std::string("cerar configuration from the environment: ") +
                                e.what());
   }
-  if (c.secret.empty() && c.size > 1) {
+  // A store this rank hosts follows the secret policy at start (storeEndpointOf); one hosted
+  // elsewhere without a secret is someone's deliberate choice, but worth a warning.
+  if (c.secret.empty() && c.size > 1 && !c.hostStore) {
     Logger(c.rank, parseLogLevel(c.logLevel))
-        .log(env.has("CERAR_RANK") ? LogLevel::kWarning : LogLevel::kInfo,
+        .log(LogLevel::kWarning,
              "CERAR_SECRET is not set: the rendezvous store admits any client that knows "
              "its address");
   }
@@ -174,6 +180,55 @@ RuntimeConfig RuntimeConfig::fromEnvironment() {
     if (value == nullptr) return std::nullopt;
     return std::string(value);
   });
+}
+
+namespace {
+bool isLoopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+bool isPrivateDirectory(const std::string& dir) {
+  struct stat info {};
+  return lstat(dir.c_str(), &info) == 0 && S_ISDIR(info.st_mode) && info.st_uid == getuid() &&
+         (info.st_mode & 077) == 0;
+}
+
+// $XDG_RUNTIME_DIR when it is private, else /tmp/cerar-<uid>: a directory of this user that
+// nobody else may enter, checked rather than trusted (another user could have made
+// /tmp/cerar-<uid> first). Every rank of the host decides alike.
+std::string privateDirectory(int rank) {
+  const char* runtimeDir = std::getenv("XDG_RUNTIME_DIR");
+  if (runtimeDir != nullptr && *runtimeDir != '\0' && isPrivateDirectory(runtimeDir)) {
+    return runtimeDir;
+  }
+  const std::string dir = detail::concat("/tmp/cerar-", getuid());
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    throw Error(detail::concat("cerar: rank ", rank, ": cannot create ", dir, ": ",
+                               std::strerror(errno)));
+  }
+  if (!isPrivateDirectory(dir)) {
+    throw Error(detail::concat("cerar: rank ", rank, ": ", dir, " is not a directory that only "
+                               "this user can open (mode 0700); remove it, or set CERAR_SECRET"));
+  }
+  return dir;
+}
+}  // namespace
+
+StoreEndpoint storeEndpointOf(const RuntimeConfig& config) {
+  const std::string& addr = config.rendezvousAddr;
+  if (!config.secret.empty() || !config.hostStore) {
+    return StoreEndpoint{isLoopback(addr) ? addr : "0.0.0.0", addr};
+  }
+  if (config.localSize < config.size) {
+    throw Error(detail::concat(
+        "cerar: rank ", config.rank, ": the rendezvous store (", addr, ":",
+        config.rendezvousPort, ") must be reachable from other hosts and CERAR_SECRET is not "
+        "set; set one in the job script, e.g. export CERAR_SECRET=$(openssl rand -hex 16) "
+        "(mpirun, srun and torchrun pass it to every rank)"));
+  }
+  const std::string socket = detail::concat("unix:", privateDirectory(config.rank),
+                                            "/cerar-store-", config.rendezvousPort, ".sock");
+  return StoreEndpoint{socket, socket};
 }
 
 std::chrono::milliseconds timeoutOf(const RuntimeConfig& config) {

@@ -28,6 +28,17 @@ std::chrono::milliseconds timeoutOf(const RuntimeConfig& config);
 // CERAR_RENDEZVOUS_TIMEOUT_SECONDS, or else its own CERAR_TIMEOUT_SECONDS.
 std::chrono::milliseconds rendezvousTimeoutOf(const RuntimeConfig& config);
 
+// Where the rendezvous store listens (when this rank hosts it) and where every rank reaches
+// it, by the secret policy (docs/rendezvous.md): with CERAR_SECRET, or a store hosted by
+// someone else (cerarrun), the configured TCP address; without one, a single-host job's store
+// is a Unix-domain socket in a directory only this user can open. Throws Error with the fix
+// when the store must be reachable from other hosts and there is no secret.
+struct StoreEndpoint {
+  std::string listen;   // a host to bind ("0.0.0.0" for every interface) or "unix:/path"
+  std::string connect;  // a host or "unix:/path"
+};
+StoreEndpoint storeEndpointOf(const RuntimeConfig& config);
+
 // The port rank 0's store uses under torchrun: MASTER_PORT + 1, since torchrun's own store
 // holds MASTER_PORT.
 constexpr int kTorchrunPortOffset = 1;

@@ -128,9 +128,13 @@ RequestMessage Coordinator::collectRequests() {
 
 ResponseMessage Coordinator::negotiate(const RequestMessage& request) {
   Transport& t = *transport_;
-  auto gathered = gatherBytes(t, encode(request), kCoordinatorRank);
+  if (t.rank() != kCoordinatorRank) {
+    gatherBytes(t, encode(request), kCoordinatorRank);
+    return decodeResponseMessage(broadcastBytes(t, {}, kCoordinatorRank));
+  }
   std::vector<uint8_t> answer;
-  if (t.rank() == kCoordinatorRank) {
+  try {
+    auto gathered = gatherBytes(t, encode(request), kCoordinatorRank);
     const auto now = Clock::now();
     for (int rank = 0; rank < t.size(); ++rank) {
       table_->receive(rank, decodeRequestMessage(gathered[rank]), cache_, now);
@@ -149,6 +153,17 @@ ResponseMessage Coordinator::negotiate(const RequestMessage& request) {
     decided.groups = decideGroups(unitsOf(decided), t.size(), config_.fusionThresholdBytes,
                                   link_, policy_);
     answer = encode(decided);
+  } catch (const TimeoutError&) {
+    throw;  // a silent peer: the others time out as well
+  } catch (const Error& e) {
+    // A corrupt or foreign message from some rank: every rank fails with the same reason
+    // instead of waiting out its timeout.
+    try {
+      broadcastAbort(t, e.what(), kCoordinatorRank);
+    } catch (const std::exception&) {
+      // Some rank is gone too; the original reason is the one to report.
+    }
+    throw;
   }
   return decodeResponseMessage(broadcastBytes(t, answer, kCoordinatorRank));
 }

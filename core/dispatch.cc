@@ -68,6 +68,38 @@ bool reducesInPlace(const std::vector<const Response*>& units,
   return units.size() == 1 && entries[0] != nullptr && entries[0]->inputs.size() == 1;
 }
 
+// The coordinator's shapes decide the layout; this rank's tensors must have exactly those
+// sizes, or unpacking would write past them. (A "mismatch" code at merge.)
+void checkLocalSizes(const Response& unit, const Entry& entry, int rank) {
+  const Description& d = unit.description;
+  if (d.kind == Kind::kBarrier) return;
+  auto fail = [&](size_t k, size_t expected, size_t local) {
+    return Error(detail::concat("rank ", rank, ": ", kindName(d.kind), " of '",
+                                unit.names.at(std::min(k, unit.names.size() - 1)),
+                                "': the coordinator's shape has ", expected,
+                                " elements, this rank's tensor ", local));
+  };
+  const size_t tensors = d.kind == Kind::kAllreduce ? d.shapes.size() : 1;
+  CERAR_ENFORCE(entry.inputs.size() == tensors && d.shapes.size() >= tensors, "rank ", rank,
+                ": ", tensors, " tensors in the coordinator's response, ", entry.inputs.size(),
+                " here");
+  for (size_t k = 0; k < tensors; ++k) {
+    size_t expected = shapeElements(d.shapes[k]);
+    if (d.kind == Kind::kAllgather) {
+      std::vector<int64_t> mine = d.shapes[0];
+      CERAR_ENFORCE(!mine.empty() && size_t(rank) < unit.firstDims.size(), "rank ", rank,
+                    ": allgather response without this rank's rows");
+      mine[0] = unit.firstDims[rank];
+      expected = shapeElements(mine);
+    }
+    if (entry.inputs[k].elements() != expected) throw fail(k, expected, entry.inputs[k].elements());
+    if (k < entry.outputs.size() && d.kind != Kind::kAllgather &&
+        entry.outputs[k].elements() != expected) {
+      throw fail(k, expected, entry.outputs[k].elements());
+    }
+  }
+}
+
 }  // namespace
 
 ReduceOp reduceOpOf(Op op) {
@@ -95,6 +127,9 @@ DeviceEvent Dispatcher::run(const std::vector<const Response*>& units,
                             const std::vector<Entry*>& entries, const FusedGroup& decision,
                             RuntimeStats& stats) {
   CERAR_ENFORCE(!units.empty() && units.size() == entries.size(), "dispatch: bad group");
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (entries[u] != nullptr) checkLocalSizes(*units[u], *entries[u], transport_->rank());
+  }
   const Response& first = *units.front();
   switch (first.description.kind) {
     case Kind::kAllreduce: return allreduce(units, entries, decision, stats);

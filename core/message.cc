@@ -14,6 +14,17 @@ const char* kindName(Kind kind) {
   return "?";
 }
 
+// Declared in runtime.h (the public Op); defined here, where descriptions print it.
+const char* opName(Op op) {
+  switch (op) {
+    case Op::kSum: return "sum";
+    case Op::kAverage: return "average";
+    case Op::kMin: return "min";
+    case Op::kMax: return "max";
+  }
+  return "?";
+}
+
 bool Description::agrees(const Description& other) const {
   if (kind != Kind::kAllgather) {
     Description same = other;

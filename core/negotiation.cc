@@ -74,6 +74,29 @@ class Reader {
   size_t at_ = 0;
 };
 
+// Shapes come from another rank: every dimension non-negative, every product and sum
+// representable, so sizes derived from them cannot wrap. (A "mismatch" code at merge.)
+size_t mulChecked(size_t a, size_t b) {
+  size_t product = 0;
+  CERAR_ENFORCE(!__builtin_mul_overflow(a, b, &product),
+                "malformed negotiation message: a size overflows");
+  return product;
+}
+size_t addChecked(size_t a, size_t b) {
+  size_t sum = 0;
+  CERAR_ENFORCE(!__builtin_add_overflow(a, b, &sum),
+                "malformed negotiation message: a size overflows");
+  return sum;
+}
+size_t checkedElements(const std::vector<int64_t>& shape) {
+  size_t n = 1;
+  for (int64_t dim : shape) {
+    CERAR_ENFORCE(dim >= 0, "malformed negotiation message: negative dimension ", dim);
+    n = mulChecked(n, size_t(dim));
+  }
+  return n;
+}
+
 void putNames(Writer& w, const std::vector<std::string>& names) {
   w.put<uint32_t>(static_cast<uint32_t>(names.size()));
   for (const auto& name : names) w.putString(name);
@@ -113,10 +136,13 @@ Description getDescription(Reader& r) {
   d.prescale = r.get<double>();
   d.postscale = r.get<double>();
   d.shapes.resize(r.getCount(4));
+  size_t total = 0;
   for (auto& shape : d.shapes) {
     shape.resize(r.getCount(8));
     for (auto& dim : shape) dim = r.get<int64_t>();
+    total = addChecked(total, checkedElements(shape));
   }
+  mulChecked(total, dtypeSize(d.dtype));  // the bytes must fit as well
   return d;
 }
 
@@ -189,7 +215,17 @@ ResponseMessage decodeResponseMessage(const std::vector<uint8_t>& bytes) {
     response.names = getNames(r);
     response.description = getDescription(r);
     response.firstDims.resize(r.getCount(8));
-    for (auto& dim : response.firstDims) dim = r.get<int64_t>();
+    size_t rows = 0;
+    for (auto& dim : response.firstDims) {
+      dim = r.get<int64_t>();
+      rows = addChecked(rows, checkedElements({dim}));
+    }
+    if (!response.description.shapes.empty() && !response.description.shapes[0].empty()) {
+      // The gathered tensor: every rank's rows times one row's elements and bytes.
+      std::vector<int64_t> row = response.description.shapes[0];
+      row[0] = 1;
+      mulChecked(mulChecked(rows, checkedElements(row)), dtypeSize(response.description.dtype));
+    }
     response.placement = r.getBytes();
     response.error = r.getString();
     response.errorCode = StatusCode(r.get<uint8_t>());

@@ -22,16 +22,6 @@
 
 namespace cerar {
 
-const char* opName(Op op) {
-  switch (op) {
-    case Op::kSum: return "sum";
-    case Op::kAverage: return "average";
-    case Op::kMin: return "min";
-    case Op::kMax: return "max";
-  }
-  return "?";
-}
-
 size_t Tensor::elements() const { return shapeElements(shape); }
 size_t Tensor::bytes() const { return elements() * dtypeSize(dtype); }
 
@@ -421,13 +411,13 @@ std::unique_ptr<Runtime> Runtime::start(const RuntimeConfig& config) {
   };
   auto rendezvous = std::make_shared<Rendezvous>();
   std::unique_ptr<TcpStoreServer>& server = rendezvous->server;
+  const StoreEndpoint endpoint = storeEndpointOf(config);  // the secret policy; may throw
   if (config.hostStore && config.rank == 0) {
-    const std::string bind = isLoopback(config.rendezvousAddr) ? config.rendezvousAddr : "0.0.0.0";
-    server = std::make_unique<TcpStoreServer>(bind, uint16_t(config.rendezvousPort),
-                                              config.secret);
+    server = std::make_unique<TcpStoreServer>(endpoint.listen, uint16_t(config.rendezvousPort),
+                                              config.secret, StoreLimits::fromEnvironment());
     server->start();
   }
-  rendezvous->store = std::make_shared<TcpStore>(config.rendezvousAddr,
+  rendezvous->store = std::make_shared<TcpStore>(endpoint.connect,
                                                  uint16_t(config.rendezvousPort), config.secret,
                                                  rendezvousTimeoutOf(config));
   TcpStore& store = *rendezvous->store;

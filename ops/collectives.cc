@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "ops/common/error.h"
+#include "ops/control_frame.h"
 
 namespace cerar {
 
@@ -52,30 +53,11 @@ void chainBroadcast(Transport& t, void* data, size_t bytes, int root, size_t seg
 
 namespace {
 
-constexpr size_t kFrameBytes = 256;
-constexpr size_t kInlineBytes = kFrameBytes - sizeof(uint64_t);
+using namespace control_frame;
 
-struct Frame {
-  std::vector<uint8_t> bytes = std::vector<uint8_t>(kFrameBytes, 0);
-  static Frame of(const std::vector<uint8_t>& message) {
-    Frame frame;
-    const uint64_t length = message.size();
-    std::memcpy(frame.bytes.data(), &length, sizeof length);
-    if (!message.empty())  // an empty vector's data() may be null, which memcpy forbids
-      std::memcpy(frame.bytes.data() + sizeof length, message.data(),
-                  std::min(message.size(), kInlineBytes));
-    return frame;
-  }
-  uint64_t length() const {
-    uint64_t length;
-    std::memcpy(&length, bytes.data(), sizeof length);
-    return length;
-  }
-};
-
-void sendMessage(Transport& t, int peer, const std::vector<uint8_t>& message) {
-  Frame frame = Frame::of(message);
-  t.postSend(peer, frame.bytes.data(), kFrameBytes);
+void sendMessage(Transport& t, int peer, Type type, const std::vector<uint8_t>& message) {
+  const std::vector<uint8_t> frame = encode(type, message);
+  t.postSend(peer, frame.data(), kFrameBytes);
   if (message.size() > kInlineBytes) {
     t.postSend(peer, message.data() + kInlineBytes, message.size() - kInlineBytes);
     t.waitSend(peer);
@@ -83,68 +65,95 @@ void sendMessage(Transport& t, int peer, const std::vector<uint8_t>& message) {
   t.waitSend(peer);
 }
 
-// Completes a message whose frame has arrived.
-std::vector<uint8_t> finishMessage(Transport& t, int peer, const Frame& frame) {
-  const uint64_t length = frame.length();
-  CERAR_ENFORCE(length < (uint64_t(1) << 40), "rank ", t.rank(), ": control message of ",
-                length, " bytes from rank ", peer, " (corrupt frame)");
-  std::vector<uint8_t> message(length);
-  if (length > 0)
-    std::memcpy(message.data(), frame.bytes.data() + sizeof(uint64_t),
-                std::min<size_t>(length, kInlineBytes));
-  if (length > kInlineBytes) {
-    t.postRecv(peer, message.data() + kInlineBytes, length - kInlineBytes);
+// Completes a message whose frame has arrived; the frame is checked before anything is
+// allocated, so a corrupt length costs nothing.
+std::vector<uint8_t> finishMessage(Transport& t, int peer, const std::vector<uint8_t>& frame,
+                                   Type expected, uint64_t maxBytes) {
+  const Header header = parse(frame.data(), expected, maxBytes, t.rank(), peer);
+  std::vector<uint8_t> message(header.length);
+  if (header.length > 0)
+    std::memcpy(message.data(), frame.data() + kHeaderBytes,
+                std::min<size_t>(header.length, kInlineBytes));
+  if (header.length > kInlineBytes) {
+    t.postRecv(peer, message.data() + kInlineBytes, header.length - kInlineBytes);
     t.waitRecv(peer);
   }
+  if (header.type == Type::kAbort) {
+    throw Error(detail::concat("rank ", t.rank(), ": rank ", peer, " stopped the job: ",
+                               std::string(message.begin(), message.end())));
+  }
   return message;
+}
+
+void sendToAll(Transport& t, Type type, const std::vector<uint8_t>& message, int root) {
+  const std::vector<uint8_t> frame = encode(type, message);
+  const bool tail = message.size() > kInlineBytes;
+  for (int peer = 0; peer < t.size(); ++peer) {
+    if (peer == root) continue;
+    t.postSend(peer, frame.data(), kFrameBytes);
+    if (tail) t.postSend(peer, message.data() + kInlineBytes, message.size() - kInlineBytes);
+  }
+  for (int peer = 0; peer < t.size(); ++peer) {
+    if (peer == root) continue;
+    t.waitSend(peer);
+    if (tail) t.waitSend(peer);
+  }
 }
 
 }  // namespace
 
 std::vector<std::vector<uint8_t>> gatherBytes(Transport& t, const std::vector<uint8_t>& mine,
-                                              int root) {
+                                              int root, uint64_t maxBytes) {
   const int N = t.size();
+  CERAR_ENFORCE(mine.size() <= maxBytes, "rank ", t.rank(), ": a control message of ",
+                mine.size(), " bytes, past the limit of ", maxBytes);
   if (t.rank() != root) {
-    sendMessage(t, root, mine);
+    sendMessage(t, root, Type::kGather, mine);
     return {};
   }
   std::vector<std::vector<uint8_t>> all(N);
-  std::vector<Frame> frames(N);
+  std::vector<std::vector<uint8_t>> frames(N, std::vector<uint8_t>(kFrameBytes));
   for (int peer = 0; peer < N; ++peer) {
-    if (peer != root) t.postRecv(peer, frames[peer].bytes.data(), kFrameBytes);
+    if (peer != root) t.postRecv(peer, frames[peer].data(), kFrameBytes);
   }
+  // Every frame first, so that no receive into `frames` is left posted when one is refused;
+  // then every valid tail, so that healthy senders are not left waiting on theirs.
+  for (int peer = 0; peer < N; ++peer) {
+    if (peer != root) t.waitRecv(peer);
+  }
+  std::string refused;
   for (int peer = 0; peer < N; ++peer) {
     if (peer == root) {
       all[peer] = mine;
       continue;
     }
-    t.waitRecv(peer);
-    all[peer] = finishMessage(t, peer, frames[peer]);
+    try {
+      all[peer] = finishMessage(t, peer, frames[peer], Type::kGather, maxBytes);
+    } catch (const Error& e) {
+      if (refused.empty()) refused = e.what();
+    }
   }
+  if (!refused.empty()) throw Error(refused);
   return all;
 }
 
-std::vector<uint8_t> broadcastBytes(Transport& t, const std::vector<uint8_t>& message, int root) {
-  const int N = t.size();
+std::vector<uint8_t> broadcastBytes(Transport& t, const std::vector<uint8_t>& message, int root,
+                                    uint64_t maxBytes) {
   if (t.rank() == root) {
-    Frame frame = Frame::of(message);
-    const bool tail = message.size() > kInlineBytes;
-    for (int peer = 0; peer < N; ++peer) {
-      if (peer == root) continue;
-      t.postSend(peer, frame.bytes.data(), kFrameBytes);
-      if (tail) t.postSend(peer, message.data() + kInlineBytes, message.size() - kInlineBytes);
-    }
-    for (int peer = 0; peer < N; ++peer) {
-      if (peer == root) continue;
-      t.waitSend(peer);
-      if (tail) t.waitSend(peer);
-    }
+    CERAR_ENFORCE(message.size() <= maxBytes, "rank ", t.rank(), ": a control message of ",
+                  message.size(), " bytes, past the limit of ", maxBytes);
+    sendToAll(t, Type::kBroadcast, message, root);
     return message;
   }
-  Frame frame;
-  t.postRecv(root, frame.bytes.data(), kFrameBytes);
+  std::vector<uint8_t> frame(kFrameBytes);
+  t.postRecv(root, frame.data(), kFrameBytes);
   t.waitRecv(root);
-  return finishMessage(t, root, frame);
+  return finishMessage(t, root, frame, Type::kBroadcast, maxBytes);
+}
+
+void broadcastAbort(Transport& t, const std::string& why, int root) {
+  const std::vector<uint8_t> text(why.begin(), why.begin() + std::min<size_t>(why.size(), 4096));
+  sendToAll(t, Type::kAbort, text, root);
 }
 
 }  // namespace cerar

@@ -5,8 +5,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "ops/control_frame.h"
 #include "ops/transport/transport.h"
 
 namespace cerar {
@@ -21,14 +23,22 @@ void ringAllgather(Transport& transport, void* buffer, const std::vector<size_t>
 void chainBroadcast(Transport& transport, void* data, size_t bytes, int root,
                     size_t segmentBytes = 256 * 1024);
 
-// Control-plane messages of any length (including empty). A message travels as one fixed-size
-// frame (length + the first bytes) and, if longer, one more transfer for the rest, so short
-// messages cost one transfer.
+// Control-plane messages of any length (including empty) up to `maxBytes`. A message travels
+// as one fixed-size frame (magic, version, type, length and the first bytes; ops/control_frame.h)
+// and, if longer, one more transfer for the rest, so short messages cost one transfer. A frame
+// that is foreign, of another version or type, or longer than `maxBytes` throws Error before
+// anything of the claimed size is allocated.
 // gatherBytes: every rank's `mine` to root; root gets them indexed by rank, others nothing.
-std::vector<std::vector<uint8_t>> gatherBytes(Transport& transport,
-                                              const std::vector<uint8_t>& mine, int root);
-// broadcastBytes: root's `message` to every rank (star: messages are small).
+std::vector<std::vector<uint8_t>> gatherBytes(
+    Transport& transport, const std::vector<uint8_t>& mine, int root,
+    uint64_t maxBytes = control_frame::kMaxMessageBytes);
+// broadcastBytes: root's `message` to every rank (star: messages are small). A rank that gets
+// root's abort instead throws Error with root's reason.
 std::vector<uint8_t> broadcastBytes(Transport& transport, const std::vector<uint8_t>& message,
-                                    int root);
+                                    int root,
+                                    uint64_t maxBytes = control_frame::kMaxMessageBytes);
+// Root's alternative to broadcastBytes when it cannot go on (e.g. a peer's message was
+// corrupt): every other rank's broadcastBytes throws Error with `why`, so all fail alike.
+void broadcastAbort(Transport& transport, const std::string& why, int root);
 
 }  // namespace cerar

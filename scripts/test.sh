@@ -2,7 +2,8 @@
 # Runs every test: installs and builds first (scripts/setup.sh), then ctest (C++, pytest, bench).
 # Usage: scripts/test.sh [--sanitize] [--repeat N]
 #   --sanitize  adds the C++ tests under ASan+UBSan and the runtime tests under TSan
-#               (CMakePresets.json: presets asan and tsan).
+#               (CMakePresets.json: presets asan and tsan), and runs each fuzz target for
+#               CERAR_FUZZ_SECONDS (default 20) from its corpus (scripts/fuzz.sh).
 #   --repeat N  runs each test up to N times, stopping a test at its first failure (ctest's
 #               --repeat until-fail:N; the pytest suite is one ctest test, so it is rerun whole).
 #               For hunting flaky tests, e.g. under load: docs/testing.md.
@@ -29,4 +30,5 @@ if ((sanitize)); then
     cmake --build --preset "$preset"
     ctest --preset "$preset" "${repeat[@]}"
   done
+  scripts/fuzz.sh "${CERAR_FUZZ_SECONDS:-20}"
 fi

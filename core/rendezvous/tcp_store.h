@@ -3,7 +3,8 @@
 // One process (the launcher, or rank 0) hosts a TcpStoreServer; every rank connects a TcpStore
 // client, which implements Gloo's Store interface so it can be handed to connectFullMesh.
 // Every connection must first present the job secret, which keeps other jobs and strangers on
-// the same host out of this job's keys.
+// the same host out of this job's keys. A host of the form "unix:/path" names a Unix-domain
+// socket instead of a TCP address (the port is then ignored): the file's directory guards it.
 #pragma once
 
 #include <chrono>
@@ -14,9 +15,27 @@
 #include <string>
 #include <vector>
 
+#include <boost/system/error_code.hpp>
 #include <gloo/rendezvous/store.h>
 
 namespace cerar {
+
+// What one server allows its clients; a request past a limit is answered with an error, a
+// connection past one is closed. Knobs: the CERAR_STORE_* variables (docs/rendezvous.md).
+struct StoreLimits {
+  // Open connections; at the cap a new one evicts the oldest unauthenticated one, or is closed.
+  size_t maxConnections = 1024;
+  // How long a connection may stay without presenting the secret.
+  std::chrono::milliseconds helloTimeout{10000};
+  // Bytes of one request, and of all the keys and values one connection may store.
+  size_t connectionQuotaBytes = size_t{64} << 20;
+  size_t maxKeyBytes = 4096;
+  size_t maxValueBytes = size_t{16} << 20;
+
+  // The defaults overridden by CERAR_STORE_MAX_CONNECTIONS, _HELLO_TIMEOUT_SECONDS,
+  // _CONNECTION_QUOTA_BYTES, _MAX_KEY_BYTES, _MAX_VALUE_BYTES; throws Error on a bad value.
+  static StoreLimits fromEnvironment();
+};
 
 // The store's server. Keys map to byte strings; a set of an existing key overwrites it (Gloo
 // never does that; counters made by add() are updated in place). Counters are stored as
@@ -29,7 +48,8 @@ namespace cerar {
 class TcpStoreServer {
  public:
   // Binds host:port (port 0 picks an ephemeral port). Throws cerar::Error when it cannot.
-  TcpStoreServer(const std::string& host, uint16_t port, std::string secret);
+  TcpStoreServer(const std::string& host, uint16_t port, std::string secret,
+                 StoreLimits limits = {});
   ~TcpStoreServer();  // stops the io thread and closes every connection
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
@@ -39,6 +59,8 @@ class TcpStoreServer {
   void start();
   // Reads a key locally, without a connection (e.g. results that children put).
   std::optional<std::vector<char>> tryGet(const std::string& key) const;
+  // Connections open now (for tests and diagnostics).
+  size_t connections() const;
 
   struct Impl;
 
@@ -81,12 +103,14 @@ class TcpStore : public gloo::rendezvous::Store {
  private:
   std::vector<char> request(const std::vector<char>& body, std::chrono::milliseconds limit,
                             const std::string& what);
+  boost::system::error_code connect(std::chrono::milliseconds limit);
 
   std::mutex mutex_;
   std::unique_ptr<Conn> conn_;
   std::string host_;
   uint16_t port_;
   std::chrono::milliseconds timeout_;
+  bool rejected_ = false;
 };
 
 }  // namespace cerar

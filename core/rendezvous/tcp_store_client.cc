@@ -14,6 +14,7 @@ namespace cerar {
 
 namespace asio = boost::asio;
 using asio::ip::tcp;
+using Protocol = asio::generic::stream_protocol;  // TCP or a Unix-domain socket
 using boost::system::error_code;
 using Clock = std::chrono::steady_clock;
 using namespace rendezvous_wire;
@@ -21,13 +22,16 @@ using namespace rendezvous_wire;
 namespace {
 // Extra time the client allows a server-side wait before it gives up on the connection.
 constexpr std::chrono::milliseconds kGrace{5000};
+std::chrono::milliseconds withGrace(std::chrono::milliseconds timeout) {
+  return timeout.count() > 0 ? timeout + kGrace : timeout;  // clamped: no overflow
+}
 }  // namespace
 
 // The client's socket runs on a private io_context driven by the calling thread, so that every
 // socket operation has a deadline (blocking Asio calls have none) and no thread is needed.
 struct TcpStore::Conn {
   asio::io_context io;
-  tcp::socket socket{io};
+  Protocol::socket socket{io};
   bool broken = false;
 
   // Starts one async operation and runs it until it completes or `limit` passes (0: no
@@ -58,21 +62,27 @@ struct TcpStore::Conn {
 TcpStore::TcpStore(const std::string& host, uint16_t port, const std::string& secret,
                    std::chrono::milliseconds timeout)
     : conn_(std::make_unique<Conn>()), host_(host), port_(port), timeout_(timeout) {
-  const auto deadline = Clock::now() + timeout;
+  timeout_ = std::chrono::milliseconds(clampTimeoutMs(timeout.count()));
+  const auto deadline = Clock::now() + timeout_;
   auto left = [&] {
     return std::max(std::chrono::milliseconds(1),
                     std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
   };
+  Writer hello;
+  hello.u8(static_cast<uint8_t>(Op::kHello));
+  hello.str(secret);
   for (;;) {
-    error_code ec;
-    tcp::resolver resolver(conn_->io);
-    auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+    error_code ec = connect(left());
     if (!ec) {
-      ec = conn_->run(left(), [&](auto handler) {
-        asio::async_connect(conn_->socket, endpoints, handler);
-      });
+      try {
+        request(hello.data, left(), "hello");
+        return;
+      } catch (const gloo::IoException&) {
+        // A wrong secret is final; a connection that a crowded server closed is retried.
+        if (!conn_->broken || rejected_) throw;
+        ec = asio::error::connection_reset;
+      }
     }
-    if (!ec) break;
     // The server may not be listening yet: retry until the deadline.
     if (Clock::now() >= deadline) {
       throw gloo::IoException(detail::concat("cannot connect to the rendezvous store at ",
@@ -81,19 +91,34 @@ TcpStore::TcpStore(const std::string& host, uint16_t port, const std::string& se
     }
     error_code ignored;
     conn_->socket.close(ignored);
+    conn_->broken = false;
     std::this_thread::sleep_for(std::min(std::chrono::milliseconds(50), left()));
   }
-  error_code ignored;
-  conn_->socket.set_option(tcp::no_delay(true), ignored);
-  Writer hello;
-  hello.u8(static_cast<uint8_t>(Op::kHello));
-  hello.str(secret);
-  request(hello.data, timeout_, "hello");
+}
+
+error_code TcpStore::connect(std::chrono::milliseconds limit) {
+  if (isUnixAddress(host_)) {
+    const Protocol::endpoint endpoint = asio::local::stream_protocol::endpoint(unixPath(host_));
+    return conn_->run(limit, [&](auto handler) { conn_->socket.async_connect(endpoint, handler); });
+  }
+  error_code ec;
+  tcp::resolver resolver(conn_->io);
+  auto resolved = resolver.resolve(host_, std::to_string(port_), ec);
+  if (ec) return ec;
+  std::vector<Protocol::endpoint> endpoints;
+  for (const auto& entry : resolved) endpoints.emplace_back(entry.endpoint());
+  ec = conn_->run(limit, [&](auto handler) {
+    asio::async_connect(conn_->socket, endpoints, handler);
+  });
+  if (!ec) conn_->socket.set_option(tcp::no_delay(true), ec);
+  return ec;
 }
 
 TcpStore::~TcpStore() = default;
 
-std::string TcpStore::address() const { return detail::concat(host_, ":", port_); }
+std::string TcpStore::address() const {
+  return isUnixAddress(host_) ? host_ : detail::concat(host_, ":", port_);
+}
 
 std::vector<char> TcpStore::request(const std::vector<char>& body,
                                     std::chrono::milliseconds limit, const std::string& what) {
@@ -143,6 +168,7 @@ std::vector<char> TcpStore::request(const std::vector<char>& body,
       throw fail("timed out");
     case ReplyStatus::kRejected:
       conn_->broken = true;
+      rejected_ = true;
       throw gloo::IoException(
           detail::concat("rendezvous store rejected the job secret (", address(), ")"));
     default:
@@ -170,7 +196,7 @@ std::vector<char> TcpStore::get(const std::string& key, std::chrono::millisecond
   w.u8(static_cast<uint8_t>(Op::kGet));
   w.i64(limit.count());
   w.strs({key});
-  return request(w.data, limit.count() > 0 ? limit + kGrace : limit,
+  return request(w.data, withGrace(limit),
                  detail::concat("get '", key, "' (waited up to ", limit.count(), " ms)"));
 }
 
@@ -180,11 +206,12 @@ void TcpStore::wait(const std::vector<std::string>& keys,
                     const std::chrono::milliseconds& timeout) {
   Writer w;
   w.u8(static_cast<uint8_t>(Op::kWait));
-  w.i64(timeout.count());
+  const std::chrono::milliseconds limit(clampTimeoutMs(timeout.count()));
+  w.i64(limit.count());
   w.strs(keys);
   std::string names;
   for (const auto& key : keys) names += (names.empty() ? "'" : ", '") + key + "'";
-  request(w.data, timeout.count() > 0 ? timeout + kGrace : timeout,
+  request(w.data, withGrace(limit),
           detail::concat("wait for ", names, " (waited up to ", timeout.count(), " ms)"));
 }
 

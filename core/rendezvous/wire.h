@@ -19,7 +19,17 @@ enum class Op : uint8_t { kHello = 1, kSet, kGet, kWait, kAdd, kCheck };
 enum class ReplyStatus : uint8_t { kOk = 0, kTimeout, kRejected, kError };
 
 constexpr uint32_t kMaxHello = 4096;        // before the secret is checked
-constexpr uint32_t kMaxFrame = 1u << 30;    // after
+constexpr uint32_t kMaxFrame = 1u << 30;    // after (the server's per-connection quota is less)
+constexpr size_t kReadChunk = 64 * 1024;    // a body grows as it arrives, never by its claim
+
+// Timeouts travel as int64 milliseconds; anything past a century means "no limit" in effect,
+// and clamping there keeps `now + timeout` from overflowing the clock.
+constexpr int64_t kMaxTimeoutMs = int64_t{100} * 365 * 24 * 3600 * 1000;
+inline int64_t clampTimeoutMs(int64_t ms) { return ms < kMaxTimeoutMs ? ms : kMaxTimeoutMs; }
+
+// "unix:/path" names a Unix-domain socket; anything else is a TCP host.
+inline bool isUnixAddress(const std::string& host) { return host.rfind("unix:", 0) == 0; }
+inline std::string unixPath(const std::string& host) { return host.substr(5); }
 
 struct Writer {
   std::vector<char> data;
@@ -103,7 +113,14 @@ inline bool sameSecret(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-// Counters are decimal ASCII; a missing key counts as 0.
+// Counters are decimal ASCII; a missing key counts as 0. add() refuses to wrap.
+inline int64_t addCounter(int64_t value, int64_t delta) {
+  int64_t sum = 0;
+  if (__builtin_add_overflow(value, delta, &sum)) {
+    throw std::runtime_error("add() would overflow the counter");
+  }
+  return sum;
+}
 inline int64_t parseCounter(const std::vector<char>& v) {
   int64_t n = 0;
   if (v.empty()) return 0;

@@ -128,14 +128,26 @@ def rank_env(rank, size, local_rank, local_size, addr, port, secret, knobs):
 
 
 def ssh_command(host, env, command, cwd, ssh_port=None):
-    """The ssh command line that runs `command` on `host` in `cwd` with `env` set."""
+    """The ssh command line that runs `command` on `host` in `cwd` with `env` set.
+
+    CERAR_SECRET is left out: command lines are visible to every user of both hosts (ps), so
+    the remote shell reads it from its standard input, which the launcher writes (ssh_stdin).
+    """
     ssh = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no"]
     if ssh_port:
         ssh += ["-p", str(ssh_port)]
-    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
-    remote = f"cd {shlex.quote(cwd)} && exec env {assignments} " + \
-        " ".join(shlex.quote(c) for c in command)
+    public = {k: v for k, v in env.items() if k != "CERAR_SECRET"}
+    assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(public.items()))
+    read_secret = "IFS= read -r CERAR_SECRET && export CERAR_SECRET && " \
+        if "CERAR_SECRET" in env else ""
+    remote = f"{read_secret}cd {shlex.quote(cwd)} && exec env {assignments} " + \
+        " ".join(shlex.quote(c) for c in command) + " </dev/null"
     return ssh + [host, remote]
+
+
+def ssh_stdin(env):
+    """What the remote shell of ssh_command reads first: the secret and a newline."""
+    return (env["CERAR_SECRET"] + "\n").encode() if "CERAR_SECRET" in env else b""
 
 
 def _pump(rank, stream, lock):
@@ -186,15 +198,20 @@ def launch(args):
     procs, pumps = [], []
     for rank, host, local_rank, local_size in placement:
         env = rank_env(rank, args.np, local_rank, local_size, addr, server.port, secret, knobs)
-        if is_local(host):
-            command, full_env = args.command, {**os.environ, **env}
-        else:
+        remote = not is_local(host)
+        if remote:
             command, full_env = ssh_command(host, env, args.command, os.getcwd(),
                                             args.ssh_port), dict(os.environ)
+        else:
+            command, full_env = args.command, {**os.environ, **env}
         try:
-            proc = subprocess.Popen(command, env=full_env, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(command, env=full_env,
+                                    stdin=subprocess.PIPE if remote else subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     start_new_session=True)
+            if remote:  # the secret travels inside ssh's encrypted stream, not on its line
+                proc.stdin.write(ssh_stdin(env))
+                proc.stdin.close()
         except OSError as error:
             print(f"cerarrun: cannot start rank {rank}: {error}", file=sys.stderr)
             _terminate(procs)

@@ -44,12 +44,28 @@ def test_ssh_command():
     assert cmd[:6] == ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-p"]
     assert cmd[7] == "node2"
     remote = cmd[8]
-    assert remote.startswith("cd '/work dir' && exec env ")
+    assert remote.startswith("IFS= read -r CERAR_SECRET && export CERAR_SECRET && "
+                             "cd '/work dir' && exec env ")
     for key in ("CERAR_RANK=3", "CERAR_SIZE=4", "CERAR_LOCAL_RANK=1", "CERAR_LOCAL_SIZE=2",
                 "CERAR_RENDEZVOUS_ADDR=head", "CERAR_RENDEZVOUS_PORT=1234",
-                "CERAR_SECRET=s3cr3t", "CERAR_ALGORITHM=ring"):
+                "CERAR_ALGORITHM=ring"):
         assert key in remote
-    assert remote.endswith("python train.py 'a b'")
+    assert remote.endswith("python train.py 'a b' </dev/null")
+    # The secret is on no command line, ssh's included: it goes through the remote stdin.
+    assert all("s3cr3t" not in part for part in cmd)
+    assert run.ssh_stdin(env) == b"s3cr3t\n"
+
+
+def test_ssh_remote_shell_reads_the_secret_from_stdin(tmp_path):
+    import subprocess
+    import sys
+    env = run.rank_env(0, 1, 0, 1, "head", 1234, "5ecret", {})
+    script = "import os; print(os.environ['CERAR_SECRET'], os.environ['CERAR_RANK'])"
+    remote = run.ssh_command("node2", env, [sys.executable, "-c", script], str(tmp_path))[-1]
+    # What sshd does with the remote string: runs it with the user's shell.
+    result = subprocess.run(["sh", "-c", remote], input=run.ssh_stdin(env),
+                            capture_output=True, timeout=30)
+    assert result.stdout.decode().split() == ["5ecret", "0"], result.stderr
 
 
 def test_environment_and_prefixes():

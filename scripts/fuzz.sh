@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (preset "fuzz", clang) and runs each for a bounded time from the
+# committed corpus tests/fuzz/corpus/<target>/. New inputs go to a scratch directory, so the
+# committed corpus changes only by hand (copy from there what is worth keeping).
+# Usage: scripts/fuzz.sh [SECONDS per target, default 20]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-20}
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+for target in negotiation control_frame store_protocol; do
+  mkdir -p "$scratch/$target"
+  echo "fuzz: $target for ${seconds}s"
+  # A crash, leak or timeout exits non-zero (the input is left in build-fuzz/): show the
+  # fuzzer's report and fail.
+  if ! build-fuzz/tests/fuzz/fuzz_$target -max_total_time="$seconds" -max_len=4096 \
+      -timeout=10 -print_final_stats=1 -artifact_prefix="build-fuzz/" \
+      "$scratch/$target" "tests/fuzz/corpus/$target" >"$scratch/$target.log" 2>&1; then
+    tail -n 60 "$scratch/$target.log"
+    echo "fuzz: $target failed" >&2
+    exit 1
+  fi
+  grep -E "^stat::number_of_executed_units|DONE" "$scratch/$target.log" || true
+done

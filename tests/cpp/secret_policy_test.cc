@@ -1,0 +1,157 @@
+// The rendezvous secret policy on each launch path (docs/rendezvous.md): cerarrun's store as
+// given; a store reachable from other hosts needs CERAR_SECRET on every rank; a single-host
+// job without one talks through a Unix-domain socket in a private directory, not a TCP port.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <map>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "core/config.h"
+#include "core/rendezvous/tcp_store.h"
+#include "ops/common/error.h"
+#include "runtime_scenarios.h"
+
+namespace cerar {
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+RuntimeConfig fromMap(const Env& env) {
+  return configFromEnvironment([&](const std::string& name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  });
+}
+
+// A private XDG_RUNTIME_DIR for the test's sockets, restored afterwards.
+struct RuntimeDir {
+  std::string path;
+  std::string saved;
+  bool had;
+  RuntimeDir() {
+    char name[] = "/tmp/cerar-policy-XXXXXX";  // mkdtemp makes it 0700
+    path = mkdtemp(name);
+    const char* old = std::getenv("XDG_RUNTIME_DIR");
+    had = old != nullptr;
+    if (had) saved = old;
+    setenv("XDG_RUNTIME_DIR", path.c_str(), 1);
+  }
+  ~RuntimeDir() {
+    had ? setenv("XDG_RUNTIME_DIR", saved.c_str(), 1) : unsetenv("XDG_RUNTIME_DIR");
+    rmdir(path.c_str());
+  }
+};
+
+const std::string kFix = "export CERAR_SECRET=$(openssl rand -hex 16)";
+
+TEST(SecretPolicy, EachLauncherAcrossHostsNeedsASecretOnEveryRank) {
+  const std::vector<Env> launches = {
+      {{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "node1"}},
+      {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"CERAR_RENDEZVOUS_ADDR", "node1"}},
+      {{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_NNODES", "2"},
+       {"CERAR_RENDEZVOUS_ADDR", "node1"}}};
+  for (Env env : launches) {
+    RuntimeConfig config = fromMap(env);
+    try {
+      storeEndpointOf(config);
+      FAIL() << "no secret across hosts was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(kFix), std::string::npos) << e.what();
+    }
+    // Start fails the same way, before any connection (so on every rank at once).
+    EXPECT_THROW(Runtime::start(config), Error);
+    env["CERAR_SECRET"] = "s";
+    const StoreEndpoint endpoint = storeEndpointOf(fromMap(env));
+    EXPECT_EQ(endpoint.listen, "0.0.0.0");
+    EXPECT_EQ(endpoint.connect, "node1");
+  }
+  // cerarrun's store is the launcher's, with its own secret: the ranks connect as told.
+  const StoreEndpoint launcher = storeEndpointOf(fromMap(
+      {{"CERAR_RANK", "1"}, {"CERAR_SIZE", "2"}, {"CERAR_RENDEZVOUS_ADDR", "127.0.0.1"},
+       {"CERAR_RENDEZVOUS_PORT", "5000"}, {"CERAR_SECRET", "x"}}));
+  EXPECT_EQ(launcher.connect, "127.0.0.1");
+}
+
+TEST(SecretPolicy, SingleHostWithoutSecretUsesAPrivateUnixSocket) {
+  RuntimeDir dir;
+  const StoreEndpoint endpoint =
+      storeEndpointOf(fromMap({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "6000"}}));
+  EXPECT_EQ(endpoint.listen, "unix:" + dir.path + "/cerar-store-6001.sock");
+  EXPECT_EQ(endpoint.connect, endpoint.listen);
+  // A runtime directory others may enter is passed over for /tmp/cerar-<uid>.
+  chmod(dir.path.c_str(), 0755);
+  const StoreEndpoint fallback = storeEndpointOf(
+      fromMap({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}}));
+  EXPECT_EQ(fallback.listen,
+            "unix:/tmp/cerar-" + std::to_string(getuid()) + "/cerar-store-29501.sock");
+  struct stat info {};
+  ASSERT_EQ(lstat(("/tmp/cerar-" + std::to_string(getuid())).c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0700u);
+  chmod(dir.path.c_str(), 0700);
+}
+
+bool tcpPortOpen(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool open = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return open;
+}
+
+// Two ranks under torchrun's variables and no secret: the job runs, with no TCP store port.
+TEST(SecretPolicy, TorchrunSingleHostJobRunsWithoutATcpStore) {
+  RuntimeDir dir;
+  int port = 0;
+  {
+    TcpStoreServer probe("127.0.0.1", 0, "");  // a free port, released at once
+    port = probe.port();
+  }
+  std::fflush(nullptr);
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < 2; ++rank) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      int code = 1;
+      try {
+        RuntimeConfig config = fromMap({{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"},
+                                        {"MASTER_ADDR", "127.0.0.1"},
+                                        {"MASTER_PORT", std::to_string(port - 1)},
+                                        {"CERAR_TIMEOUT_SECONDS", "20"},
+                                        {"CERAR_MEASURE_LINK", "0"}});
+        auto rt = Runtime::start(config);
+        std::vector<float> ones(1000, 1.0f);
+        rt->allreduce("x", scenarios::f32(ones), scenarios::f32(ones), Op::kSum).wait();
+        struct stat info {};
+        const std::string socket = dir.path + "/cerar-store-" + std::to_string(port) + ".sock";
+        const bool served = rank != 0 || stat(socket.c_str(), &info) == 0;
+        code = ones[0] == 2.0f && served && !tcpPortOpen(port) ? 0 : 2;
+        rt->shutdown();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+      }
+      std::fflush(nullptr);
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  }
+}
+
+}  // namespace
+}  // namespace cerar
