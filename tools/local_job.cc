@@ -78,6 +78,13 @@ int childMain(int rank, uint16_t port, const std::string& secret,
       gloo.iface = "lo";
       gloo.timeout = options.timeout;
       std::shared_ptr<Transport> transport = connectGloo(store, rank, options.size, gloo);
+      // Gloo's mesh is complete on this rank before its peers have read every handshake: a
+      // rank that ran and died at once could still break a peer's connect. Everyone waits
+      // until every rank is connected.
+      std::vector<std::string> connected;
+      for (int r = 0; r < options.size; ++r) connected.push_back(detail::concat("connected/", r));
+      store.set(connected[rank], {});
+      store.wait(connected, options.timeout);
       store.set(detail::concat("result/", rank), bytesOf(fn(rank, transport)));
       code = 0;
       // Keep the links open until every rank is done: a socket closed early could reset a
