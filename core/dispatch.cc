@@ -266,9 +266,11 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
   stats.fusedBuffers += 1;
   for (Entry* e : entries) stats.tensorsReduced += e ? e->inputs.size() : 0;
   stats.bytesSent += run.bytesSent;
-  (cerar ? stats.cerarBuffers : stats.ringBuffers) += 1;
+  // What ran: a CERAR decision that fell back on non-finite input ran the exact ring.
+  const bool ranCerar = cerar && !run.nonFiniteFallback;
+  (ranCerar ? stats.cerarBuffers : stats.ringBuffers) += 1;
   stats.nonFiniteFallbacks += run.nonFiniteFallback ? 1 : 0;
-  stats.lastComponents = decision.components;
+  stats.lastComponents = ranCerar ? decision.components : N;
   return end;
 }
 

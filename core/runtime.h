@@ -135,10 +135,10 @@ struct RuntimeStats {
   uint64_t bytesSent = 0;
   uint64_t ringBuffers = 0;
   uint64_t cerarBuffers = 0;
-  // CERAR buffers (counted in cerarBuffers) that ran on the exact ring because some rank's
-  // input held a NaN, an Inf or a value near overflow (cerar-protocol.md).
+  // Buffers decided as CERAR that ran on the exact ring (counted in ringBuffers) because some
+  // rank's input held a NaN, an Inf or a value near overflow (cerar-protocol.md).
   uint64_t nonFiniteFallbacks = 0;
-  int lastComponents = 0;         // c of the last allreduce buffer (N for the ring), as decided
+  int lastComponents = 0;         // c of the last allreduce buffer as run (N for the ring)
   // CERAR's error per fused buffer (0 while no CERAR buffer ran): the bound predicted by the
   // spec's error terms, relative to sum_i |g_i| (always; ops/algorithms/share_correction.h),
   // and, with debugError, the measured max |CERAR - exact ring| / max |exact ring| over this
