@@ -74,7 +74,7 @@ void checkLocalSizes(const Response& unit, const Entry& entry, int rank) {
   const Description& d = unit.description;
   if (d.kind == Kind::kBarrier) return;
   auto fail = [&](size_t k, size_t expected, size_t local) {
-    return Error(detail::concat("rank ", rank, ": ", kindName(d.kind), " of '",
+    return MismatchError(detail::concat("rank ", rank, ": ", kindName(d.kind), " of '",
                                 unit.names.at(std::min(k, unit.names.size() - 1)),
                                 "': the coordinator's shape has ", expected,
                                 " elements, this rank's tensor ", local));

@@ -32,10 +32,11 @@ std::vector<uint8_t> encode(Type type, const std::vector<uint8_t>& message) {
 }
 
 Header parse(const uint8_t* frame, Type expected, uint64_t maxBytes, int rank, int peer) {
+  // The peer does not speak this rank's protocol: a mismatch naming it.
   auto fail = [&](const std::string& what) {
-    // Where error codes exist this is a protocol mismatch ("invalid argument" for lengths).
-    return Error(detail::concat("rank ", rank, ": corrupt control frame from rank ", peer,
-                                ": ", what));
+    return MismatchError(detail::concat("rank ", rank, ": corrupt control frame from rank ",
+                                        peer, ": ", what),
+                         peer);
   };
   if (get<uint32_t>(frame) != kMagic) throw fail("bad magic (not a cerar peer?)");
   if (frame[4] != kVersion) {
