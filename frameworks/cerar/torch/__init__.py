@@ -173,3 +173,4 @@ from cerar.torch.functions import (allgather_object, broadcast_object,  # noqa: 
                                    broadcast_optimizer_state, broadcast_parameters)
 from cerar.torch.drift import parameter_drift, resync_parameters  # noqa: E402
 from cerar.torch.optimizer import DistributedOptimizer  # noqa: E402
+from cerar.torch.ddp import CerarHookState, cerar_hook, register_cerar_hook  # noqa: E402,F401

@@ -32,3 +32,9 @@ def on_gradient_ready(parameter, hook, post_accumulate=None):
     accumulator = parameter.expand_as(parameter).grad_fn.next_functions[0][0]
     accumulator.register_hook(lambda *_: hook())
     return accumulator
+
+
+def bucket_buffer(bucket):
+    """The flat gradient tensor of a DDP GradBucket: buffer() since torch 1.10 (get_tensor()
+    before it, kept for older builds)."""
+    return bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()

@@ -1,0 +1,98 @@
+"""cerar.torch.ddp: DistributedDataParallel's buckets through cerar (4 ranks, started with
+torchrun's variables so that the gloo process group and cerar share one launch)."""
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from conftest import WORKERS, needs_runtime
+
+pytestmark = needs_runtime
+torch = pytest.importorskip("torch")
+NP = 4
+
+
+def two_free_ports():
+    """MASTER_PORT for torch's store; cerar's rendezvous takes the next port."""
+    for _ in range(50):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            try:
+                with socket.socket() as b:
+                    b.bind(("127.0.0.1", port + 1))
+                    return port
+            except OSError:
+                continue
+    pytest.skip("no two consecutive free ports")
+
+
+def run_ddp(mode, timeout=90):
+    port = two_free_ports()
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("CERAR_", "OMPI_", "SLURM_", "MASTER_"))
+            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    base.update(CERAR_LOG_LEVEL="error", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen(
+        [sys.executable, str(WORKERS / "ddp_job.py"), mode],
+        env={**base, "RANK": str(r), "WORLD_SIZE": str(NP), "LOCAL_RANK": str(r),
+             "LOCAL_WORLD_SIZE": str(NP), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+        for r in range(NP)]
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=timeout)[0])
+    except subprocess.TimeoutExpired:
+        for proc in procs:
+            proc.kill()
+        pytest.fail(f"ddp_job.py {mode} did not finish in {timeout} s:\n" + "\n".join(outputs))
+    output = "\n".join(outputs)
+    for rank, proc in enumerate(procs):
+        assert proc.returncode == 0, f"rank {rank} exited {proc.returncode}:\n{output}"
+    return output
+
+
+@pytest.fixture(scope="module")
+def ring_job():
+    return run_ddp("ring")
+
+
+def assert_every_rank(output, marker):
+    for rank in range(NP):
+        assert f"[{rank}] {marker} OK" in output, f"rank {rank}: no {marker!r}\n{output}"
+
+
+def test_ring_hook_is_bit_identical_to_cerars_ring_and_close_to_gloo(ring_job):
+    assert_every_rank(ring_job, "ring identical")
+    assert_every_rank(ring_job, "ring vs gloo")
+
+
+def test_hook_returns_before_the_last_bucket_is_reduced(ring_job):
+    assert_every_rank(ring_job, "non-blocking")
+
+
+def test_no_sync_accumulation_with_bucket_views(ring_job):
+    assert_every_rank(ring_job, "no_sync")
+
+
+def test_unused_parameters_and_static_graph(ring_job):
+    assert_every_rank(ring_job, "unused")
+    if "static_graph" in torch.nn.parallel.DistributedDataParallel.__init__.__code__.co_varnames:
+        assert_every_rank(ring_job, "static graph")
+
+
+def test_autocast_and_nonfinite_skip_agree_on_every_rank(ring_job):
+    assert_every_rank(ring_job, "amp skip")
+
+
+def test_cerar_within_the_selections_bound_and_nonfinite_skip():
+    output = run_ddp("cerar")
+    assert_every_rank(output, "cerar bound")
+    assert_every_rank(output, "amp skip")
+
+
+def test_bucket_size_mismatch_fails_on_every_rank():
+    assert_every_rank(run_ddp("mismatch"), "mismatch")
