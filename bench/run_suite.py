@@ -164,11 +164,16 @@ class Suite:
             rows += self.ranks(torch_py + ["--sizes", sizes, "--repeats", str(a.repeats)], cfg, a.timeout)
             rows += self.mpi(cfg, a.sizes)
             if a.runtime:
-                rows += self.ranks(torch_py + ["--mode", "ddp", "--repeats", str(a.repeats)], cfg, a.timeout)
+                for hook in ("none", "fp16"):
+                    rows += self.ranks(torch_py + ["--mode", "ddp", "--hook", hook, "--repeats",
+                                                   str(a.repeats)], cfg, a.timeout)
                 if subprocess.run([VENV_PY, "-c", "import cerar.torch"], capture_output=True).returncode:
                     self.notes.append("cerar runtime: `import cerar.torch` fails in .venv; skipped")
                 else:
                     for alg in ("ring", "cerar"):
+                        rows += self.ranks([VENV_PY, os.path.join(HERE, "torch_contender.py"),
+                                            "--mode", "ddp", "--hook", "cerar", "--algorithm",
+                                            alg, "--repeats", str(a.repeats)], cfg, a.timeout)
                         for fusion in ("on", "off"):
                             rows += self.ranks([VENV_PY, os.path.join(HERE, "torch_contender.py"),
                                                 "--mode", "cerar", "--algorithm", alg, "--fusion",

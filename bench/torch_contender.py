@@ -4,7 +4,10 @@ CERAR_SIZE, CERAR_RENDEZVOUS_ADDR/PORT, CERAR_NETNS_IFACE). Rank 0 prints one JS
 (size, contender) in cerar-bench-net's format: per run the slowest rank's seconds.
 
   torch_contender.py --mode allreduce [--sizes 1M,64M] [--repeats R]   torch.distributed (gloo)
-  torch_contender.py --mode ddp       [--repeats R]   ResNet-50 gradients through DDP (gloo)
+  torch_contender.py --mode ddp [--hook none|fp16|cerar] [--repeats R]
+                                      ResNet-50 gradients through DDP (gloo; DDP's fp16
+                                      compression hook; cerar.torch.ddp's hook, cerar's runtime
+                                      on the next port)
   torch_contender.py --mode cerar --algorithm ring|cerar|auto --fusion on|off [--repeats R]
                                       the same gradients through cerar's runtime (cerar.torch)
 """
@@ -80,6 +83,19 @@ class Grads(torch.nn.Module):
 def mode_ddp(a):
     init_gloo(a.timeout)
     model = torch.nn.parallel.DistributedDataParallel(Grads())
+    contender = {"none": "torch-ddp-gloo", "fp16": "torch-ddp-fp16-hook"}.get(a.hook)
+    if a.hook == "fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif a.hook == "cerar":
+        os.environ.setdefault("CERAR_SECRET", "cerar-bench")
+        import cerar
+        from cerar.torch.ddp import register_cerar_hook
+        register_cerar_hook(model, rank=RANK, size=SIZE, rendezvous_addr=ADDR,
+                            rendezvous_port=PORT + 1, host_store=RANK == 0, iface=IFACE,
+                            secret=os.environ["CERAR_SECRET"], algorithm=a.algorithm,
+                            timeout_seconds=float(a.timeout))
+        contender = f"torch-ddp-cerar-hook-{a.algorithm}"
     x = torch.tensor(float(RANK + 1))
     nbytes = 4 * sum(p.numel() for p in model.parameters())
 
@@ -96,8 +112,10 @@ def mode_ddp(a):
     times = timed(dist.barrier, step, a.repeats)
     want = (SIZE + 1) / 2  # DDP averages
     err = max(float((p.grad - want).abs().max()) for p in model.parameters()) / want
-    report("torch-ddp-gloo", nbytes, times, err, tensors=len(SHAPES),
+    report(contender, nbytes, times, err, tensors=len(SHAPES),
            local_backward_s=round(min(local), 6))
+    if a.hook == "cerar":
+        cerar.shutdown()
 
 
 def mode_cerar(a):
@@ -140,6 +158,8 @@ def main():
     p.add_argument("--timeout", type=int, default=300, help="seconds, per operation")
     p.add_argument("--algorithm", choices=["ring", "cerar", "auto"], default="auto")
     p.add_argument("--fusion", choices=["on", "off"], default="on")
+    p.add_argument("--hook", choices=["none", "fp16", "cerar"], default="none",
+                   help="--mode ddp: DDP's communication hook")
     a = p.parse_args()
     if a.repeats < 1:
         p.error("--repeats must be >= 1")
