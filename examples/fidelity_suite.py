@@ -22,7 +22,8 @@ PY = sys.executable
 EPS = 2.0 ** -11  # the spec's default for f32
 N = 4
 
-# (name, environment, extra arguments); CERAR rows force CERAR on every fused buffer.
+# (name, environment, extra arguments); CERAR rows force CERAR on every fused buffer. An
+# environment of None or a backend name runs torch DDP (gloo, or with cerar's hook).
 def cerar(c=4 * N, eps=None, share=False):
     env = {"CERAR_ALGORITHM": "cerar", "CERAR_COMPONENTS": str(c)}
     if eps:
@@ -37,6 +38,7 @@ CONFIGS = [
     ("ring seed 1", {"CERAR_ALGORITHM": "ring"}, ["--seed", "1"]),
     ("ring seed 2", {"CERAR_ALGORITHM": "ring"}, ["--seed", "2"]),
     ("torch DDP gloo", None, []),
+    ("DDP + cerar hook", "ddp-cerar", []),  # the runtime's defaults (auto), from DDP's buckets
     ("auto (defaults)", {}, []),
     ("cerar c=16 eps=2^-11 (default eps)", cerar(), []),
     ("cerar c=16 eps=2^-8", cerar(eps=2.0 ** -8), []),
@@ -69,10 +71,11 @@ def run(task, name, env_extra, extra):
     args = [str(TRAIN), "--task", task, *TASKS[task], *extra, "--out", str(out)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("CERAR_")}
     env.update(OMP_NUM_THREADS="1", CERAR_MEASURE_LINK="0", CERAR_LOG_LEVEL="warning")
-    if env_extra is None:  # torch DDP: 4 processes with torch.distributed's variables
-        port = str(free_port())
-        procs = [subprocess.Popen([PY, *args, "--backend", "ddp"], env=dict(
-            env, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(r), WORLD_SIZE=str(N)),
+    if env_extra is None or isinstance(env_extra, str):  # torch DDP: torchrun's variables
+        port = str(free_port())  # cerar's rendezvous (ddp-cerar) takes the next one
+        procs = [subprocess.Popen([PY, *args, "--backend", env_extra or "ddp"], env=dict(
+            env, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(r), WORLD_SIZE=str(N),
+            LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(N)),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for r in range(N)]
         codes = [p.wait(timeout=900) for p in procs]
         errors = [p.stderr.read() for p in procs]

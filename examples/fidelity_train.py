@@ -4,6 +4,7 @@ matrix): the same model, data, seeds and steps whichever all-reduce averages the
     cerarrun -np 4 python examples/fidelity_train.py --task digits --out run.json
     CERAR_ALGORITHM=cerar CERAR_COMPONENTS=16 cerarrun -np 4 python examples/fidelity_train.py
     torchrun --nproc_per_node 4 examples/fidelity_train.py --backend ddp   # torch DDP (gloo)
+    torchrun --nproc_per_node 4 examples/fidelity_train.py --backend ddp-cerar  # DDP + cerar hook
 
 Tasks (data from Debian packages, nothing is downloaded): "digits", an MLP on scikit-learn's
 8x8 digits; "charlm", a character-level transformer language model on the license texts of
@@ -24,7 +25,8 @@ import torch.nn.functional as F
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--task", choices=["digits", "charlm"], default="digits")
-    p.add_argument("--backend", choices=["cerar", "ddp"], default="cerar")
+    p.add_argument("--backend", choices=["cerar", "ddp", "ddp-cerar"], default="cerar",
+                   help="ddp-cerar: DDP with cerar.torch.ddp's hook")
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-every", type=int, default=20)
@@ -165,6 +167,26 @@ class DdpBackend:
     def wrap(self, model, optimizer, resync_every):
         return torch.nn.parallel.DistributedDataParallel(model), optimizer
 
+
+class DdpCerarBackend(DdpBackend):
+    """DDP whose buckets cerar's runtime averages (cerar.torch.ddp), started from the same
+    torchrun variables as the process group."""
+
+    def wrap(self, model, optimizer, resync_every):
+        import cerar.torch.ddp as cddp
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        cddp.register_cerar_hook(ddp)
+        return ddp, optimizer
+
+    def stats(self):
+        import cerar
+        return cerar.stats()
+
+    def close(self):
+        import cerar
+        cerar.shutdown()
+        super().close()
+
     def finish_backward(self, optimizer):
         pass  # DDP's reducer has averaged the gradients by the end of backward()
 
@@ -228,7 +250,8 @@ def evaluate(backend, model, val):
 def main():
     args = parse_args()
     torch.set_num_threads(1)
-    backend = CerarBackend() if args.backend == "cerar" else DdpBackend()
+    backend = {"cerar": CerarBackend, "ddp": DdpBackend, "ddp-cerar": DdpCerarBackend}[
+        args.backend]()
     make = digits_task if args.task == "digits" else charlm_task
     model, batch, val, hyper = make(args.seed)
     params = [p for p in model.parameters() if p.requires_grad]

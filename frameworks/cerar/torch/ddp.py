@@ -79,10 +79,17 @@ def cerar_hook(state, bucket):
         handle = allreduce_async_(tensor, name=state.name(bucket), op=Average)
     except Exception as error:  # e.g. cerar not initialized: DDP raises it from backward
         future.set_exception(error)
-        return future
-    state.buckets_submitted += 1
-    _completer.submit(handle, future, tensor)
-    return future
+    else:
+        state.buckets_submitted += 1
+        _completer.submit(handle, future, tensor)
+    # set_exception stores the error as the future's value, which only Python's wait() raises;
+    # DDP's reducer reads the value in C++. A continuation that waits turns it into the
+    # future's error, so that DDP raises the CerarError's message.
+    return future.then(_value)
+
+
+def _value(future):
+    return future.wait()
 
 
 def register_cerar_hook(model, state=None, **init_overrides):
