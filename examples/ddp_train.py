@@ -4,7 +4,11 @@ classes; nothing is downloaded). One script for plain DDP and DDP + cerar:
     python -m torch.distributed.run --nproc_per_node 4 examples/ddp_train.py --comm gloo
     python -m torch.distributed.run --nproc_per_node 4 examples/ddp_train.py --comm cerar
     python -m torch.distributed.run --nproc_per_node 4 examples/ddp_train.py --comm cerar \\
-        --algorithm cerar --amp
+        --algorithm cerar --components 16 --amp
+
+Without torchrun (Debian's torch 1.13 under Python 3.11 cannot start it), the same variables
+by hand: for r in 0 1 2 3; do RANK=$r WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
+python examples/ddp_train.py --comm cerar & done; wait
 
 --comm cerar registers cerar.torch.ddp's hook: every DDP bucket is averaged by cerar's runtime,
 which starts from the same torchrun variables as the gloo process group. --comm fp16 is DDP's
@@ -28,6 +32,8 @@ def parse_args():
     parser.add_argument("--comm", choices=["gloo", "fp16", "cerar"], default="cerar")
     parser.add_argument("--algorithm", choices=["auto", "ring", "cerar"], default=None,
                         help="--comm cerar: overrides CERAR_ALGORITHM")
+    parser.add_argument("--components", type=int, default=None,
+                        help="--comm cerar: CERAR's c (e.g. 16 with --algorithm cerar)")
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
     parser.add_argument("--lr", type=float, default=0.05)
@@ -61,7 +67,8 @@ def wrap(model, args):
         ddp.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
     elif args.comm == "cerar":
         from cerar.torch.ddp import register_cerar_hook
-        register_cerar_hook(ddp, **({"algorithm": args.algorithm} if args.algorithm else {}))
+        overrides = {"algorithm": args.algorithm, "components": args.components}
+        register_cerar_hook(ddp, **{k: v for k, v in overrides.items() if v is not None})
     return ddp
 
 
@@ -117,13 +124,16 @@ def main():
         if rank == 0:
             print(" ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                            for k, v in row.items()), flush=True)
-    if rank == 0:
-        print("RESULT " + json.dumps(dict(history[-1], comm=args.comm, amp=args.amp,
-                                          ranks=size, skipped_steps=skipped,
-                                          seconds=time.perf_counter() - start)), flush=True)
+    buffers = {}
     if args.comm == "cerar":
         import cerar
+        stats = cerar.stats()
+        buffers = {k: stats[k] for k in ("ring_buffers", "cerar_buffers")}
         cerar.shutdown()
+    if rank == 0:
+        print("RESULT " + json.dumps(dict(history[-1], comm=args.comm, amp=args.amp,
+                                          ranks=size, skipped_steps=skipped, **buffers,
+                                          seconds=time.perf_counter() - start)), flush=True)
     dist.destroy_process_group()
 
 
