@@ -125,10 +125,17 @@ smoke fidelity_ddp "RESULT " \
   timeout 300 "$PY" -m torch.distributed.run --standalone --nproc_per_node 2 \
   examples/fidelity_train.py --backend ddp --steps 10 --eval-every 5 --error-every 5 \
   --drift-every 5
+smoke fidelity_ddp_cerar "RESULT " \
+  timeout 300 "$PY" -m torch.distributed.run --standalone --nproc_per_node 2 \
+  examples/fidelity_train.py --backend ddp-cerar --steps 10 --eval-every 5 --error-every 5 \
+  --drift-every 5
+smoke ddp_train_cerar "RESULT " \
+  timeout 300 "$PY" -m torch.distributed.run --standalone --nproc_per_node 4 \
+  examples/ddp_train.py --comm cerar --algorithm cerar --components 16 --amp --epochs 1
 
 if ((${#failed[@]})); then
   echo "torch2-env: FAILED (${failed[*]}) on torch $TORCH; pytest: $summary"
   exit 1
 fi
 echo "torch2-env: OK on torch $TORCH, numpy $("$PY" -c 'import numpy; print(numpy.__version__)');" \
-  "pytest: $summary; examples: 7 smoke runs passed"
+  "pytest: $summary; examples: 9 smoke runs passed"
