@@ -84,6 +84,10 @@ def test_unused_parameters_and_static_graph(ring_job):
         assert_every_rank(ring_job, "static graph")
 
 
+def test_uneven_inputs_through_join(ring_job):
+    assert_every_rank(ring_job, "join")
+
+
 def test_autocast_and_nonfinite_skip_agree_on_every_rank(ring_job):
     assert_every_rank(ring_job, "amp skip")
 

@@ -205,6 +205,27 @@ if mode == "cerar":
         check("cerar vs gloo", error <= bound, f"parameter {i}: {error:g} > {bound:g}")
     ok("cerar bound")
 
+if mode == "ring":
+    # uneven inputs: rank r runs 2 + r steps inside DDP's Join; joined ranks shadow the buckets
+    # through the hook (zeros, same names). The hook and gloo must end alike.
+    from torch.distributed.algorithms.join import Join
+    ends = {}
+    for name in ("cerar", "gloo"):
+        model = ddp(make_model())
+        if name == "cerar":
+            register_cerar_hook(model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        with Join([model]):
+            for step in range(2 + r):
+                optimizer.zero_grad()
+                loss(model, step).backward()
+                optimizer.step()
+        ends[name] = [p.detach().clone() for p in model.parameters()]
+    for i, (a, b) in enumerate(zip(ends["cerar"], ends["gloo"])):
+        error = float((a - b).abs().max())
+        check("join", error <= 1e-5 * max(1.0, float(b.abs().max())), f"parameter {i}: {error:g}")
+    ok("join")
+
 if mode in ("ring", "cerar"):
     # CPU autocast (bfloat16) and a scaler-style skip: rank 1's step 1 has an Inf gradient;
     # every rank must see a non-finite reduced gradient and skip that step, and only that one
