@@ -100,3 +100,33 @@ def test_cerar_within_the_selections_bound_and_nonfinite_skip():
 
 def test_bucket_size_mismatch_fails_on_every_rank():
     assert_every_rank(run_ddp("mismatch"), "mismatch")
+
+
+class _Bucket:
+    """A stand-in for GradBucket: index() and the flat tensor under either API."""
+
+    def __init__(self, tensor, modern=True):
+        self._tensor = tensor
+        if modern:
+            self.buffer = lambda: self._tensor
+        else:
+            self.get_tensor = lambda: self._tensor
+
+    def index(self):
+        return 0
+
+
+@pytest.mark.parametrize("modern", [True, False])
+def test_bucket_buffer_on_either_api(modern):
+    from cerar.torch._compat import bucket_buffer
+    tensor = torch.ones(3)
+    assert bucket_buffer(_Bucket(tensor, modern)) is tensor
+
+
+def test_hook_without_init_fails_through_the_future():
+    import cerar
+    from cerar.torch.ddp import CerarHookState, cerar_hook
+    assert not cerar.is_initialized()
+    future = cerar_hook(CerarHookState(prefix="t"), _Bucket(torch.ones(3)))
+    with pytest.raises(Exception, match="not been initialized"):
+        future.wait()
