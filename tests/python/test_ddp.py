@@ -126,7 +126,8 @@ def test_bucket_buffer_on_either_api(modern):
 def test_hook_without_init_fails_through_the_future():
     import cerar
     from cerar.torch.ddp import CerarHookState, cerar_hook
-    assert not cerar.is_initialized()
+    if cerar.is_initialized():
+        pytest.skip("cerar runs in this process")
     future = cerar_hook(CerarHookState(prefix="t"), _Bucket(torch.ones(3)))
     with pytest.raises(Exception, match="not been initialized"):
         future.wait()
