@@ -8,8 +8,6 @@ here around the runtime's call, exactly:
   path: average is the sum scaled by 1/size after the reduction);
 - Product multiplies the allgathered tensors.
 """
-import weakref
-
 import torch
 
 from cerar import Average, Product, Sum, _auto_name, _rt
@@ -56,24 +54,24 @@ def _op(op, average):
 
 
 # Names of operations still in flight on this rank: Horovod refuses a second one with the same
-# name (its result would be ambiguous) with a ValueError.
+# name (its result would be ambiguous) with a ValueError. Handles are held here (a caller may
+# drop its own) until they are seen done.
 _inflight = {}
 
 
 def _claim(name):
-    previous = _inflight.get(name)
-    handle = previous() if previous is not None else None
+    handle = _inflight.get(name)
     if handle is not None and not handle.poll():
         raise ValueError(f"cerar.torch: an operation named {name!r} is already in flight on "
                          f"rank {_rt().rank}; names must be unique among pending operations")
 
 
 def _track(name, handle):
-    if len(_inflight) > 4096:  # unnamed calls add names without end: forget finished ones
-        for key, ref in list(_inflight.items()):
-            if ref() is None or ref().poll():
+    if len(_inflight) > 1024:  # unnamed calls add names without end: forget finished ones
+        for key, held in list(_inflight.items()):
+            if held.poll():
                 del _inflight[key]
-    _inflight[name] = weakref.ref(handle)
+    _inflight[name] = handle
     return handle
 
 
