@@ -62,7 +62,7 @@ for test in $tests; do
   # Each rank's own report: the rank's pytest output in $log.<rank>.
   timeout -k 10 "$timeout" mpirun -np "$np" "${mpi_flags[@]}" \
     -x CERAR_RENDEZVOUS_ADDR=127.0.0.1 -x CERAR_RENDEZVOUS_PORT=$port -x PYTHONPATH="$work/stubs" \
-    -x CERAR_LOG_LEVEL=error \
+    -x CERAR_LOG_LEVEL=error -x COLUMNS=200 \
     sh -c "cd '$work/test/parallel' && exec '$python' -m pytest -p no:cacheprovider -q -rA \
            'test_torch.py::TorchTests::$test' > '$log.'\$OMPI_COMM_WORLD_RANK 2>&1" \
     > "$log.mpirun" 2>&1
@@ -73,8 +73,12 @@ for test in $tests; do
     case "$line" in
       PASSED*) ;;
       SKIPPED*) [[ $result == PASS ]] && result=SKIP reason=${line#*: } ;;
-      FAILED*|ERROR*) result=FAIL reason=${line#* - } ;;
-      *) result=FAIL reason="no result from rank $r" ;;
+      FAILED*|ERROR*)
+        # The first error line pytest printed for this rank: the exception and its message.
+        [[ $result == FAIL ]] ||
+          reason="rank $r: $(grep -m1 -E '^E +' "$log.$r" | sed -E 's/^E +//' | cut -c1-150)"
+        result=FAIL ;;
+      *) [[ $result == FAIL ]] || reason="no result from rank $r"; result=FAIL ;;
     esac
   done
   [[ $rc == 124 || $rc == 137 ]] && result=FAIL reason="hung (killed after ${timeout} s)"
