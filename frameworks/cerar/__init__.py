@@ -86,8 +86,18 @@ def gloo_enabled():
 
 
 def nccl_built():
+    """0 without NCCL; else NCCL's version code (e.g. 21805 for 2.18.5), as Horovod answers,
+    read from the NCCL library that a CUDA build of the extension has loaded."""
     from cerar import _cerar
-    return bool(_cerar.cuda_built)
+    if not _cerar.cuda_built:
+        return 0
+    import ctypes
+    try:
+        version = ctypes.c_int(0)
+        ctypes.CDLL("libnccl.so.2").ncclGetVersion(ctypes.byref(version))
+        return version.value or 1
+    except (OSError, AttributeError):
+        return 1
 
 
 def cuda_built():
