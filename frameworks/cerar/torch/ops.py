@@ -181,7 +181,10 @@ def _product_async(tensors, name, prescale, postscale, result):
 
     def finish(_):
         for t, g in zip(tensors, gathers):
-            out = g.wait().prod(dim=0).reshape(t.shape).to(t.dtype)
+            gathered = g.wait()
+            if gathered.dtype in (torch.float16, torch.bfloat16):  # no CPU prod for these
+                gathered = gathered.float()
+            out = gathered.prod(dim=0).reshape(t.shape).to(t.dtype)
             t.copy_(out * postscale if postscale != 1.0 else out)
         return result()
     return Handle(_Combined(gathers), finish)

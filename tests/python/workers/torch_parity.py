@@ -33,6 +33,9 @@ check("HorovodInternalError", issubclass(hvd.HorovodInternalError, RuntimeError)
 x = torch.tensor([r + 1.0, -1.0, 2.0])
 check_close("product", hvd.allreduce(x, op=hvd.Product, name="prod"),
             [float(torch.arange(1, n + 1).prod()), (-1.0) ** n, 2.0 ** n])
+half = torch.tensor([r + 1.0, 0.5], dtype=torch.float16)
+check_close("product half", hvd.allreduce(half, op=hvd.Product, name="prodh").float(),
+            [float(torch.arange(1, n + 1).prod()), 0.5 ** n])
 ints = torch.tensor([r + 1, 2], dtype=torch.int64)
 check_close("product int", hvd.allreduce(ints, op=hvd.Product, name="prodi"),
             [int(torch.arange(1, n + 1).prod()), 2 ** n])
