@@ -44,10 +44,15 @@ from cerar._cerar import (CerarError, CerarTimeoutError, InternalError,  # noqa:
 ERRORS = ("CerarError", "CerarTimeoutError", "PeerLostError", "MismatchError", "ShutDownError",
           "InvalidArgumentError", "InternalError")
 
+# Build and capability flags (defined below), as Horovod names them, answering for this build:
+# collectives run over Gloo (TCP) links and, in CUDA builds, NCCL; no MPI, CCL, DDL or ROCm.
+BUILD_FLAGS = ("gloo_built", "gloo_enabled", "nccl_built", "cuda_built", "rocm_built",
+               "mpi_built", "mpi_enabled", "mpi_threads_supported", "ccl_built", "ddl_built")
+
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_rank", "local_size",
-    "start_timeline", "stop_timeline", "stats", "Op", "Sum", "Average", "Min", "Max",
-    *ERRORS,
+    "start_timeline", "stop_timeline", "stats", "Op", "Sum", "Average", "Min", "Max", "Product",
+    "cross_rank", "cross_size", "is_homogeneous", *BUILD_FLAGS, *ERRORS,
 ]
 __version__ = "0.1.0"
 
@@ -56,9 +61,77 @@ Average = Op.Average
 Min = Op.Min
 Max = Op.Max
 
+
+class _FrameworkOp:
+    """A reduction the framework modules carry out themselves (Product: from an allgather,
+    exact for every dtype), since the runtime's ring knows only sum, min and max."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"cerar.{self.name}"
+
+
+Product = _FrameworkOp("Product")
+
+
+
+def gloo_built():
+    return True
+
+
+def gloo_enabled():
+    return True
+
+
+def nccl_built():
+    """0 without NCCL; else NCCL's version code (e.g. 21805 for 2.18.5), as Horovod answers,
+    read from the NCCL library that a CUDA build of the extension has loaded."""
+    from cerar import _cerar
+    if not _cerar.cuda_built:
+        return 0
+    import ctypes
+    try:
+        version = ctypes.c_int(0)
+        ctypes.CDLL("libnccl.so.2").ncclGetVersion(ctypes.byref(version))
+        return version.value or 1
+    except (OSError, AttributeError):
+        return 1
+
+
+def cuda_built():
+    from cerar import _cerar
+    return bool(_cerar.cuda_built)
+
+
+def rocm_built():
+    return False
+
+
+def mpi_built():
+    return False
+
+
+def mpi_enabled():
+    return False
+
+
+def mpi_threads_supported():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def ddl_built():
+    return False
+
 _lock = threading.Lock()
 _runtime = None
 _counters = {}
+_topology = None  # (cross_rank, cross_size, is_homogeneous), learned at init
 
 
 def init(**overrides):
@@ -80,6 +153,35 @@ def init(**overrides):
             setattr(config, key, value)
         _runtime = _cerar.Runtime.start(config)
         _counters.clear()
+        try:
+            _learn_topology(_runtime)
+        except BaseException:
+            runtime, _runtime = _runtime, None
+            runtime.shutdown()
+            raise
+
+
+def _learn_topology(runtime):
+    """Every rank's host and local rank, gathered once at init (every rank calls init), so that
+    cross_rank/cross_size answer as Horovod's: the ranks with this rank's local rank, one per
+    host, ordered by rank."""
+    global _topology
+    import hashlib
+    import socket
+
+    import numpy as np
+    host = int.from_bytes(hashlib.sha256(socket.gethostname().encode()).digest()[:7], "little")
+    mine = np.array([host, runtime.local_rank, runtime.local_size], dtype=np.int64)
+    handle = runtime.allgather("cerar.init.topology", mine)
+    handle.wait()
+    table = handle.output().view(np.int64).reshape(-1, 3)
+    peers = [r for r in range(len(table)) if table[r, 1] == runtime.local_rank]
+    sizes = {}
+    for host_id, _, local_size_ in table:
+        sizes.setdefault(int(host_id), set()).add(int(local_size_))
+    homogeneous = len({frozenset(v) for v in sizes.values()}) == 1 and all(
+        len(v) == 1 for v in sizes.values())
+    _topology = (peers.index(runtime.rank), len(peers), homogeneous)
 
 
 def shutdown():
@@ -116,6 +218,24 @@ def local_rank():
 
 def local_size():
     return _rt().local_size
+
+
+def cross_rank():
+    """This rank's index among the ranks that have its local rank (one per host)."""
+    _rt()
+    return _topology[0]
+
+
+def cross_size():
+    """The number of ranks that have this rank's local rank (the hosts, when homogeneous)."""
+    _rt()
+    return _topology[1]
+
+
+def is_homogeneous():
+    """True when every host runs the same number of ranks."""
+    _rt()
+    return _topology[2]
 
 
 def start_timeline(path):

@@ -11,15 +11,19 @@ import jax.numpy as jnp
 import numpy as np
 
 import cerar.numpy as cn
-from cerar import (ERRORS, Average, CerarError, CerarTimeoutError, InternalError,
-                   InvalidArgumentError, Max, Min, MismatchError, PeerLostError, ShutDownError,
-                   Sum, _auto_name, init, is_initialized, local_rank, local_size, rank,
-                   shutdown, size)
+from cerar import (BUILD_FLAGS, ERRORS, Average, CerarError,  # noqa: F401
+                   CerarTimeoutError, InternalError, InvalidArgumentError, Max, Min,
+                   MismatchError, PeerLostError, ShutDownError, Sum, _auto_name, ccl_built,
+                   cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
+                   is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
+                   mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, shutdown,
+                   size)
 
 __all__ = [
     "allreduce", "allreduce_tree", "allgather", "broadcast", "broadcast_tree", "barrier",
     "join", "init", "shutdown", "size", "rank", "local_rank", "local_size", "is_initialized",
-    "Sum", "Average", "Min", "Max", *ERRORS,
+    "cross_rank", "cross_size", "is_homogeneous", "Sum", "Average", "Min", "Max",
+    *BUILD_FLAGS, *ERRORS,
 ]
 
 

@@ -6,9 +6,13 @@ Names match operations across ranks; unnamed calls get "<op>.noname.<n>" in call
 """
 import numpy as np
 
-from cerar import (ERRORS, Average, CerarError, CerarTimeoutError, InternalError,
-                   InvalidArgumentError, MismatchError, PeerLostError, ShutDownError,
-                   _auto_name, _rt)
+from cerar import (BUILD_FLAGS, ERRORS, Average, CerarError,  # noqa: F401
+                   CerarTimeoutError, InternalError, InvalidArgumentError, Max, Min,
+                   MismatchError, PeerLostError, ShutDownError, Sum, _auto_name, _rt, ccl_built,
+                   cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
+                   is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
+                   mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, shutdown,
+                   size)
 from cerar._cerar import DType, RawTensor
 from cerar._handle import Handle, poll, synchronize
 
@@ -16,7 +20,9 @@ __all__ = [
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
     "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "allgather",
     "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
-    "barrier", "join", "poll", "synchronize", "Handle", *ERRORS,
+    "barrier", "join", "poll", "synchronize", "Handle", "init", "shutdown", "is_initialized",
+    "size", "rank", "local_rank", "local_size", "cross_rank", "cross_size", "is_homogeneous",
+    "Sum", "Average", "Min", "Max", *BUILD_FLAGS, *ERRORS,
 ]
 
 

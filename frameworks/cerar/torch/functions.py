@@ -75,6 +75,13 @@ def broadcast_optimizer_state(optimizer, root_rank=0, name="broadcast_optimizer_
     import cerar.torch as ct
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    if not optimizer.state:
+        # As Horovod: before the first step, every trainable parameter gets a zero gradient
+        # (code that reads or broadcasts the gradients next finds tensors, not None).
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
     state = broadcast_object(optimizer.state_dict(), root_rank, name=name)
     if ct.rank() != root_rank:
         optimizer.load_state_dict(state)

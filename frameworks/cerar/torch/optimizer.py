@@ -10,12 +10,37 @@ import warnings
 import torch
 
 from cerar import Average, Sum
+from cerar._handle import Handle
 from cerar.torch._compat import on_gradient_ready
+from cerar.torch.compression import Compression
+
+
+def _make_groups(groups, ordered):
+    """Explicit groups, each reduced as one grouped call once all its gradients are ready:
+    an int n cuts the parameters (in name order) into n groups; a list of lists of parameters
+    is taken as given (parameters in none are reduced one by one)."""
+    if groups is None or groups == 0:
+        return []
+    if isinstance(groups, int):
+        if groups < 0:
+            raise ValueError("groups must be a non-negative int or a list of lists of parameters")
+        n = min(groups, len(ordered))
+        return [ordered[i * len(ordered) // n:(i + 1) * len(ordered) // n] for i in range(n)]
+    order = {p: i for i, p in enumerate(ordered)}
+    out = []
+    for group in groups:
+        members = sorted((p for p in group if p in order), key=order.get)
+        if members:
+            out.append(members)
+    if len({p for g in out for p in g}) != sum(len(g) for g in out):
+        raise ValueError("a parameter is in more than one group")
+    return out
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, op, backward_passes_per_step,
-                 gradient_predivide_factor, resync_every=0):
+                 gradient_predivide_factor, resync_every=0, compression=None, groups=None,
+                 sparse_as_dense=False):
         super(self.__class__, self).__init__(params)
         all_params = [p for group in self.param_groups for p in group["params"]]
         if named_parameters is not None:
@@ -36,6 +61,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if op not in (Average, Sum) and gradient_predivide_factor != 1.0:
             raise ValueError("gradient_predivide_factor needs op=Average or op=Sum")
         self._names = {p: f"allreduce.{by_id[id(p)]}" for p in all_params}
+        self._parameter_names = {p: by_id[id(p)] for p in all_params}
         # The order in which missing gradients are reduced: by name, the same on every rank.
         self._ordered = sorted((p for p in all_params if p.requires_grad),
                                key=lambda p: self._names[p])
@@ -43,7 +69,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._passes = int(backward_passes_per_step)
         self._predivide = float(gradient_predivide_factor)
         self._delay = {p: self._passes for p in self._ordered}
-        self._handles = {}  # parameter -> (Handle or None, contiguous copy or None)
+        self._handles = {}  # parameter -> (Handle or sparse result or None, finish or None)
+        self._compression = compression or Compression.none
+        self._sparse_as_dense = bool(sparse_as_dense)
+        self._groups = _make_groups(groups, self._ordered)
+        self._group_of = {p: i for i, group in enumerate(self._groups) for p in group}
+        self._waiting = [set(group) for group in self._groups]
         self._hook_refs = []
         self._synchronized = False
         self._should_synchronize = True
@@ -69,38 +100,81 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     "gradients were computed more than backward_passes_per_step times before "
                     "step() or synchronize(); raise backward_passes_per_step to accumulate")
             self._delay[p] -= 1
-            entry = (None, None)
+            self._handles[p] = (None, None)
             if self._delay[p] == 0:
-                entry = self._launch(p)
-            self._handles[p] = entry
+                self._ready(p)
         return hook
 
-    def _launch(self, p):
-        grad = p.grad
-        if grad.is_sparse:
-            raise ValueError(f"{self._names[p]}: sparse gradients are not supported")
-        copy = None if grad.is_contiguous() else grad.contiguous()
-        tensor = grad if copy is None else copy
-        op, prescale, postscale = self._op, 1.0, 1.0
+    def _ready(self, p):
+        """p's gradient is final: reduce it, or its group once the whole group is final."""
+        group = self._group_of.get(p)
+        if group is None:
+            self._handles[p] = self._launch([p])[0]
+            return
+        self._waiting[group].discard(p)
+        if not self._waiting[group]:
+            members = self._groups[group]
+            for q, entry in zip(members, self._launch(members, f"allreduce.group.{group}")):
+                self._handles[q] = entry
+            self._waiting[group] = set(members)
+
+    def _scaling(self):
         if self._predivide != 1.0:
-            prescale, postscale = 1.0 / self._predivide, self._predivide
-        handle = self._ct.allreduce_async_(tensor, name=self._names[p], op=op,
-                                           prescale_factor=prescale, postscale_factor=postscale)
-        return handle, copy
+            return 1.0 / self._predivide, self._predivide
+        return 1.0, 1.0
+
+    def _launch(self, params, group_name=None):
+        """Starts the reduction of these parameters' gradients (one grouped call for a group);
+        returns one (handle, finish) per parameter, finish(result) storing it in p.grad."""
+        prescale, postscale = self._scaling()
+        if len(params) == 1 and params[0].grad.is_sparse and not self._sparse_as_dense:
+            p = params[0]
+            if self._op not in (Average, Sum):
+                raise ValueError(f"{self._names[p]}: sparse gradients need op=Average or Sum")
+            result = self._ct.sparse_allreduce_async(p.grad, self._names[p], self._op)
+            return [(result, lambda reduced, p=p: setattr(p, "grad", reduced))]
+        wires, finishes = [], []
+        for p in params:
+            grad = p.grad
+            sparse = grad.is_sparse
+            dense = grad.to_dense() if sparse else grad
+            wire, context = self._compression.compress(dense)
+            wire = wire.contiguous()
+            wires.append(wire)
+
+            def finish(reduced, p=p, context=context, sparse=sparse, wire_in_place=wire is grad):
+                out = self._compression.decompress(reduced, context)
+                if sparse:  # the optimizer gets the gradient's own layout back
+                    p.grad = out.to_sparse()
+                elif not wire_in_place:
+                    p.grad.copy_(out)
+            finishes.append(finish)
+        if group_name is None:
+            handle = self._ct.allreduce_async_(wires[0], name=self._names[params[0]],
+                                               op=self._op, prescale_factor=prescale,
+                                               postscale_factor=postscale)
+            return [(handle, finishes[0])]
+        handle = self._ct.grouped_allreduce_async_(wires, name=group_name, op=self._op,
+                                                   prescale_factor=prescale,
+                                                   postscale_factor=postscale)
+        return [(handle, lambda reduced, i=i, f=f: f(reduced[i]))
+                for i, f in enumerate(finishes)]
 
     def synchronize(self):
         """Waits for every gradient's all-reduce. Parameters that got no gradient on this rank
         contribute zeros (in name order), so the other ranks never wait for them."""
         for p in self._ordered:
-            handle = self._handles.get(p, (None, None))[0]
-            if handle is None:
+            if self._handles.get(p, (None, None))[0] is None:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
-                self._handles[p] = self._launch(p)
-        for p, (handle, copy) in self._handles.items():
-            self._ct.synchronize(handle)
-            if copy is not None:
-                p.grad.copy_(copy)
+                self._delay[p] = 0
+                self._ready(p)
+        for p, (handle, finish) in self._handles.items():
+            if isinstance(handle, Handle):
+                result = self._ct.synchronize(handle)
+            else:
+                result = handle()  # a sparse reduction's result
+            finish(result)
             self._delay[p] = self._passes
         self._handles.clear()
         self._synchronized = True
@@ -117,8 +191,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("optimizer.step() called after optimizer.synchronize() without "
-                              "optimizer.skip_synchronize(): the gradients are reduced twice")
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize(): the gradients are "
+                              "reduced twice")
             self.synchronize()
         self._synchronized = False
         result = super(self.__class__, self).step(closure)
@@ -135,24 +210,32 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, op=Average,
-                         backward_passes_per_step=1, gradient_predivide_factor=1.0,
+def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False, process_set=None,
                          resync_every=0):
     """Wraps `optimizer` so that step() applies the gradients reduced (averaged by default)
     over all ranks. The result is an instance of the optimizer's own class (schedulers work)
-    with the same parameter groups and state.
+    with the same parameter groups and state. The arguments are Horovod's:
 
     named_parameters: model.named_parameters(), to name the all-reduces (recommended);
-    without it parameters are named by position. backward_passes_per_step: backward passes
-    accumulated locally before the reduction. gradient_predivide_factor: divides before the
-    sum and multiplies after (the result is the same average; for float16 range).
+    without it parameters are named by position. compression: Compression.fp16 (or bf16) to
+    send floating gradients at 16 bits. backward_passes_per_step: backward passes accumulated
+    locally before the reduction. gradient_predivide_factor: divides before the sum and
+    multiplies after (the same average; for float16 range). groups (or num_groups): reduce
+    explicit groups of gradients together (an int, or lists of parameters).
+    sparse_as_dense: reduce sparse gradients densely (else by allgather).
     resync_every: with K > 0, every K-th step() ends by broadcasting rank 0's parameters, so
     CERAR's replica drift (docs/fidelity.md) never accumulates over more than K steps.
     """
+    if process_set is not None and getattr(process_set, "process_set_id", 0) != 0:
+        raise ValueError("DistributedOptimizer: process sets other than the global one are "
+                         "not supported")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     wrapped = cls(optimizer.param_groups, named_parameters, op, backward_passes_per_step,
-                  gradient_predivide_factor, resync_every)
+                  gradient_predivide_factor, resync_every, compression,
+                  groups if groups is not None else (num_groups or None), sparse_as_dense)
     if optimizer.state:
         wrapped.load_state_dict(optimizer.state_dict())
     return wrapped

@@ -33,8 +33,9 @@ p = torch.nn.Parameter(torch.full((3,), float(r)))
 hvd.allreduce_(p, op=hvd.Sum, name="param")
 check_close("parameter", p.detach(), torch.full((3,), ranks_sum), rtol=rtol)
 w = torch.ones(3, requires_grad=True)
-check_close("requires_grad", hvd.allreduce(w * 2, op=hvd.Sum, name="rg"), torch.full((3,), 2.0 * n),
-            rtol=rtol)
+rg = hvd.allreduce(w * 2, op=hvd.Sum, name="rg")
+check("differentiable", rg.requires_grad, "the result of a differentiable input has no grad_fn")
+check_close("requires_grad", rg.detach(), torch.full((3,), 2.0 * n), rtol=rtol)
 
 # non-contiguous input, bfloat16 and float16
 t = torch.arange(12, dtype=torch.float32).reshape(3, 4).t() * (r + 1)

@@ -1,0 +1,257 @@
+"""Collectives on torch tensors, Horovod's semantics (imported by cerar.torch).
+
+The runtime reduces float32/float64/float16/bfloat16, int32/int64 and uint8 with sum, min and
+max (CERAR only for floating sums and averages). What Horovod accepts beyond that is done
+here around the runtime's call, exactly:
+- int8 and int16 travel as int32 and are cast back (a wrapping sum, as Horovod's);
+- integer average and pre/postscale scale in float64 and truncate toward zero (Horovod's CPU
+  path: average is the sum scaled by 1/size after the reduction);
+- Product multiplies the allgathered tensors.
+"""
+import torch
+
+from cerar import Average, Product, Sum, _auto_name, _rt
+from cerar._cerar import DType, RawTensor
+from cerar._handle import Handle, synchronize
+from cerar.torch._compat import stream_of
+
+_DTYPES = {
+    torch.float32: DType.float32, torch.float64: DType.float64, torch.float16: DType.float16,
+    torch.bfloat16: DType.bfloat16, torch.int32: DType.int32, torch.int64: DType.int64,
+    torch.uint8: DType.uint8,
+}
+_WIDENED = {torch.int8: torch.int32, torch.int16: torch.int32}  # on the wire as int32
+
+
+def _view(tensor):
+    """The runtime's view of a contiguous tensor; the view holds the tensor alive."""
+    if tensor.dtype not in _DTYPES:
+        raise TypeError(f"cerar.torch: unsupported dtype {tensor.dtype}")
+    if not tensor.is_contiguous():
+        raise ValueError("cerar.torch: in-place operations need a contiguous tensor")
+    if tensor.is_sparse:
+        raise ValueError("cerar.torch: sparse tensors are not supported")
+    # For a CUDA tensor the runtime's device work waits for what is queued on its current
+    # stream so far (an event, not a host synchronisation); the result is complete when the
+    # handle is.
+    device = tensor.device.index if tensor.is_cuda else -1
+    return RawTensor(tensor, tensor.data_ptr(), _DTYPES[tensor.dtype], list(tensor.shape),
+                     device, stream_of(tensor))
+
+
+def _fresh(tensor):
+    return tensor.detach().clone(memory_format=torch.contiguous_format)
+
+
+def _data(tensor):
+    return tensor.data if isinstance(tensor, torch.nn.Parameter) else tensor
+
+
+def _op(op, average):
+    if average is not None:  # Horovod's older flag
+        return Average if average else Sum
+    return Average if op is None else op
+
+
+# Names of operations still in flight on this rank: Horovod refuses a second one with the same
+# name (its result would be ambiguous) with a ValueError. Handles are held here (a caller may
+# drop its own) until they are seen done.
+_inflight = {}
+
+
+def _claim(name):
+    handle = _inflight.get(name)
+    if handle is not None and not handle.poll():
+        raise ValueError(f"cerar.torch: an operation named {name!r} is already in flight on "
+                         f"rank {_rt().rank}; names must be unique among pending operations")
+
+
+def _track(name, handle):
+    if len(_inflight) > 1024:  # unnamed calls add names without end: forget finished ones
+        for key, held in list(_inflight.items()):
+            if held.poll():
+                del _inflight[key]
+    _inflight[name] = handle
+    return handle
+
+
+class _Combined:
+    """Several runtime operations as one handle (poll and wait over all)."""
+
+    def __init__(self, handles):
+        self.handles = handles
+
+    def poll(self):
+        return all(h.poll() for h in self.handles)
+
+    def wait(self):
+        for h in self.handles:
+            h.wait()
+
+
+def _scale(tensor, factor):
+    """tensor *= factor in float64, truncated toward zero (integer dtypes)."""
+    tensor.copy_((tensor.to(torch.float64) * factor).to(tensor.dtype))
+
+
+# --- allreduce ----------------------------------------------------------------------------------
+def _plan(tensors, op, prescale, postscale):
+    """What to send: (runtime op, wire tensors, after(): the work once the runtime is done,
+    the runtime's pre- and postscale factors)."""
+    integer = not tensors[0].dtype.is_floating_point
+    if any(t.dtype.is_floating_point == integer for t in tensors):
+        raise TypeError("cerar.torch: a grouped call needs all-floating or all-integer tensors")
+    post_integer = 1.0
+    if integer:
+        for t in tensors if prescale != 1.0 else ():
+            _scale(t, prescale)
+        post_integer = postscale / _rt().size if op == Average else postscale
+        op = Sum if op == Average else op
+        prescale = postscale = 1.0
+    wires = [t.to(_WIDENED[t.dtype]) if t.dtype in _WIDENED else t for t in tensors]
+
+    def after():
+        for t, w in zip(tensors, wires):
+            if w is not t:
+                t.copy_(w)  # int32 -> int8/int16 wraps, as the narrow sum would
+            if post_integer != 1.0:
+                _scale(t, post_integer)
+    return op, wires, after, prescale, postscale
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=None):
+    """Reduces `tensor` in place across ranks; the Handle's result is `tensor`."""
+    return _grouped_async_([tensor], average, name, op, prescale_factor, postscale_factor,
+                           single=True)
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=None):
+    """Reduces a copy of `tensor`; the Handle's result is the new tensor."""
+    return allreduce_async_(_fresh(tensor), average, name, op, prescale_factor, postscale_factor)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=None):
+    """Reduces a list of tensors in place as one fused unit (names "<name>.<i>")."""
+    return _grouped_async_(list(tensors), average, name, op, prescale_factor, postscale_factor)
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=None):
+    return grouped_allreduce_async_([_fresh(t) for t in tensors], average, name, op,
+                                    prescale_factor, postscale_factor)
+
+
+def _grouped_async_(tensors, average, name, op, prescale, postscale, single=False):
+    op = _op(op, average)
+    if single:
+        name = _auto_name("allreduce", name)
+    else:
+        name = _auto_name("grouped_allreduce", name)
+    _claim(name)
+    result = (lambda: tensors[0]) if single else (lambda: tensors)
+    if not tensors:
+        return Handle(_Combined([]), lambda _: result())
+    datas = [_data(t) for t in tensors]
+    if op is Product:
+        return _track(name, _product_async(datas, name, prescale, postscale, result))
+    runtime_op, wires, after, pre, post = _plan(datas, op, float(prescale), float(postscale))
+    views = [_view(w) for w in wires]
+    if single:
+        handle = _rt().allreduce(name, views[0], None, runtime_op, pre, post)
+    else:
+        names = [f"{name}.{i}" for i in range(len(views))]
+        handle = _rt().grouped_allreduce(names, views, None, runtime_op, pre, post)
+
+    def finish(_):
+        after()
+        return result()
+    return _track(name, Handle(handle, finish))
+
+
+def _product_async(tensors, name, prescale, postscale, result):
+    """Product from every rank's tensor (allgathered), multiplied in rank order."""
+    if prescale != 1.0:
+        for t in tensors:
+            t.copy_(t * prescale)
+    gathers = [allgather_async(t.reshape(1, -1), name=f"{name}.product.{i}")
+               for i, t in enumerate(tensors)]
+
+    def finish(_):
+        for t, g in zip(tensors, gathers):
+            gathered = g.wait()
+            if gathered.dtype in (torch.float16, torch.bfloat16):  # no CPU prod for these
+                gathered = gathered.float()
+            out = gathered.prod(dim=0).reshape(t.shape).to(t.dtype)
+            t.copy_(out * postscale if postscale != 1.0 else out)
+        return result()
+    return Handle(_Combined(gathers), finish)
+
+
+# --- allgather, broadcast -----------------------------------------------------------------------
+def allgather_async(tensor, name=None, process_set=None):
+    """Concatenates every rank's tensor along dimension 0 (its size may differ per rank)."""
+    name = _auto_name("allgather", name)
+    _claim(name)
+    source = _fresh(tensor) if not tensor.is_contiguous() else tensor.detach()
+    if source.dim() == 0:
+        source = source.reshape(1)
+    dtype, device = source.dtype, source.device
+    if dtype in _WIDENED:
+        source = source.to(_WIDENED[dtype])
+    wire = source.dtype
+    handle = _rt().allgather(name, _view(source))
+
+    def finish(h):
+        array = h.output()
+        if wire == torch.bfloat16:  # numpy has no bfloat16: its bits come back as uint16
+            out = torch.from_numpy(array.view("int16")).view(torch.bfloat16)
+        else:
+            out = torch.from_numpy(array)
+        return out.to(device=device, dtype=dtype)
+    return _track(name, Handle(handle, finish))
+
+
+def grouped_allgather_async(tensors, name=None, process_set=None):
+    """allgather of each tensor; the Handle's result is the list of gathered tensors."""
+    base = _auto_name("grouped_allgather", name)
+    handles = [allgather_async(t, name=f"{base}.{i}") for i, t in enumerate(tensors)]
+    return Handle(_Combined(handles), lambda _: [h.wait() for h in handles])
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=None):
+    """Overwrites `tensor` with root_rank's, in place."""
+    name = _auto_name("broadcast", name)
+    _claim(name)
+    data = _data(tensor)
+    if data.dtype in _WIDENED:
+        wire = data.to(_WIDENED[data.dtype])
+        handle = _rt().broadcast(name, _view(wire), int(root_rank))
+        return _track(name, Handle(handle, lambda _: (data.copy_(wire), tensor)[1]))
+    handle = _rt().broadcast(name, _view(data), int(root_rank))
+    return _track(name, Handle(handle, lambda _: tensor))
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=None):
+    return broadcast_async_(_fresh(tensor), root_rank, name)
+
+
+def sparse_allreduce_async(tensor, name, op, process_set=None):
+    """Reduces a sparse COO tensor by allgathering its indices and values (a sum of the
+    entries; Average divides by the size). Returns a callable that waits and gives the
+    sparse result, as Horovod's."""
+    if op not in (Average, Sum):
+        raise ValueError("cerar.torch.sparse_allreduce_async: op must be Average or Sum")
+    tensor = tensor.coalesce()
+    base = _auto_name("sparse_allreduce", name)
+    indices = allgather_async(tensor.indices().t().contiguous(), name=f"{base}.indices")
+    values = allgather_async(tensor.values(), name=f"{base}.values")
+
+    def result():
+        gathered = synchronize(values)
+        if op == Average:
+            gathered = gathered / _rt().size
+        return torch.sparse_coo_tensor(synchronize(indices).t(), gathered, tensor.size())
+    return result

@@ -1,0 +1,144 @@
+"""horovod.torch's names and semantics in cerar.torch: flags, cross ranks, Product, int8/int16,
+integer average and scaling, Compression, elastic, differentiable collectives, duplicate names,
+grouped_allgather, sparse_allreduce_async, and the same basics in cerar.numpy / cerar.jax."""
+import warnings
+
+import torch
+
+import cerar.jax as cj
+import cerar.numpy as cn
+import cerar.torch as hvd
+from common import check, check_close
+
+hvd.init(algorithm="ring")
+r, n = hvd.rank(), hvd.size()
+
+# names and flags
+for flag, expected in (("gloo_built", True), ("gloo_enabled", True), ("mpi_built", False),
+                       ("mpi_enabled", False), ("mpi_threads_supported", False),
+                       ("ccl_built", False), ("ddl_built", False), ("rocm_built", False)):
+    check(flag, getattr(hvd, flag)() is expected, f"{getattr(hvd, flag)()} != {expected}")
+check("nccl_built", bool(hvd.nccl_built()) == hvd.cuda_built(), "NCCL comes with the CUDA build")
+check("nccl version", not hvd.cuda_built() or hvd.nccl_built() >= 2000, str(hvd.nccl_built()))
+check("cross", (hvd.cross_rank(), hvd.cross_size(), hvd.is_homogeneous()) == (0, 1, True),
+      "one host: every rank is alone among those with its local rank")
+for module in (cn, cj):
+    for name in ("init", "shutdown", "rank", "size", "local_rank", "local_size", "Sum",
+                 "Average", "gloo_built", "cross_rank"):
+        check(f"{module.__name__}.{name}", hasattr(module, name), "missing")
+    check(f"{module.__name__}.rank()", module.rank() == r and module.size() == n, "")
+check("HorovodInternalError", issubclass(hvd.HorovodInternalError, RuntimeError), "")
+
+# Product (exact, from every rank's tensor)
+x = torch.tensor([r + 1.0, -1.0, 2.0])
+check_close("product", hvd.allreduce(x, op=hvd.Product, name="prod"),
+            [float(torch.arange(1, n + 1).prod()), (-1.0) ** n, 2.0 ** n])
+half = torch.tensor([r + 1.0, 0.5], dtype=torch.float16)
+check_close("product half", hvd.allreduce(half, op=hvd.Product, name="prodh").float(),
+            [float(torch.arange(1, n + 1).prod()), 0.5 ** n])
+ints = torch.tensor([r + 1, 2], dtype=torch.int64)
+check_close("product int", hvd.allreduce(ints, op=hvd.Product, name="prodi"),
+            [int(torch.arange(1, n + 1).prod()), 2 ** n])
+
+# int8 / int16: sums wrap as in the narrow type; min and max
+for dtype, big in ((torch.int8, 100), (torch.int16, 30000)):
+    t = torch.tensor([big, -r, 1], dtype=dtype)
+    out = hvd.allreduce(t, op=hvd.Sum, name=f"sum.{dtype}")
+    check(f"{dtype} dtype", out.dtype == dtype, str(out.dtype))
+    expected = torch.tensor([big * n, -n * (n - 1) // 2, n], dtype=torch.int64).to(dtype)
+    check(f"{dtype} wrapping sum", torch.equal(out, expected), f"{out} != {expected}")
+    check_close(f"{dtype} min", hvd.allreduce(t, op=hvd.Min, name=f"min.{dtype}"), [big, -(n - 1), 1])
+    g = hvd.allgather(t, name=f"gather.{dtype}")
+    check(f"{dtype} allgather", g.dtype == dtype and g.shape == (3 * n,), f"{g}")
+    b = hvd.broadcast(torch.tensor([r], dtype=dtype), n - 1, name=f"bcast.{dtype}")
+    check_close(f"{dtype} broadcast", b, [n - 1])
+
+# integer average and scaling: float64, truncated toward zero
+t = torch.tensor([7, -7, r], dtype=torch.int32)
+avg = hvd.allreduce(t, op=hvd.Average, name="iavg")
+check("int average dtype", avg.dtype == torch.int32, str(avg.dtype))
+check_close("int average", avg, [7, -7, int((n * (n - 1) / 2) / n)])
+pre = hvd.allreduce(torch.tensor([5, -5], dtype=torch.int64), op=hvd.Sum, name="ipre",
+                    prescale_factor=0.5)
+check_close("int prescale truncates each rank's value", pre, [2 * n, -2 * n])
+post = hvd.allreduce(torch.tensor([5, -5], dtype=torch.int64), op=hvd.Sum, name="ipost",
+                     postscale_factor=0.3)
+check_close("int postscale truncates the sum", post, [int(5 * n * 0.3), -int(5 * n * 0.3)])
+
+# Compression
+for compressor, wire in ((hvd.Compression.fp16, torch.float16),
+                         (hvd.Compression.bf16, torch.bfloat16)):
+    c, ctx = compressor.compress(torch.ones(4, dtype=torch.float64))
+    check("compress", c.dtype == wire, str(c.dtype))
+    check("decompress", compressor.decompress(c, ctx).dtype == torch.float64, "")
+    i, ctx = compressor.compress(torch.ones(4, dtype=torch.int32))
+    check("integers pass", i.dtype == torch.int32 and compressor.decompress(i, ctx).dtype == torch.int32, "")
+out = hvd.allreduce(torch.full((5,), float(r)), op=hvd.Sum, name="fp16",
+                    compression=hvd.Compression.fp16)
+check("compressed allreduce dtype", out.dtype == torch.float32, str(out.dtype))
+check_close("compressed allreduce", out, [n * (n - 1) / 2] * 5)
+check("none", hvd.Compression.none.compress(x)[0] is x, "")
+
+# elastic: present, refuses to run
+try:
+    hvd.elastic.run(lambda state: None)(None)
+    check("elastic", False, "elastic.run did not raise")
+except NotImplementedError as error:
+    check("elastic message", "not supported yet" in str(error), str(error))
+
+# gradients (Horovod's): allreduce -> the same allreduce of the gradients
+a = torch.full((3,), float(r), requires_grad=True)
+hvd.allreduce(a, op=hvd.Sum, name="g.sum").backward(torch.full((3,), r + 1.0))
+check_close("allreduce grad", a.grad, [n * (n + 1) / 2] * 3)
+a = torch.ones(2, 2, dtype=torch.float64, requires_grad=True)
+hvd.allreduce(a, name="g.avg").sum().backward()
+check_close("average grad", a.grad, torch.ones(2, 2))
+gs = [torch.ones(3, requires_grad=True), torch.ones(2, requires_grad=True)]
+outs = hvd.grouped_allreduce(gs, op=hvd.Sum, name="g.grouped")
+(outs[0].sum() * 2).backward()  # the second output gets no gradient: zeros in its place
+check_close("grouped grad", gs[0].grad, [2.0 * n] * 3)
+# allgather -> this rank's rows of the averaged gradient
+rows = r + 1
+a = torch.full((rows, 2), float(r), requires_grad=True)
+gathered = hvd.allgather(a, name="g.gather")
+check("gather shape", gathered.shape == (n * (n + 1) // 2, 2), str(gathered.shape))
+weights = torch.cat([torch.full((k + 1, 2), float(k)) for k in range(n)]) * (r + 1)
+(gathered * weights).sum().backward()
+check_close("allgather grad", a.grad, torch.full((rows, 2), r * (n + 1) / 2))
+# broadcast -> the averaged gradient on the root, zero elsewhere
+a = torch.full((3,), float(r), requires_grad=True)
+b = hvd.broadcast(a, 1, name="g.bcast")
+check_close("broadcast value", b.detach(), [1.0] * 3)
+b.backward(torch.full((3,), float(r)))
+check_close("broadcast grad", a.grad, [(n - 1) / 2 if r == 1 else 0.0] * 3)
+
+# a name already in flight is refused (the first one completes once every rank sends it)
+first = hvd.allreduce_async(torch.ones(3), name="dup") if r == 0 else None
+if r == 0:
+    try:
+        hvd.allreduce_async(torch.ones(3), name="dup")
+        check("duplicate", False, "no error")
+    except ValueError:
+        pass
+hvd.barrier()
+if r > 0:
+    first = hvd.allreduce_async(torch.ones(3), name="dup")
+check_close("first dup completes", hvd.synchronize(first), [1.0] * 3)
+
+# grouped_allgather, sparse_allreduce_async
+ga = hvd.grouped_allgather([torch.full((1,), float(r)), torch.full((2, 2), r, dtype=torch.int64)],
+                           name="gag")
+check_close("grouped_allgather", ga[0], [float(k) for k in range(n)])
+check("grouped_allgather 2", ga[1].shape == (2 * n, 2) and int(ga[1][-1, 0]) == n - 1, str(ga[1]))
+dense = torch.zeros(6, 3)
+dense[r % 6, :] = 1.0
+dense[5, 1] = r
+result = hvd.sparse_allreduce_async(dense.to_sparse(), name="sparse", op=hvd.Average)()
+check("sparse result", result.is_sparse, "")
+check_close("sparse average", result.to_dense(), hvd.allreduce(dense, name="dense"), atol=1e-6)
+
+with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    hvd.barrier()
+print("parity OK", flush=True)
+hvd.shutdown()
