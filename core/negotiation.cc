@@ -331,12 +331,18 @@ Response NegotiationTable::respond(const Entry& entry) const {
   for (uint8_t place : entry.placement) {
     if (place != Response::kNone && place != first) response.placement = entry.placement;
   }
-  if (response.error.empty() && d.kind == Kind::kBroadcast && d.root >= 0 && d.root < size_ &&
-      !entry.submitted[d.root]) {
-    response.error = "broadcast of " + quoteNames(response.names) + ": root rank " +
-                     std::to_string(d.root) + " has joined and cannot send";
-    response.errorCode = StatusCode::kInvalidArgument;
-    response.errorPeer = d.root;
+  // As Horovod: a joined rank takes part only in all-reduces (with the op's identity); an
+  // allgather or broadcast that some rank joined instead of submitting fails on every rank.
+  if (response.error.empty() && (d.kind == Kind::kAllgather || d.kind == Kind::kBroadcast)) {
+    for (int rank = 0; rank < size_; ++rank) {
+      if (entry.submitted[rank]) continue;
+      response.error = detail::concat(kindName(d.kind), " of ", quoteNames(response.names),
+                                      ": rank ", rank, " has joined; only all-reduces run while "
+                                      "ranks have joined");
+      response.errorCode = StatusCode::kInvalidArgument;
+      response.errorPeer = rank;
+      break;
+    }
   }
   return response;
 }

@@ -185,8 +185,9 @@ class Runtime {
   virtual Handle broadcast(const std::string& name, Tensor tensor, int root,
                            Callback callback = {}) = 0;
   virtual Handle barrier(Callback callback = {}) = 0;
-  // This rank has run out of data: others' collectives complete without it (it contributes
-  // the op's identity) until every rank has joined.
+  // This rank has run out of data: others' all-reduces complete without it (it contributes
+  // the op's identity) until every rank has joined; an allgather or broadcast meanwhile fails
+  // on every rank (InvalidArgumentError naming the joined rank), as Horovod's.
   virtual Handle join(Callback callback = {}) = 0;
 
   virtual void startTimeline(const std::string& path) = 0;

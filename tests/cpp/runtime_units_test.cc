@@ -199,13 +199,23 @@ TEST(RuntimeNegotiation, AllgatherRowsMayDifferAndJoinedRanksCountAsReady) {
   const auto now = NegotiationTable::Clock::now();
   RequestMessage join;
   join.join = true;
-  table.receive(0, messageOf({request("g", {1, 2}, Kind::kAllgather)}), cache, now);
-  table.receive(1, messageOf({request("g", {3, 2}, Kind::kAllgather)}), cache, now);
+  for (int rank = 0; rank < 3; ++rank) {
+    table.receive(rank, messageOf({request("g", {rank + 1, 2}, Kind::kAllgather)}), cache, now);
+  }
+  auto gathered = table.decide(cache);
+  ASSERT_EQ(gathered.responses.size(), 1u);
+  EXPECT_TRUE(gathered.responses[0].error.empty()) << gathered.responses[0].error;
+  EXPECT_EQ(gathered.responses[0].firstDims, (std::vector<int64_t>{1, 2, 3}));
+  // A joined rank counts as ready, and an allgather or broadcast then fails (as Horovod's).
+  table.receive(0, messageOf({request("h", {1, 2}, Kind::kAllgather)}), cache, now);
+  table.receive(1, messageOf({request("h", {3, 2}, Kind::kAllgather)}), cache, now);
   table.receive(2, join, cache, now);
   auto answer = table.decide(cache);
   ASSERT_EQ(answer.responses.size(), 1u);
-  EXPECT_TRUE(answer.responses[0].error.empty()) << answer.responses[0].error;
-  EXPECT_EQ(answer.responses[0].firstDims, (std::vector<int64_t>{1, 3, 0}));
+  EXPECT_NE(answer.responses[0].error.find("rank 2 has joined"), std::string::npos)
+      << answer.responses[0].error;
+  EXPECT_EQ(answer.responses[0].errorCode, StatusCode::kInvalidArgument);
+  EXPECT_EQ(answer.responses[0].errorPeer, 2);
   EXPECT_EQ(answer.lastJoinedRank, -1);
   table.receive(0, join, cache, now);
   table.receive(1, join, cache, now);

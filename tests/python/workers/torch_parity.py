@@ -137,6 +137,20 @@ result = hvd.sparse_allreduce_async(dense.to_sparse(), name="sparse", op=hvd.Ave
 check("sparse result", result.is_sparse, "")
 check_close("sparse average", result.to_dense(), hvd.allreduce(dense, name="dense"), atol=1e-6)
 
+# as Horovod: while a rank has joined, allgather and broadcast fail on the others
+if r == 0:
+    hvd.join()
+else:
+    for what, call in (("allgather", lambda: hvd.allgather(torch.ones(2), name="aj.g")),
+                       ("broadcast", lambda: hvd.broadcast(torch.ones(2), 1, name="aj.b"))):
+        try:
+            call()
+            check(f"{what} after join raises", False, "no error")
+        except hvd.InvalidArgumentError as e:
+            check(f"{what} after join names rank 0", e.peer == 0 and "has joined" in str(e),
+                  str(e))
+    hvd.join()
+
 with warnings.catch_warnings():
     warnings.simplefilter("error")
     hvd.barrier()
