@@ -168,25 +168,6 @@ class DdpBackend:
         return torch.nn.parallel.DistributedDataParallel(model), optimizer
 
 
-class DdpCerarBackend(DdpBackend):
-    """DDP whose buckets cerar's runtime averages (cerar.torch.ddp), started from the same
-    torchrun variables as the process group."""
-
-    def wrap(self, model, optimizer, resync_every):
-        import cerar.torch.ddp as cddp
-        ddp = torch.nn.parallel.DistributedDataParallel(model)
-        cddp.register_cerar_hook(ddp)
-        return ddp, optimizer
-
-    def stats(self):
-        import cerar
-        return cerar.stats()
-
-    def close(self):
-        import cerar
-        cerar.shutdown()
-        super().close()
-
     def finish_backward(self, optimizer):
         pass  # DDP's reducer has averaged the gradients by the end of backward()
 
@@ -219,6 +200,26 @@ class DdpCerarBackend(DdpBackend):
 
     def close(self):
         self.dist.destroy_process_group()
+
+
+class DdpCerarBackend(DdpBackend):
+    """DDP whose buckets cerar's runtime averages (cerar.torch.ddp), started from the same
+    torchrun variables as the process group."""
+
+    def wrap(self, model, optimizer, resync_every):
+        import cerar.torch.ddp as cddp
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        cddp.register_cerar_hook(ddp)
+        return ddp, optimizer
+
+    def stats(self):
+        import cerar
+        return cerar.stats()
+
+    def close(self):
+        import cerar
+        cerar.shutdown()
+        super().close()
 
 
 # --- training -------------------------------------------------------------------------------
