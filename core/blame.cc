@@ -72,15 +72,14 @@ Status verdict(const Status& observed, const std::vector<std::optional<Status>>&
   if (missing.empty()) return ownView("");  // every rank posted: none is known to be lost
   const bool named = std::count(missing.begin(), missing.end(), observed.peer) > 0;
   const int lost = named ? observed.peer : missing.front();
-  // A dead process's links close at once; a frozen one's stay open and time out. Without a
-  // rank that saw either (its detector failed first on a neighbour), it was silent.
-  bool closed = false, silent = false;
+  // A dead process's links close at once; a frozen one's stay open and time out. A closed
+  // link is proof of death, while a rank that waited on the dead one can still time out first
+  // when it was slow to see the close (a loaded machine); so one closed link decides. Without
+  // a rank that saw a close (its detector failed first on a neighbour), it was silent.
+  bool closed = false;
   for (const auto& report : reports) {
-    if (!report || report->peer != lost) continue;
-    closed = closed || report->code == StatusCode::kPeerLost;
-    silent = silent || report->code == StatusCode::kTimeout;
+    if (report && report->peer == lost && report->code == StatusCode::kPeerLost) closed = true;
   }
-  closed = closed && !silent;
   std::string others;
   if (missing.size() > 1) others = " (ranks " + rankList(missing) + " did not report)";
   return Status(closed ? StatusCode::kPeerLost : StatusCode::kTimeout,
