@@ -13,6 +13,7 @@
 #include "core/negotiation.h"
 #include "core/rendezvous/tcp_store.h"
 #include "ops/transport/inproc.h"
+#include "child_processes.h"
 #include "runtime_scenarios.h"
 #include "tools/local_job.h"
 
@@ -333,17 +334,7 @@ std::vector<int> restartThrice(const std::function<Environment(int)>& environmen
     pids.push_back(pid);
   }
   if (afterFork) afterFork();
-  std::vector<int> codes;
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  for (pid_t pid : pids) {
-    int status = 0;
-    while (waitpid(pid, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) kill(pid, SIGKILL);
-      std::this_thread::sleep_for(5ms);
-    }
-    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-  }
-  return codes;
+  return testing::exitCodes(pids);
 }
 
 TEST(RuntimeRestart, ThreeTimesUnderTheLauncherWhoseStoreOutlivesEachStart) {
@@ -358,11 +349,7 @@ TEST(RuntimeRestart, ThreeTimesUnderTheLauncherWhoseStoreOutlivesEachStart) {
 }
 
 TEST(RuntimeRestart, ThreeTimesUnderTorchrunVariablesWithRankZerosStore) {
-  int port = 0;
-  {
-    TcpStoreServer probe("127.0.0.1", 0, "");  // a free port, released at once
-    port = probe.port();
-  }
+  const int port = testing::freePort();
   auto codes = restartThrice([&](int rank) {
     return Environment{{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "4"},
                        {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port - 1)},

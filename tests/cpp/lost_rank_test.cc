@@ -3,6 +3,8 @@
 // PeerLostError naming the killed rank (core/blame.h), soon after the kill.
 #include <gtest/gtest.h>
 
+#include "child_processes.h"
+
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -22,18 +24,6 @@ namespace cerar {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t length = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // A rank: all-reduces until one fails, then writes "<code> <peer>" to `out`.
 [[noreturn]] void rankMain(int rank, int port, int out) {
@@ -79,7 +69,7 @@ std::string readLine(int fd) {
 }
 
 TEST(LostRank, EverySurvivorNamesTheKilledRank) {
-  const int port = freePort();
+  const int port = testing::freePort();
   const int victim = 2;
   std::fflush(nullptr);
   std::vector<pid_t> pids;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/rendezvous/tcp_store.h"
+#include "child_processes.h"
 #include "runtime_scenarios.h"
 #include "tools/local_job.h"
 
@@ -69,18 +70,6 @@ TEST(RuntimeMultiprocess, ShutdownWithWorkPending) { runProcesses(4, shutdownPen
 
 // --- Runtime::start from the environment ----------------------------------------------------
 
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t length = sizeof addr;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // Forks N ranks that each set `environment(rank)` and run opsAndScales through
 // Runtime::start(fromEnvironment()); returns the ranks' exit codes.
 using Environment = std::vector<std::pair<std::string, std::string>>;
@@ -109,17 +98,7 @@ std::vector<int> forkRanks(int N, const std::function<Environment(int)>& environ
     pids.push_back(pid);
   }
   if (afterFork) afterFork();
-  std::vector<int> codes;
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  for (pid_t pid : pids) {
-    int status = 0;
-    while (waitpid(pid, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) kill(pid, SIGKILL);
-      std::this_thread::sleep_for(5ms);
-    }
-    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-  }
-  return codes;
+  return testing::exitCodes(pids);
 }
 
 TEST(RuntimeMultiprocess, StartUnderTheLauncherWhichHostsTheStore) {
@@ -135,7 +114,7 @@ TEST(RuntimeMultiprocess, StartUnderTheLauncherWhichHostsTheStore) {
 }
 
 TEST(RuntimeMultiprocess, StartUnderTorchrunWhereRankZeroHostsTheStore) {
-  const int port = freePort();
+  const int port = testing::freePort();
   auto codes = forkRanks(4, [&](int rank) {
     return Environment{{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "4"},
                        {"LOCAL_RANK", std::to_string(rank)}, {"LOCAL_WORLD_SIZE", "4"},
