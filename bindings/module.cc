@@ -140,7 +140,8 @@ PYBIND11_MODULE(_cerar, m) {
       .value("Sum", Op::kSum)
       .value("Average", Op::kAverage)
       .value("Min", Op::kMin)
-      .value("Max", Op::kMax);
+      .value("Max", Op::kMax)
+      .value("Adasum", Op::kAdasum);
 #ifdef CERAR_HAVE_CUDA
   m.attr("cuda_built") = true;
 #else

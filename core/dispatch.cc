@@ -173,8 +173,10 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
   options.op = op;
   options.verifyParameters = false;
   options.shareCorrection = decision.shareCorrection;
-  const bool onDevice = units.front()->reducedOnDevice();
-  const bool cerar = decision.algorithm == Algorithm::kCerar;
+  // Adasum runs on the host: device tensors are copied in and out like a mixed unit's.
+  const bool adasum = d.op == Op::kAdasum;
+  const bool onDevice = units.front()->reducedOnDevice() && !adasum;
+  const bool cerar = decision.algorithm == Algorithm::kCerar && !adasum;
   std::string errorArgs;
   if (cerar) {
     const double bound = predictedErrorBound(N, decision.components, decision.eps, d.dtype);
@@ -183,7 +185,7 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
   }
   const bool measure = cerar && decision.measureError;
   const std::string args = detail::concat(
-      "\"algorithm\": \"", algorithmName(decision.algorithm), "\", \"c\": ",
+      "\"algorithm\": \"", adasum ? "adasum" : algorithmName(decision.algorithm), "\", \"c\": ",
       decision.components, ", \"eps\": ", decision.eps, ", \"bytes\": ", total * elementSize,
       ", \"tensors\": ", units.size());
 
@@ -237,7 +239,14 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
     record(units, "MEMCPY_IN", packStart, reduceStart);
     if (measure) exactCopy_.assign(buffer, buffer + total * elementSize);
     if (cerar) options.beyondCerarRange = beyond;
-    run = communicator_.allreduce(buffer, total, d.dtype, options);
+    if (adasum) {
+      // Dot products and norms are per tensor of the group (docs/adasum.md).
+      std::vector<size_t> sizes;
+      for (const Slot& slot : slots) sizes.push_back(slot.elements);
+      run = adasum_.run(*transport_, buffer, d.dtype, sizes);
+    } else {
+      run = communicator_.allreduce(buffer, total, d.dtype, options);
+    }
     const auto unpackStart = Clock::now();
     if (measure && !run.nonFiniteFallback) {
       errorArgs += measureError(buffer, total, d.dtype, options, stats);
@@ -268,7 +277,7 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
   stats.bytesSent += run.bytesSent;
   // What ran: a CERAR decision that fell back on non-finite input ran the exact ring.
   const bool ranCerar = cerar && !run.nonFiniteFallback;
-  (ranCerar ? stats.cerarBuffers : stats.ringBuffers) += 1;
+  if (!adasum) (ranCerar ? stats.cerarBuffers : stats.ringBuffers) += 1;
   stats.nonFiniteFallbacks += run.nonFiniteFallback ? 1 : 0;
   stats.lastComponents = ranCerar ? decision.components : N;
   return end;

@@ -11,6 +11,7 @@
 #include "core/operation.h"
 #include "core/selection.h"
 #include "core/timeline.h"
+#include "ops/adasum_run.h"
 #include "ops/communicator.h"
 
 namespace cerar {
@@ -50,6 +51,7 @@ class Dispatcher {
 
   std::shared_ptr<Transport> transport_;
   Communicator communicator_;
+  AdasumRunner adasum_;
   Timeline& timeline_;
   DeviceSlot& devices_;
   std::vector<std::byte> fusion_;  // grows to the largest group, then reused

@@ -51,7 +51,8 @@ std::vector<FusedGroup> decideGroups(const std::vector<Response>& units, int N,
     for (size_t index : members) group.members.push_back(static_cast<uint32_t>(index));
     const Response& first = units[members.front()];
     const Description& d = first.description;
-    if (first.error.empty() && d.kind == Kind::kAllreduce) {
+    // Adasum has its own schedule (ops/algorithms/adasum.h): no ring or CERAR to select.
+    if (first.error.empty() && d.kind == Kind::kAllreduce && d.op != Op::kAdasum) {
       size_t total = 0;
       for (size_t index : members) total += units[index].description.elements();
       const Selection choice =

@@ -21,6 +21,7 @@ const char* opName(Op op) {
     case Op::kAverage: return "average";
     case Op::kMin: return "min";
     case Op::kMax: return "max";
+    case Op::kAdasum: return "adasum";
   }
   return "?";
 }

@@ -16,6 +16,7 @@
 #include "ops/transport/gloo_tcp.h"
 #endif
 #include "core/scaling.h"
+#include "ops/algorithms/adasum.h"
 #include "ops/common/error.h"
 #include "ops/collectives.h"
 #include "ops/transport/inproc.h"
@@ -149,7 +150,7 @@ class RuntimeImpl final : public Runtime {
       }
       d.shapes.push_back(in.shape);
     }
-    if (invalid.ok()) invalid = checkOp(names.front(), d.dtype, op, prescale, postscale);
+    if (invalid.ok()) invalid = checkOp(names.front(), d.dtype, op, prescale, postscale, size());
     entry->inputs = std::move(inputs);
     entry->outputs = std::move(outputs);
     return enqueue(std::move(entry), invalid, std::move(callback));
@@ -236,7 +237,16 @@ class RuntimeImpl final : public Runtime {
   }
 
   static Status checkOp(const std::string& name, DType dtype, Op op, double prescale,
-                        double postscale) {
+                        double postscale, int N) {
+    if (op == Op::kAdasum) {
+      // Every rank sees the same N and dtype, so each fails alike before negotiating.
+      if (!isAdasumDType(dtype)) {
+        return argumentError(detail::concat("allreduce of '", name, "': Adasum needs a "
+                                            "floating-point dtype, got ", dtypeName(dtype)));
+      }
+      const Status sized = validateAdasumSize(N);
+      if (!sized.ok()) return argumentError("allreduce of '" + name + "': " + sized.message);
+    }
     if (op == Op::kAverage && !isFloatDType(dtype)) {
       return argumentError(detail::concat("allreduce of '", name, "': average needs a "
                                           "floating-point dtype, got ", dtypeName(dtype),

@@ -27,8 +27,9 @@ struct DeviceSetup;
 using DeviceOpsFactory =
     std::function<std::unique_ptr<DeviceOps>(int device, const DeviceSetup& setup)>;
 
-// User-level reduction: average divides by the full size (joined ranks included).
-enum class Op : uint8_t { kSum, kAverage, kMin, kMax };
+// User-level reduction: average divides by the full size (joined ranks included); Adasum is
+// the adaptive summation of floating tensors on a power-of-two number of ranks (docs/adasum.md).
+enum class Op : uint8_t { kSum, kAverage, kMin, kMax, kAdasum };
 const char* opName(Op op);
 
 // A view of a tensor's memory; the caller keeps it alive until the operation completes.
