@@ -129,7 +129,8 @@ Description getDescription(Reader& r) {
   d.dtype = static_cast<DType>(r.get<uint8_t>());
   d.op = static_cast<Op>(r.get<uint8_t>());
   CERAR_ENFORCE(uint8_t(d.kind) <= uint8_t(Kind::kBarrier) &&
-                    uint8_t(d.dtype) <= uint8_t(DType::kUInt8) && uint8_t(d.op) <= uint8_t(Op::kAdasum),
+                    uint8_t(d.dtype) <= uint8_t(DType::kUInt8) &&
+                    uint8_t(d.op) <= uint8_t(Op::kAdasum),
                 "malformed negotiation message: bad enum");
   d.onDevice = r.get<uint8_t>() != 0;
   d.root = r.get<int32_t>();

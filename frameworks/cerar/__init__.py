@@ -51,7 +51,7 @@ BUILD_FLAGS = ("gloo_built", "gloo_enabled", "nccl_built", "cuda_built", "rocm_b
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_rank", "local_size",
-    "start_timeline", "stop_timeline", "stats", "Op", "Sum", "Average", "Min", "Max", "Product",
+    "start_timeline", "stop_timeline", "stats", "Op", "Sum", "Average", "Min", "Max", "Adasum", "Product",
     "cross_rank", "cross_size", "is_homogeneous", *BUILD_FLAGS, *ERRORS,
 ]
 __version__ = "0.1.0"
@@ -60,6 +60,8 @@ Sum = Op.Sum
 Average = Op.Average
 Min = Op.Min
 Max = Op.Max
+# Adaptive summation (docs/adasum.md): floating tensors, a power-of-two number of ranks.
+Adasum = Op.Adasum
 
 
 class _FrameworkOp:

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import cerar.numpy as cn
-from cerar import (BUILD_FLAGS, ERRORS, Average, CerarError,  # noqa: F401
+from cerar import (BUILD_FLAGS, ERRORS, Adasum, Average, CerarError,  # noqa: F401
                    CerarTimeoutError, InternalError, InvalidArgumentError, Max, Min,
                    MismatchError, PeerLostError, ShutDownError, Sum, _auto_name, ccl_built,
                    cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
@@ -22,7 +22,7 @@ from cerar import (BUILD_FLAGS, ERRORS, Average, CerarError,  # noqa: F401
 __all__ = [
     "allreduce", "allreduce_tree", "allgather", "broadcast", "broadcast_tree", "barrier",
     "join", "init", "shutdown", "size", "rank", "local_rank", "local_size", "is_initialized",
-    "cross_rank", "cross_size", "is_homogeneous", "Sum", "Average", "Min", "Max",
+    "cross_rank", "cross_size", "is_homogeneous", "Sum", "Average", "Min", "Max", "Adasum",
     *BUILD_FLAGS, *ERRORS,
 ]
 

@@ -6,7 +6,7 @@ Names match operations across ranks; unnamed calls get "<op>.noname.<n>" in call
 """
 import numpy as np
 
-from cerar import (BUILD_FLAGS, ERRORS, Average, CerarError,  # noqa: F401
+from cerar import (BUILD_FLAGS, ERRORS, Adasum, Average, CerarError,  # noqa: F401
                    CerarTimeoutError, InternalError, InvalidArgumentError, Max, Min,
                    MismatchError, PeerLostError, ShutDownError, Sum, _auto_name, _rt, ccl_built,
                    cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
@@ -22,7 +22,7 @@ __all__ = [
     "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
     "barrier", "join", "poll", "synchronize", "Handle", "init", "shutdown", "is_initialized",
     "size", "rank", "local_rank", "local_size", "cross_rank", "cross_size", "is_homogeneous",
-    "Sum", "Average", "Min", "Max", *BUILD_FLAGS, *ERRORS,
+    "Sum", "Average", "Min", "Max", "Adasum", *BUILD_FLAGS, *ERRORS,
 ]
 
 

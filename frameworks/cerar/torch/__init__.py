@@ -11,7 +11,7 @@ get "<op>.noname.<n>" in call order, which must then be the same on every rank.
 """
 import torch
 
-from cerar import (Average, CerarError, CerarTimeoutError, InternalError,  # noqa: F401
+from cerar import (Adasum, Average, CerarError, CerarTimeoutError, InternalError,  # noqa: F401
                    InvalidArgumentError, Max, Min, MismatchError, Op, PeerLostError, Product,
                    ShutDownError, Sum, _auto_name, _rt, cross_rank, cross_size, init,
                    is_homogeneous, is_initialized, local_rank, local_size, rank, shutdown, size,
@@ -69,3 +69,4 @@ from cerar.torch.functions import (allgather_object, broadcast_object,  # noqa: 
 from cerar.torch.drift import parameter_drift, resync_parameters  # noqa: E402
 from cerar.torch.optimizer import DistributedOptimizer  # noqa: E402
 from cerar.torch.ddp import CerarHookState, cerar_hook, register_cerar_hook  # noqa: E402,F401
+from cerar.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402

@@ -9,7 +9,7 @@ import warnings
 
 import torch
 
-from cerar import Average, Sum
+from cerar import Adasum, Average, Sum
 from cerar._handle import Handle
 from cerar.torch._compat import on_gradient_ready
 from cerar.torch.compression import Compression
@@ -225,12 +225,16 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     multiplies after (the same average; for float16 range). groups (or num_groups): reduce
     explicit groups of gradients together (an int, or lists of parameters).
     sparse_as_dense: reduce sparse gradients densely (else by allgather).
+    op=Adasum: the ranks' local optimizer steps are combined by Adasum instead of the
+    gradients (Horovod's delta optimizer; cerar/torch/adasum_optimizer.py).
     resync_every: with K > 0, every K-th step() ends by broadcasting rank 0's parameters, so
     CERAR's replica drift (docs/fidelity.md) never accumulates over more than K steps.
     """
     if process_set is not None and getattr(process_set, "process_set_id", 0) != 0:
         raise ValueError("DistributedOptimizer: process sets other than the global one are "
                          "not supported")
+    if op == Adasum and _size() > 1:
+        return _adasum(optimizer, named_parameters, compression, gradient_predivide_factor)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     wrapped = cls(optimizer.param_groups, named_parameters, op, backward_passes_per_step,
@@ -239,3 +243,29 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     if optimizer.state:
         wrapped.load_state_dict(optimizer.state_dict())
     return wrapped
+
+
+def _size():
+    import cerar.torch as ct
+    return ct.size()
+
+
+def _adasum(optimizer, named_parameters, compression, gradient_predivide_factor):
+    from cerar.torch.adasum_optimizer import adasum_optimizer
+    if gradient_predivide_factor != 1.0:
+        raise ValueError("gradient_predivide_factor needs op=Average or op=Sum")
+    all_params = [p for group in optimizer.param_groups for p in group["params"]]
+    if named_parameters is not None:
+        named = list(named_parameters)
+        if named and not isinstance(named[0], tuple):
+            raise ValueError("named_parameters must be (name, parameter) pairs, as from "
+                             "model.named_parameters()")
+        by_id = {id(p): n for n, p in named}
+        if len(by_id) != len(named) or len(set(by_id.values())) != len(named):
+            raise ValueError("named_parameters holds duplicate names or parameters")
+        if any(id(p) not in by_id for p in all_params):
+            raise ValueError("optimizer parameters are missing from named_parameters")
+    else:
+        by_id = {id(p): f"noname.{i}" for i, p in enumerate(all_params)}
+    names = {p: f"adasum.{by_id[id(p)]}" for p in all_params}
+    return adasum_optimizer(optimizer, names, compression or Compression.none)
