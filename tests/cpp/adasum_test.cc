@@ -13,9 +13,12 @@
 #include "ops/codec/half.h"
 #include "ops/common/error.h"
 #include "ops/transport/inproc.h"
+#include "adasum_reference.h"
 
 namespace cerar {
 namespace {
+
+using testing::referenceAdasum;
 
 const std::vector<size_t> kSizes = {0, 1, 2, 3, 7, 8, 100, 1001};
 
@@ -102,26 +105,6 @@ TEST(AdasumRule, OrthogonalAddEqualAverageZeroIsIdentity) {
   EXPECT_EQ(out[0], 6.5);
   EXPECT_EQ(out[1], -1);
   EXPECT_THROW(addDotAndNorms(DType::kInt32, a, b, 0, sums), InvalidArgumentError);
-}
-
-// The tree of the rule, tensor by tensor, in fp64 (the specification the runner must meet).
-std::vector<double> referenceAdasum(std::vector<std::vector<double>> v,
-                                    const std::vector<size_t>& sizes) {
-  for (size_t D = 1; D < v.size(); D *= 2) {
-    for (size_t g = 0; g < v.size(); g += 2 * D) {
-      std::vector<double>& a = v[g];
-      const std::vector<double>& b = v[g + D];
-      size_t start = 0;
-      for (size_t n : sizes) {
-        double sums[3] = {0, 0, 0};
-        addDotAndNorms(DType::kFloat64, &a[start], &b[start], n, sums);
-        adasumCombine(DType::kFloat64, &a[start], &b[start], &a[start], n,
-                      adasumCoefficients(sums[0], sums[1], sums[2]));
-        start += n;
-      }
-    }
-  }
-  return v[0];
 }
 
 template <typename T>
