@@ -16,7 +16,8 @@ def test_surface():
     for name in ("init", "shutdown", "size", "rank", "local_rank", "local_size",
                  "is_initialized", "start_timeline", "stop_timeline", "CerarError"):
         assert callable(getattr(cerar, name)), name
-    assert {cerar.Sum, cerar.Average, cerar.Min, cerar.Max} == set(cerar.Op.__members__.values())
+    assert {cerar.Sum, cerar.Average, cerar.Min, cerar.Max, cerar.Adasum} == set(
+        cerar.Op.__members__.values())
     assert issubclass(cerar.CerarError, RuntimeError)
     for name in ("allreduce", "allreduce_async", "grouped_allreduce", "allgather", "broadcast",
                  "barrier", "join", "poll", "synchronize"):
@@ -29,7 +30,7 @@ def test_torch_surface():
     for name in ("allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
                  "grouped_allreduce", "allgather", "broadcast", "broadcast_", "join",
                  "DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
-                 "broadcast_object", "synchronize", "poll"):
+                 "broadcast_object", "synchronize", "poll", "SyncBatchNorm"):
         assert callable(getattr(ct, name)), name
     model = torch.nn.Linear(3, 2)
     opt = ct.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),

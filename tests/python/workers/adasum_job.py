@@ -81,6 +81,11 @@ for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-5), (torch.float16
     handles = [hvd.allreduce_async_(t, op=hvd.Adasum, name=f"async.{tag}.{i}")
                for i, t in enumerate(copies)]
     check_close(f"async {tag}", flat([hvd.synchronize(h) for h in handles]), expected, rtol=tol)
+# cerar.numpy takes the op as well.
+import cerar.numpy as cn  # noqa: E402
+data = inputs(4, [(9,)], torch.float64)
+check_close("numpy", cn.allreduce(data[r][0].numpy(), op=cn.Adasum, name="numpy"),
+            reference([flat(data[q]) for q in range(n)], [9]), rtol=1e-12)
 # Per tensor is not the same as over the whole buffer: the check above can tell them apart.
 data = inputs(1, shapes, torch.float64)
 whole = reference([flat(data[q]) for q in range(n)], [sum(sizes)])
