@@ -19,15 +19,15 @@ def rows(batches):
     return slice(start, start + batches[r])
 
 
-def compare(tag, shape_tail, batches_per_step, dtype, tol, momentum=0.1):
+def compare(tag, shape_tail, batches_per_step, dtype, tol, momentum=0.1, affine=True):
     channels = shape_tail[0]
-    reference = torch.nn.BatchNorm1d(channels, momentum=momentum).to(dtype)
-    if len(shape_tail) == 3:
-        reference = torch.nn.BatchNorm2d(channels, momentum=momentum).to(dtype)
-    with torch.no_grad():
-        reference.weight.copy_(torch.from_numpy(rng.normal(1, 0.2, channels)))
-        reference.bias.copy_(torch.from_numpy(rng.normal(0, 0.2, channels)))
-    mine = hvd.SyncBatchNorm(channels, momentum=momentum).to(dtype)
+    kind = torch.nn.BatchNorm2d if len(shape_tail) == 3 else torch.nn.BatchNorm1d
+    reference = kind(channels, momentum=momentum, affine=affine).to(dtype)
+    if affine:
+        with torch.no_grad():
+            reference.weight.copy_(torch.from_numpy(rng.normal(1, 0.2, channels)))
+            reference.bias.copy_(torch.from_numpy(rng.normal(0, 0.2, channels)))
+    mine = hvd.SyncBatchNorm(channels, momentum=momentum, affine=affine).to(dtype)
     mine.load_state_dict(reference.state_dict())
     for step, batches in enumerate(batches_per_step):
         total = sum(batches)
@@ -49,8 +49,9 @@ def compare(tag, shape_tail, batches_per_step, dtype, tol, momentum=0.1):
         check("batches tracked", int(mine.num_batches_tracked) == step + 1,
               str(mine.num_batches_tracked))
         check_close(f"{name} input grad", part.grad, full.grad[rows(batches)], rtol=tol)
-        for label, got, want in (("weight", mine.weight.grad, reference.weight.grad),
-                                 ("bias", mine.bias.grad, reference.bias.grad)):
+        pairs = (("weight", mine.weight, reference.weight), ("bias", mine.bias, reference.bias))
+        for label, got, want in pairs if affine else ():
+            got, want = got.grad, want.grad
             share = got if got is not None else torch.zeros_like(want)
             summed = hvd.allreduce(share, op=hvd.Sum, name=f"{name}.{label}")
             check_close(f"{name} {label} grad", summed, want, rtol=tol)
@@ -62,6 +63,7 @@ compare("2d f64", (3, 4, 2), [[3, 0, 5, 2], [1, 4, 2, 3]], torch.float64, 1e-10)
 compare("1d f64", (5,), [[2, 3, 0, 7], [4, 4, 4, 4]], torch.float64, 1e-10)
 compare("1d cumulative", (2,), [[2, 3, 1, 1], [5, 0, 0, 2]], torch.float64, 1e-10,
         momentum=None)
+compare("1d no affine", (3, 5), [[4, 1, 0, 2]], torch.float64, 1e-10, affine=False)
 mine, reference = compare("2d f32", (3, 4, 2), [[3, 2, 5, 2]], torch.float32, 1e-4)
 
 # Eval mode: the running statistics, and no collective (only rank 0 calls it).
