@@ -37,16 +37,25 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         starts = [p.detach().clone() for p in self._ordered]
         loss = super(self.__class__, self).step(closure)
-        launched = []
+        launched, combined = [], []
         with torch.no_grad():
-            for p, start in zip(self._ordered, starts):
-                delta = (p.detach() - start).contiguous()
-                wire, context = self._compression.compress(delta)
-                handle = self._ct.allreduce_async_(wire.contiguous(), name=self._names[p],
-                                                   op=Adasum)
-                launched.append((p, start, handle, context))
-            for p, start, handle, context in launched:
-                delta = self._compression.decompress(self._ct.synchronize(handle), context)
+            try:
+                for p, start in zip(self._ordered, starts):
+                    delta = (p.detach() - start).contiguous()
+                    wire, context = self._compression.compress(delta)
+                    handle = self._ct.allreduce_async_(wire.contiguous(), name=self._names[p],
+                                                       op=Adasum)
+                    launched.append((handle, context))
+                for handle, context in launched:
+                    combined.append(self._compression.decompress(self._ct.synchronize(handle),
+                                                                 context))
+            except BaseException:
+                # A failed combination (e.g. a non-power-of-two job) leaves the parameters as
+                # they were before the step, on every rank alike.
+                for p, start in zip(self._ordered, starts):
+                    p.copy_(start)
+                raise
+            for p, start, delta in zip(self._ordered, starts, combined):
                 p.copy_(start + delta.to(p.dtype))
         return loss
 

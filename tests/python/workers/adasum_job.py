@@ -21,6 +21,19 @@ if n & (n - 1):
             check("message", "power-of-two" in str(error) and str(n) in str(error), str(error))
         else:
             check("non power of two", False, f"no error for Adasum on {n} ranks")
+    model = torch.nn.Linear(3, 2)
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(), op=hvd.Adasum)
+    model(torch.ones(4, 3)).sum().backward()
+    try:
+        opt.step()
+    except hvd.InvalidArgumentError as error:
+        check("optimizer message", "power-of-two" in str(error), str(error))
+    else:
+        check("optimizer", False, f"no error for the Adasum optimizer on {n} ranks")
+    for p, b in zip(model.parameters(), before):
+        check("parameters kept", torch.equal(p.detach(), b), "a failed step moved them")
     # the runtime goes on
     check_close("after", hvd.allreduce(torch.ones(3), op=hvd.Sum, name="ok"), np.full(3, n))
     print(f"[{r}] adasum OK", flush=True)
