@@ -175,7 +175,11 @@ def is_local(host):
 
 def route_source(host):
     """The local address of the route to `host` (a connected UDP socket; nothing is sent)."""
-    for family, _, _, _, address in socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM):
+    try:
+        infos = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)
+    except OSError as error:
+        raise ValueError(f"cannot resolve host {host!r}: {error}") from None
+    for family, _, _, _, address in infos:
         with socket.socket(family, socket.SOCK_DGRAM) as probe:
             try:
                 probe.connect(address)

@@ -128,6 +128,8 @@ def test_local_hosts_and_route_source():
     assert not run.is_local("192.0.2.1")  # TEST-NET-1: never an address of this host
     assert not run.is_local("no-such-host.invalid")
     assert run.route_source("127.0.0.1") == "127.0.0.1"
+    with pytest.raises(ValueError, match="cannot resolve host 'no-such-host.invalid'"):
+        run.route_source("no-such-host.invalid")
 
 
 def test_environment_and_prefixes():

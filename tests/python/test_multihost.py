@@ -38,7 +38,9 @@ def hosts():
 def clean_env(extra=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_VARIABLES)
            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
-    env.update({"CERAR_LOG_LEVEL": "warning", "CERAR_TIMEOUT_SECONDS": "30",
+    # Generous limits: eight ranks start on a loaded machine (no timing is asserted).
+    env.update({"CERAR_LOG_LEVEL": "warning", "CERAR_TIMEOUT_SECONDS": "60",
+                "CERAR_RENDEZVOUS_TIMEOUT_SECONDS": "120",
                 "PYTHONUNBUFFERED": "1"})
     env.update(extra or {})
     return env
@@ -151,7 +153,8 @@ def _launch(hosts, host, argv, env=None, timeout=240):
 def test_open_mpi_across_hosts(hosts):
     mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4",
               "-H", f"{hosts.names[0]}:2,{hosts.names[1]}:2", "--mca", "btl", "self,tcp",
-              "-x", "PYTHONPATH", "-x", "CERAR_SECRET", "-x", "CERAR_TIMEOUT_SECONDS"]
+              "-x", "PYTHONPATH", "-x", "CERAR_SECRET", "-x", "CERAR_TIMEOUT_SECONDS",
+              "-x", "CERAR_RENDEZVOUS_TIMEOUT_SECONDS"]
     env = {"CERAR_SECRET": "mpi-job-secret", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     # Open MPI's variables do not name rank 0's host: without CERAR_RENDEZVOUS_ADDR every rank
     # says so.
