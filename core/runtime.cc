@@ -429,6 +429,8 @@ std::unique_ptr<Runtime> Runtime::start(const RuntimeConfig& config) {
   auto rendezvous = std::make_shared<Rendezvous>();
   std::unique_ptr<TcpStoreServer>& server = rendezvous->server;
   const StoreEndpoint endpoint = storeEndpointOf(config);  // the secret policy; may throw
+  // Before anything is connected: a rank that cannot publish a usable address fails at once.
+  const DataAddress data = dataAddressOf(config);
   if (config.hostStore && config.rank == 0) {
     server = std::make_unique<TcpStoreServer>(endpoint.listen, uint16_t(config.rendezvousPort),
                                               config.secret, StoreLimits::fromEnvironment());
@@ -446,7 +448,6 @@ std::unique_ptr<Runtime> Runtime::start(const RuntimeConfig& config) {
     return exchangeThroughStore(store, prefix + "/job-settings", config.rank, mine);
   });
   GlooOptions options;
-  const DataAddress data = dataAddressOf(config);
   if (data.named) {
     options.iface = data.iface;
   } else {

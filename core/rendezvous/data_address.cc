@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "ops/common/error.h"
@@ -24,11 +25,24 @@ std::string numeric(const sockaddr* addr) {
   return text;
 }
 
+bool isIpv4(const std::string& address) { return address.find(':') == std::string::npos; }
+
+// "eth0 (10.0.0.2), ib0 (192.168.1.2)": each interface once, with its IPv4 address if any.
 std::string listOf(const std::vector<InterfaceAddress>& interfaces, bool withLoopback) {
-  std::string out;
+  std::vector<std::pair<std::string, std::string>> named;
   for (const auto& i : interfaces) {
     if (i.loopback && !withLoopback) continue;
-    out += (out.empty() ? "" : ", ") + i.name + " (" + i.address + ")";
+    auto it = std::find_if(named.begin(), named.end(),
+                           [&](const auto& n) { return n.first == i.name; });
+    if (it == named.end()) {
+      named.emplace_back(i.name, i.address);
+    } else if (isIpv4(i.address) && !isIpv4(it->second)) {
+      it->second = i.address;
+    }
+  }
+  std::string out;
+  for (const auto& [name, address] : named) {
+    out += (out.empty() ? "" : ", ") + name + " (" + address + ")";
   }
   return out.empty() ? "none" : out;
 }
@@ -100,7 +114,7 @@ DataAddress chooseDataAddress(const DataAddressInputs& in) {
   if (!in.iface.empty()) {
     const InterfaceAddress* found = nullptr;
     for (const auto& i : in.interfaces) {
-      if (i.name == in.iface && (found == nullptr || i.address.find(':') == std::string::npos)) {
+      if (i.name == in.iface && (found == nullptr || isIpv4(i.address))) {
         found = &i;  // its IPv4 address when it has one, as Gloo prefers
       }
     }
@@ -137,20 +151,21 @@ DataAddress chooseDataAddress(const DataAddressInputs& in) {
   // host name to 127.0.1.1): the route says nothing about the network the peers use.
   std::vector<InterfaceAddress> candidates;
   for (const auto& i : in.interfaces) {
-    if (!i.loopback && i.address.find(':') == std::string::npos) candidates.push_back(i);
+    if (!i.loopback && isIpv4(i.address)) candidates.push_back(i);
   }
   if (candidates.size() == 1) {
     return {candidates[0].name, candidates[0].address, false,
             detail::concat(candidates[0].address, " (", candidates[0].name, "), this host's "
                            "only non-loopback interface, since the rendezvous host ",
-                           in.rendezvousAddr, " resolves to ", *source, " here")};
+                           in.rendezvousAddr, " is loopback here (the route to it starts at ",
+                           *source, ")")};
   }
   throw InvalidArgumentError(
-      who + "the rendezvous host '" + in.rendezvousAddr + "' resolves to " + *source +
-      " on this host (a host name does under Debian's default /etc/hosts), so this rank would "
-      "publish a loopback address while its peers run on other hosts; set CERAR_IFACE to the "
-      "interface the hosts share (this host has " + listOf(in.interfaces, false) +
-      "), or give the rendezvous address as a routable address");
+      who + "the rendezvous host '" + in.rendezvousAddr + "' is loopback on this host (the "
+      "route to it starts at " + *source + "; a host's own name is on 127.0.1.1 under Debian's "
+      "default /etc/hosts), so this rank would publish a loopback address while its peers run "
+      "on other hosts; set CERAR_IFACE to the interface the hosts share (this host has " +
+      listOf(in.interfaces, false) + "), or give the rendezvous host as a routable address");
 }
 
 std::vector<std::pair<std::string, std::string>> ncclEnvironmentFor(

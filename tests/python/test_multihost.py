@@ -143,6 +143,34 @@ def test_slurm_variables_across_hosts(hosts):
     assert_job_ok(hosts, run_ranks(hosts, envs), 6)
 
 
+def test_a_rank_that_would_publish_loopback_to_remote_peers_stops_with_the_fix(hosts):
+    port = next(_ports)
+    torchrun = {"MASTER_PORT": str(port), "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+                "LOCAL_WORLD_SIZE": "1", "CERAR_SECRET": "s"}
+    # Rank 1, its peer on node01, with the loopback interface named.
+    result = hosts.run(1, [sys.executable, JOB], timeout=120, env=clean_env(
+        {**torchrun, "RANK": "1", "MASTER_ADDR": hosts.addresses[0], "CERAR_IFACE": "lo"}))
+    assert result.returncode != 0
+    assert "rank 1: CERAR_IFACE=lo is a loopback interface, but peers run on other hosts; " \
+           "name one of veth0 (10.77.0.2)" in result.stderr, result.stdout + result.stderr
+    # Rank 0 on a host with two interfaces, MASTER_ADDR its own name (127.0.1.1 there): which
+    # interface the hosts share cannot be told.
+    namespace = hosts.namespace(0)
+    for step in (["link", "add", "cerar9", "type", "veth", "peer", "name", "cerar9p"],
+                 ["addr", "add", "10.78.0.1/24", "dev", "cerar9"], ["link", "set", "cerar9", "up"]):
+        subprocess.run(["ip", "-n", namespace, *step], check=True)
+    try:
+        result = hosts.run(0, [sys.executable, JOB], timeout=120, env=clean_env(
+            {**torchrun, "RANK": "0", "MASTER_ADDR": hosts.names[0]}))
+    finally:
+        subprocess.run(["ip", "-n", namespace, "link", "del", "cerar9"], check=True)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "rank 0: the rendezvous host 'node01' is loopback on this host" in output, output
+    assert "set CERAR_IFACE to the interface the hosts share (this host has veth0 (10.77.0.1), " \
+           "cerar9 (10.78.0.1))" in output, output
+
+
 def _launch(hosts, host, argv, env=None, timeout=240):
     result = hosts.run(host, argv, env=hosts.client_env(clean_env(env)), timeout=timeout,
                        cwd=str(WORKERS))
