@@ -1,7 +1,8 @@
 """One rank of a multi-host job: all-reduces with the exact ring and with CERAR, checks both
 against an fp64 reference, and prints where it ran. Usage:
     multihost_job.py                 run and exit 0
-    multihost_job.py fail R CODE     rank R exits with CODE after the first init
+    multihost_job.py fail R CODE     rank R exits with CODE after the first init; the others
+                                     sleep (so R's is the job's first failure)
     multihost_job.py hang            after init print READY and sleep (for interruption tests)
 """
 import os
@@ -22,7 +23,7 @@ for algorithm in ("ring", "cerar"):
     if mode == "fail" and r == int(sys.argv[2]):
         print(f"rank {r} fails on purpose", flush=True)
         sys.exit(int(sys.argv[3]))
-    if mode == "hang":
+    if mode in ("hang", "fail"):
         print(f"READY {r}", flush=True)
         time.sleep(600)
     # Integers: the exact ring's sum is exact in float32.
