@@ -273,13 +273,16 @@ def _terminate(procs, grace=GRACE_SECONDS):
                 proc.stdin.close()
             except OSError:
                 pass
+    # A remote shell kills its rank GRACE_SECONDS after its SIGTERM: ssh ends soon after.
     deadline = time.monotonic() + grace
+    remote_deadline = deadline + GRACE_SECONDS + 2
     for proc in procs:
         if proc.poll() is None and proc.stdin is None:
             _signal_group(proc, signal.SIGTERM)
     for proc in procs:
+        limit = remote_deadline if proc.stdin is not None else deadline
         try:
-            proc.wait(max(0.0, deadline - time.monotonic()))
+            proc.wait(max(0.0, limit - time.monotonic()))
         except subprocess.TimeoutExpired:
             _signal_group(proc, signal.SIGTERM if proc.stdin is not None else signal.SIGKILL)
     for proc in procs:
