@@ -65,6 +65,9 @@ def parse_args(argv=None):
     parser.add_argument("--rendezvous-addr", default=None,
                         help="this host's address as the ranks see it (multi-host jobs)")
     parser.add_argument("--ssh-port", type=int, default=None, help="ssh port of remote hosts")
+    parser.add_argument("--network-interfaces", default=None, metavar="IFACE[,IFACE]",
+                        help="interface of every rank's data links (CERAR_IFACE; the first "
+                             "is used; default: the route to the rendezvous host)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command of every rank")
     args = parser.parse_args(argv)
     if args.command and args.command[0] == "--":
@@ -205,6 +208,8 @@ def knob_env(args):
         env["CERAR_TIMELINE"] = args.timeline
     if args.timeout is not None:
         env["CERAR_TIMEOUT_SECONDS"] = repr(args.timeout)
+    if args.network_interfaces is not None:
+        env["CERAR_IFACE"] = args.network_interfaces
     return env
 
 

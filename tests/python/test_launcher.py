@@ -32,6 +32,8 @@ def test_parse_args_and_knobs():
         "CERAR_FUSION_THRESHOLD": str(int(1.5 * 1024 * 1024)), "CERAR_ALGORITHM": "cerar",
         "CERAR_COMPONENTS": "3", "CERAR_EPS": "0.001", "CERAR_TIMELINE": "t.json",
         "CERAR_TIMEOUT_SECONDS": "7.0"}
+    args = run.parse_args(["-np", "2", "--network-interfaces", "ib0,eth0", "true"])
+    assert run.knob_env(args) == {"CERAR_IFACE": "ib0,eth0"}
     with pytest.raises(SystemExit):
         run.parse_args(["-np", "2"])
     with pytest.raises(SystemExit):
