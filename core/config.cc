@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/log.h"
+#include "core/rendezvous/data_address.h"
 #include "core/rendezvous/host_list.h"
 #include "ops/algorithms/plan.h"
 #include "ops/common/error.h"
@@ -145,7 +146,11 @@ void readIdentity(const Env& env, RuntimeConfig& c) {
   } else if (env.has("RANK") && env.has("WORLD_SIZE")) {  // torchrun
     c.size = int(env.required("WORLD_SIZE", 1, kMaxRanks));
     c.rank = int(env.required("RANK", 0, c.size - 1));
-    c.localSize = int(env.integer("LOCAL_WORLD_SIZE", c.size, 1, c.size));
+    // A Kubernetes PyTorchJob runs one process per pod and sets no LOCAL_*: with a MASTER_ADDR
+    // that is not loopback, a rank without LOCAL_WORLD_SIZE is alone on its host.
+    const auto masterAddr = env.text("MASTER_ADDR");
+    const bool alone = masterAddr && !isLoopbackAddress(*masterAddr);
+    c.localSize = int(env.integer("LOCAL_WORLD_SIZE", alone ? 1 : c.size, 1, c.size));
     c.localRank = int(env.integer("LOCAL_RANK", c.rank % c.localSize, 0, c.localSize - 1));
     c.rendezvousAddr = env.text("CERAR_RENDEZVOUS_ADDR")
                            .value_or(env.text("MASTER_ADDR").value_or("127.0.0.1"));

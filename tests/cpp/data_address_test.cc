@@ -158,6 +158,19 @@ TEST(InterfaceVariables, CerarIfaceThenTorchsThenHorovods) {
   EXPECT_EQ(c.ifaceVariable, "CERAR_IFACE");
 }
 
+TEST(TorchrunVariables, APyTorchJobPodWithoutLocalVariablesIsAloneOnItsHost) {
+  RuntimeConfig c = fromMap({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "train-master-0"},
+                             {"MASTER_PORT", "23456"}, {"CERAR_SECRET", "x"}});
+  EXPECT_EQ(c.localSize, 1);
+  EXPECT_EQ(c.localRank, 0);
+  EXPECT_EQ(c.rendezvousAddr, "train-master-0");
+  EXPECT_EQ(c.rendezvousPort, 23457);
+  // On loopback (or without MASTER_ADDR) every rank is on this host, as before.
+  c = fromMap({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "127.0.0.1"}});
+  EXPECT_EQ(c.localSize, 4);
+  EXPECT_EQ(c.localRank, 2);
+}
+
 TEST(HostList, SlurmsGrammar) {
   EXPECT_EQ(expandHostList("h[01-03,07],g5"), (Strings{"h01", "h02", "h03", "h07", "g5"}));
   EXPECT_EQ(expandHostList("node7"), (Strings{"node7"}));

@@ -130,6 +130,16 @@ def test_torchrun_master_addr_as_a_host_name(hosts):
     assert "interface veth0 (10.77.0.2), named by GLOO_SOCKET_IFNAME" in output, output
 
 
+def test_pytorchjob_pods_one_rank_per_host(hosts):
+    # As Kubeflow's PyTorchJob sets them: one process per pod, no LOCAL_* variables, and
+    # MASTER_ADDR the master pod's name.
+    port = next(_ports)
+    envs = [(host, {"MASTER_ADDR": hosts.names[0], "MASTER_PORT": str(port), "RANK": str(host),
+                    "WORLD_SIZE": "3", "CERAR_SECRET": "pytorchjob-secret"})
+            for host in range(3)]
+    assert_job_ok(hosts, run_ranks(hosts, envs), 3, per_host=1)
+
+
 def test_slurm_variables_across_hosts(hosts):
     # As srun sets them for `srun -N3 --ntasks-per-node=2`; the rendezvous host is the first
     # of the step's node list (node01, on 127.0.1.1 there).
