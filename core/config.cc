@@ -7,8 +7,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <vector>
 
 #include "core/log.h"
+#include "core/rendezvous/data_address.h"
+#include "core/rendezvous/host_list.h"
 #include "ops/algorithms/plan.h"
 #include "ops/common/error.h"
 
@@ -79,7 +83,55 @@ std::string addressOrLoopback(const Env& env, const RuntimeConfig& c, const char
   if (auto addr = env.text("CERAR_RENDEZVOUS_ADDR")) return *addr;
   if (c.localSize == c.size) return "127.0.0.1";
   throw InvalidArgumentError(std::string("CERAR_RENDEZVOUS_ADDR is not set: under ") +
-                             launcher + " across nodes it must name the host of rank 0");
+                             launcher + " across nodes it must name the host of rank 0, which "
+                             "the launcher's variables do not (e.g. mpirun -x "
+                             "CERAR_RENDEZVOUS_ADDR=node1 -x CERAR_SECRET ...)");
+}
+
+// srun's variables: the step's node list (SLURM_STEP_NODELIST, host-list grammar) names the
+// rendezvous host, its first node, where rank 0 runs under srun's block and cyclic
+// distributions; this node's task count (SLURM_STEP_TASKS_PER_NODE at SLURM_NODEID) is the
+// local size.
+void readSlurm(const Env& env, RuntimeConfig& c) {
+  c.size = int(env.required("SLURM_NTASKS", 1, kMaxRanks));
+  c.rank = int(env.required("SLURM_PROCID", 0, c.size - 1));
+  std::vector<std::string> hosts;
+  for (const char* name : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}) {
+    if (auto list = env.text(name)) {
+      try {
+        hosts = expandHostList(*list);
+      } catch (const Error& e) {
+        throw InvalidArgumentError(std::string(name) + ": " + e.what());
+      }
+      break;
+    }
+  }
+  long long nodes = hosts.empty() ? 1 : (long long)hosts.size();
+  nodes = env.integer("SLURM_NNODES", nodes, 1, kMaxRanks);
+  nodes = env.integer("SLURM_STEP_NUM_NODES", nodes, 1, kMaxRanks);
+  const long long node = env.integer("SLURM_NODEID", -1, 0, kMaxRanks);
+  long long local = env.integer("SLURM_NTASKS_PER_NODE", (c.size + nodes - 1) / nodes, 1, c.size);
+  if (auto counts = env.text("SLURM_STEP_TASKS_PER_NODE"); counts && node >= 0) {
+    const std::vector<int> perNode = expandTasksPerNode(*counts);
+    if (size_t(node) < perNode.size()) local = perNode[size_t(node)];
+  }
+  c.localSize = nodes == 1 ? c.size : int(std::min<long long>(std::max(local, 1ll), c.size));
+  c.localRank = int(env.integer("SLURM_LOCALID", c.rank % c.localSize, 0, c.localSize - 1));
+  if (auto addr = env.text("CERAR_RENDEZVOUS_ADDR")) {
+    c.rendezvousAddr = *addr;
+  } else if (c.localSize == c.size) {
+    c.rendezvousAddr = "127.0.0.1";
+  } else if (!hosts.empty()) {
+    c.rendezvousAddr = hosts.front();
+  } else {
+    throw InvalidArgumentError(
+        "under srun across nodes the rendezvous host is the first of SLURM_STEP_NODELIST, "
+        "which is not set; set CERAR_RENDEZVOUS_ADDR to the host of rank 0");
+  }
+  // A port derived from the job id keeps concurrent jobs on one node apart.
+  const long long job = env.integer("SLURM_JOB_ID", 0, 0, (1ll << 62));
+  c.rendezvousPort = int(env.integer("CERAR_RENDEZVOUS_PORT", 20000 + job % 20000, 1, 65535));
+  c.hostStore = true;
 }
 
 void readIdentity(const Env& env, RuntimeConfig& c) {
@@ -94,7 +146,11 @@ void readIdentity(const Env& env, RuntimeConfig& c) {
   } else if (env.has("RANK") && env.has("WORLD_SIZE")) {  // torchrun
     c.size = int(env.required("WORLD_SIZE", 1, kMaxRanks));
     c.rank = int(env.required("RANK", 0, c.size - 1));
-    c.localSize = int(env.integer("LOCAL_WORLD_SIZE", c.size, 1, c.size));
+    // A Kubernetes PyTorchJob runs one process per pod and sets no LOCAL_*: with a MASTER_ADDR
+    // that is not loopback, a rank without LOCAL_WORLD_SIZE is alone on its host.
+    const auto masterAddr = env.text("MASTER_ADDR");
+    const bool alone = masterAddr && !isLoopbackAddress(*masterAddr);
+    c.localSize = int(env.integer("LOCAL_WORLD_SIZE", alone ? 1 : c.size, 1, c.size));
     c.localRank = int(env.integer("LOCAL_RANK", c.rank % c.localSize, 0, c.localSize - 1));
     c.rendezvousAddr = env.text("CERAR_RENDEZVOUS_ADDR")
                            .value_or(env.text("MASTER_ADDR").value_or("127.0.0.1"));
@@ -113,20 +169,22 @@ void readIdentity(const Env& env, RuntimeConfig& c) {
         int(env.integer("CERAR_RENDEZVOUS_PORT", kDefaultRendezvousPort, 1, 65535));
     c.hostStore = true;
   } else if (env.has("SLURM_PROCID")) {  // srun
-    c.size = int(env.required("SLURM_NTASKS", 1, kMaxRanks));
-    c.rank = int(env.required("SLURM_PROCID", 0, c.size - 1));
-    const long long nodes = env.integer("SLURM_NNODES", 1, 1, kMaxRanks);
-    c.localSize = int(env.integer("SLURM_NTASKS_PER_NODE", (c.size + nodes - 1) / nodes, 1,
-                                  c.size));
-    c.localRank = int(env.integer("SLURM_LOCALID", c.rank % c.localSize, 0, c.size - 1));
-    if (nodes == 1) c.localSize = c.size;
-    c.rendezvousAddr = addressOrLoopback(env, c, "SLURM");
-    // A port derived from the job id keeps concurrent jobs on one node apart.
-    const long long job = env.integer("SLURM_JOB_ID", 0, 0, (1ll << 62));
-    c.rendezvousPort = int(env.integer("CERAR_RENDEZVOUS_PORT", 20000 + job % 20000, 1, 65535));
-    c.hostStore = true;
+    readSlurm(env, c);
   }
   c.hostStore = env.flag("CERAR_HOST_STORE", c.hostStore);
+}
+
+// CERAR_IFACE, else torch's GLOO_SOCKET_IFNAME or Horovod's HOROVOD_GLOO_IFACE, which the same
+// job's other libraries honour. They may list several interfaces ("eth0,eth1"); the data
+// links use the first.
+void readInterface(const Env& env, RuntimeConfig& c) {
+  for (const char* name : {"CERAR_IFACE", "GLOO_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE"}) {
+    if (auto value = env.text(name)) {
+      c.iface = value->substr(0, value->find(','));
+      c.ifaceVariable = name;
+      return;
+    }
+  }
 }
 
 }  // namespace
@@ -136,7 +194,7 @@ RuntimeConfig configFromEnvironment(const EnvironmentLookup& lookup) {
   RuntimeConfig c;
   readIdentity(env, c);
   c.secret = env.text("CERAR_SECRET").value_or("");
-  c.iface = env.text("CERAR_IFACE").value_or("");
+  readInterface(env, c);
   c.fusionThresholdBytes =
       size_t(env.integer("CERAR_FUSION_THRESHOLD", (long long)c.fusionThresholdBytes, 0, 1ll << 40));
   c.cycleTimeMs = env.number("CERAR_CYCLE_TIME", c.cycleTimeMs, 0);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <thread>
 #include <unordered_set>
 
@@ -12,6 +13,7 @@
 #include "core/device.h"
 #include "core/job_config.h"
 #ifndef CERAR_NO_GLOO
+#include "core/rendezvous/data_address.h"
 #include "core/rendezvous/tcp_store.h"
 #include "ops/transport/gloo_tcp.h"
 #endif
@@ -355,14 +357,29 @@ std::unique_ptr<Runtime> Runtime::startWith(const RuntimeConfig& config,
 #ifndef CERAR_NO_GLOO
 namespace {
 
-std::string localHostname() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
-
-bool isLoopback(const std::string& addr) {
-  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+// The address of this rank's data links (data_address.h), logged at info; NCCL's sockets, when
+// a device transport is built, follow the same choice unless NCCL_SOCKET_IFNAME is set.
+DataAddress dataAddressOf(const RuntimeConfig& config) {
+  DataAddressInputs inputs;
+  inputs.rank = config.rank;
+  inputs.iface = config.iface;
+  inputs.ifaceBy = config.ifaceVariable;
+  inputs.rendezvousAddr = config.rendezvousAddr;
+  inputs.peersRemote = config.localSize < config.size;
+  inputs.interfaces = localInterfaces();
+  DataAddress data = chooseDataAddress(inputs);
+  Logger(config.rank, parseLogLevel(config.logLevel), config.logSink)
+      .log(LogLevel::kInfo, "data links on " + data.reason);
+  if (config.deviceOps) {
+    const auto lookup = [](const std::string& name) -> std::optional<std::string> {
+      const char* value = std::getenv(name.c_str());
+      return value == nullptr ? std::nullopt : std::optional<std::string>(value);
+    };
+    for (const auto& [name, value] : ncclEnvironmentFor(data, lookup)) {
+      setenv(name.c_str(), value.c_str(), 0);  // before NCCL reads it at its first init
+    }
+  }
+  return data;
 }
 
 // Rank 0's bytes under `key` to every rank.
@@ -422,6 +439,8 @@ std::unique_ptr<Runtime> Runtime::start(const RuntimeConfig& config) {
   auto rendezvous = std::make_shared<Rendezvous>();
   std::unique_ptr<TcpStoreServer>& server = rendezvous->server;
   const StoreEndpoint endpoint = storeEndpointOf(config);  // the secret policy; may throw
+  // Before anything is connected: a rank that cannot publish a usable address fails at once.
+  const DataAddress data = dataAddressOf(config);
   if (config.hostStore && config.rank == 0) {
     server = std::make_unique<TcpStoreServer>(endpoint.listen, uint16_t(config.rendezvousPort),
                                               config.secret, StoreLimits::fromEnvironment());
@@ -439,12 +458,10 @@ std::unique_ptr<Runtime> Runtime::start(const RuntimeConfig& config) {
     return exchangeThroughStore(store, prefix + "/job-settings", config.rank, mine);
   });
   GlooOptions options;
-  if (!config.iface.empty()) {
-    options.iface = config.iface;
-  } else if (isLoopback(config.rendezvousAddr)) {
-    options.iface = "lo";
+  if (data.named) {
+    options.iface = data.iface;
   } else {
-    options.hostname = localHostname();
+    options.hostname = data.address;
   }
   options.timeout = timeoutOf(agreed);
   options.prefix = prefix + "/links";

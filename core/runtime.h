@@ -85,7 +85,11 @@ struct RuntimeConfig {
   std::string rendezvousAddr = "127.0.0.1";
   int rendezvousPort = 0;
   std::string secret;
-  std::string iface;                          // network interface for the data links ("" = auto)
+  // Network interface of the data links ("" = the route to the rendezvous host;
+  // core/rendezvous/data_address.h), and the variable that named it (CERAR_IFACE, or its
+  // aliases GLOO_SOCKET_IFNAME and HOROVOD_GLOO_IFACE), for messages.
+  std::string iface;
+  std::string ifaceVariable = "CERAR_IFACE";
   size_t fusionThresholdBytes = 64u << 20;    // CERAR_FUSION_THRESHOLD; 0 disables fusion
   double cycleTimeMs = 1.0;                   // CERAR_CYCLE_TIME
   size_t cacheCapacity = 1024;                // CERAR_CACHE_CAPACITY; 0 disables the cache

@@ -10,6 +10,7 @@ APT_PACKAGES=(
   pybind11-dev python3-dev python3-venv python3-pip python3-numpy python3-pytest
   python3-torch python3-matplotlib python3-sklearn
   iproute2 procps openmpi-bin libopenmpi-dev
+  openssh-server  # sshd of the emulated hosts in the multi-host tests (not started as a service)
   clang libclang-rt-dev  # clang with libFuzzer, for scripts/fuzz.sh
 )
 

@@ -2,13 +2,19 @@
 
     cerarrun -np 4 python train.py
     cerarrun -np 8 -H node1:4,node2:4 --algorithm cerar --components 2 python train.py
+    cerarrun -np 8 --hostfile hosts.txt -x LD_LIBRARY_PATH python train.py
 
 The launcher hosts the rendezvous store itself (the C++ TcpStoreServer, with a fresh job
 secret), starts the ranks with CERAR_RANK, CERAR_SIZE, CERAR_LOCAL_RANK, CERAR_LOCAL_SIZE,
 CERAR_RENDEZVOUS_ADDR, CERAR_RENDEZVOUS_PORT, CERAR_SECRET and the knobs given, prefixes each
-output line with "[rank] ", and when a rank fails terminates the others and exits non-zero.
+output line with "[rank] ", and when a rank fails terminates the others and exits with its code.
+
 Ranks on other hosts are started over ssh (keys must be set up; the working directory must
-exist there).
+exist there). They get the variables above, the ones forwarded by default (FORWARDED: CERAR_*,
+NCCL_*, GLOO_SOCKET_IFNAME, HOROVOD_GLOO_IFACE, PYTHONPATH) and those named with -x; everything
+else comes from the remote login shell. The secret travels on ssh's standard input, which stays
+open while the job runs: when it closes (the job ends, the launcher is interrupted or dies) the
+remote shell terminates the rank's process group, so no rank outlives the job.
 """
 import argparse
 import os
@@ -23,6 +29,11 @@ import threading
 import time
 
 _LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
+# Variables of the launcher's environment that remote ranks get without -x.
+FORWARDED_PREFIXES = ("CERAR_", "NCCL_")
+FORWARDED_NAMES = ("GLOO_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE", "PYTHONPATH")
+# Seconds a terminated rank (or a remote one whose ssh input closed) has before SIGKILL.
+GRACE_SECONDS = 5
 
 
 def parse_args(argv=None):
@@ -30,8 +41,14 @@ def parse_args(argv=None):
         prog="cerarrun", description="Runs a command as the ranks of a cerar job.")
     parser.add_argument("-np", "--num-proc", dest="np", type=int, required=True,
                         help="number of ranks")
-    parser.add_argument("-H", "--hosts", default=None,
-                        help="host1:slots,host2:slots (default: all ranks on this host)")
+    hosts = parser.add_mutually_exclusive_group()
+    hosts.add_argument("-H", "--hosts", default=None,
+                       help="host1:slots,host2:slots (default: all ranks on this host)")
+    hosts.add_argument("-hostfile", "--hostfile", default=None,
+                       help="a file of lines 'host slots=N' (Horovod's and Open MPI's format)")
+    parser.add_argument("-x", dest="export", action="append", default=[], metavar="VAR[=VALUE]",
+                        help="also set VAR for every rank: its value here, or VALUE "
+                             "(repeatable; remote ranks get only these and the defaults)")
     parser.add_argument("--fusion-threshold-mb", type=float, default=None,
                         help="fusion buffer size in MiB (CERAR_FUSION_THRESHOLD); 0 disables")
     parser.add_argument("--cycle-time-ms", type=float, default=None, help="CERAR_CYCLE_TIME")
@@ -48,6 +65,9 @@ def parse_args(argv=None):
     parser.add_argument("--rendezvous-addr", default=None,
                         help="this host's address as the ranks see it (multi-host jobs)")
     parser.add_argument("--ssh-port", type=int, default=None, help="ssh port of remote hosts")
+    parser.add_argument("--network-interfaces", default=None, metavar="IFACE[,IFACE]",
+                        help="interface of every rank's data links (CERAR_IFACE; the first "
+                             "is used; default: the route to the rendezvous host)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command of every rank")
     args = parser.parse_args(argv)
     if args.command and args.command[0] == "--":
@@ -82,6 +102,49 @@ def parse_hosts(spec, np):
     return hosts
 
 
+def parse_hostfile(path, np):
+    """[(host, slots)] from lines "host slots=N" ('#' starts a comment; no slots means 1)."""
+    spec = []
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            words = line.split("#", 1)[0].split()
+            if not words:
+                continue
+            slots = "1"
+            for word in words[1:]:
+                key, _, value = word.partition("=")
+                if key not in ("slots", "max_slots", "max-slots") or not value:
+                    raise ValueError(f"{path}:{number}: expected 'host slots=N', got {line.strip()!r}")
+                if key == "slots":
+                    slots = value
+            spec.append(f"{words[0]}:{slots}")
+    if not spec:
+        raise ValueError(f"{path}: no hosts")
+    return parse_hosts(",".join(spec), np)
+
+
+def exported(names, environ):
+    """The variables named by -x: "VAR" takes its value here, "VAR=VALUE" sets it."""
+    out = {}
+    for item in names:
+        name, eq, value = item.partition("=")
+        if not name or not name.replace("_", "a").isalnum() or name[0].isdigit():
+            raise ValueError(f"-x {item!r}: not a variable name")
+        if eq:
+            out[name] = value
+        elif name in environ:
+            out[name] = environ[name]
+        else:
+            raise ValueError(f"-x {name}: not set in the launcher's environment")
+    return out
+
+
+def forwarded(environ):
+    """What remote ranks get from the launcher's environment without -x."""
+    return {k: v for k, v in environ.items()
+            if k.startswith(FORWARDED_PREFIXES) or k in FORWARDED_NAMES}
+
+
 def assign(hosts, np):
     """[(rank, host, local_rank, local_size)]: the hosts are filled in order."""
     placement = []
@@ -94,7 +157,39 @@ def assign(hosts, np):
 
 
 def is_local(host):
-    return host in _LOCAL_NAMES or host in (socket.gethostname(), socket.getfqdn())
+    """This host's names, or a name or address that resolves to one of its addresses."""
+    if host in _LOCAL_NAMES or host in (socket.gethostname(), socket.getfqdn()):
+        return True
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    for family, _, _, _, address in infos:
+        if address[0].startswith("127."):  # a name of another host never resolves to loopback
+            continue
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((address[0], 0))  # only this host's own addresses can be bound
+                return True
+            except OSError:
+                pass
+    return False
+
+
+def route_source(host):
+    """The local address of the route to `host` (a connected UDP socket; nothing is sent)."""
+    try:
+        infos = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)
+    except OSError as error:
+        raise ValueError(f"cannot resolve host {host!r}: {error}") from None
+    for family, _, _, _, address in infos:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            try:
+                probe.connect(address)
+                return probe.getsockname()[0]
+            except OSError:
+                continue
+    raise ValueError(f"no route to host {host!r}")
 
 
 def knob_env(args):
@@ -113,6 +208,8 @@ def knob_env(args):
         env["CERAR_TIMELINE"] = args.timeline
     if args.timeout is not None:
         env["CERAR_TIMEOUT_SECONDS"] = repr(args.timeout)
+    if args.network_interfaces is not None:
+        env["CERAR_IFACE"] = args.network_interfaces
     return env
 
 
@@ -131,17 +228,28 @@ def ssh_command(host, env, command, cwd, ssh_port=None):
     """The ssh command line that runs `command` on `host` in `cwd` with `env` set.
 
     CERAR_SECRET is left out: command lines are visible to every user of both hosts (ps), so
-    the remote shell reads it from its standard input, which the launcher writes (ssh_stdin).
+    the remote shell reads it from its standard input, which the launcher writes (ssh_stdin)
+    and keeps open. The rank runs in a session of its own; a watcher reads the rest of the
+    input, and when it ends (the launcher closed it, or died, or ssh's connection broke)
+    terminates the rank's process group, then kills it after GRACE_SECONDS. The remote shell
+    exits with the rank's code, which ssh returns.
     """
     ssh = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no"]
     if ssh_port:
         ssh += ["-p", str(ssh_port)]
     public = {k: v for k, v in env.items() if k != "CERAR_SECRET"}
     assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(public.items()))
-    read_secret = "IFS= read -r CERAR_SECRET && export CERAR_SECRET && " \
+    read_secret = "IFS= read -r CERAR_SECRET || exit 1; export CERAR_SECRET; " \
         if "CERAR_SECRET" in env else ""
-    remote = f"{read_secret}cd {shlex.quote(cwd)} && exec env {assignments} " + \
-        " ".join(shlex.quote(c) for c in command) + " </dev/null"
+    rank = "setsid env " + assignments + " " + " ".join(shlex.quote(c) for c in command)
+    # A background list's input is /dev/null unless redirected: the watcher reads ssh's
+    # through descriptor 3.
+    watcher = ("{ while read -r _; do :; done; kill -TERM -$pid $pid; "
+               f"sleep {GRACE_SECONDS}; kill -KILL -$pid $pid; }} <&3 >/dev/null 2>&1 & "
+               "watch=$!; exec 3<&-; ")
+    remote = (f"{read_secret}cd {shlex.quote(cwd)} || exit 1; exec 3<&0; "
+              f"{rank} </dev/null 3<&- & pid=$!; {watcher}"
+              "wait $pid; rc=$?; kill $watch 2>/dev/null; exit $rc")
     return ssh + [host, remote]
 
 
@@ -160,94 +268,95 @@ def _pump(rank, stream, lock):
     stream.close()
 
 
-def _terminate(procs, grace=5.0):
+def _terminate(procs, grace=GRACE_SECONDS):
+    """Stops every rank still running. A remote rank's ssh first gets its input closed, which
+    makes the remote shell terminate the rank and exit; a local one (or an ssh that outlives
+    the grace period) gets SIGTERM, then SIGKILL, to its process group."""
     for proc in procs:
-        if proc.poll() is None:
+        if proc.stdin is not None and not proc.stdin.closed:
             try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
+                proc.stdin.close()
+            except OSError:
                 pass
+    # A remote shell kills its rank GRACE_SECONDS after its SIGTERM: ssh ends soon after.
     deadline = time.monotonic() + grace
+    remote_deadline = deadline + GRACE_SECONDS + 2
+    for proc in procs:
+        if proc.poll() is None and proc.stdin is None:
+            _signal_group(proc, signal.SIGTERM)
+    for proc in procs:
+        limit = remote_deadline if proc.stdin is not None else deadline
+        try:
+            proc.wait(max(0.0, limit - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal_group(proc, signal.SIGTERM if proc.stdin is not None else signal.SIGKILL)
     for proc in procs:
         try:
-            proc.wait(max(0.0, deadline - time.monotonic()))
+            proc.wait(1.0)
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _signal_group(proc, signal.SIGKILL)
             proc.wait()
+
+
+def _signal_group(proc, sig):
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+class _Stopped(Exception):
+    """SIGTERM or SIGHUP reached the launcher."""
+
+    def __init__(self, sig):
+        super().__init__(sig)
+        self.code = 128 + sig
+
+
+def _raise_stopped(sig, _frame):
+    raise _Stopped(sig)
 
 
 def _exit_code(rc):
     return rc if rc > 0 else 128 - rc
 
 
+def rendezvous_address(args, placement):
+    """Where ranks reach the launcher's store: --rendezvous-addr, loopback when every rank is
+    local, else this host's address on the route to the first remote host (the network the
+    hosts share, whatever this host's name resolves to here)."""
+    if args.rendezvous_addr:
+        return args.rendezvous_addr
+    remote = [host for _, host, _, _ in placement if not is_local(host)]
+    return route_source(remote[0]) if remote else "127.0.0.1"
+
+
 def launch(args):
     from cerar._cerar import StoreServer
 
-    hosts = parse_hosts(args.hosts, args.np)
+    if args.hostfile:
+        hosts = parse_hostfile(args.hostfile, args.np)
+    else:
+        hosts = parse_hosts(args.hosts, args.np)
     placement = assign(hosts, args.np)
-    all_local = all(is_local(host) for _, host, _, _ in placement)
-    addr = args.rendezvous_addr or ("127.0.0.1" if all_local else socket.getfqdn())
+    exported(args.export, os.environ)  # a bad -x fails before anything starts
+    addr = rendezvous_address(args, placement)
+    all_local = addr in _LOCAL_NAMES or addr.startswith("127.")
     secret = secrets.token_hex(16)
     server = StoreServer("127.0.0.1" if all_local else "0.0.0.0", 0, secret)
     server.start()
-    knobs = knob_env(args)
-    lock = threading.Lock()
     procs, pumps = [], []
-    for rank, host, local_rank, local_size in placement:
-        env = rank_env(rank, args.np, local_rank, local_size, addr, server.port, secret, knobs)
-        remote = not is_local(host)
-        if remote:
-            command, full_env = ssh_command(host, env, args.command, os.getcwd(),
-                                            args.ssh_port), dict(os.environ)
-        else:
-            command, full_env = args.command, {**os.environ, **env}
-        try:
-            proc = subprocess.Popen(command, env=full_env,
-                                    stdin=subprocess.PIPE if remote else subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-            if remote:  # the secret travels inside ssh's encrypted stream, not on its line
-                proc.stdin.write(ssh_stdin(env))
-                proc.stdin.close()
-        except OSError as error:
-            print(f"cerarrun: cannot start rank {rank}: {error}", file=sys.stderr)
-            _terminate(procs)
-            return 127
-        procs.append(proc)
-        pump = threading.Thread(target=_pump, args=(rank, proc.stdout, lock), daemon=True)
-        pump.start()
-        pumps.append(pump)
-
-    # One waiter per rank reports exits in the order they happen: the first failure decides.
-    exits = queue.Queue()
-    for rank, proc in enumerate(procs):
-        threading.Thread(target=lambda r, p: exits.put((r, p.wait())), args=(rank, proc),
-                         daemon=True).start()
-    deadline = time.monotonic() + args.max_time if args.max_time else None
-    code, finished = 0, 0
     try:
-        while finished < len(procs):
-            limit = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                rank, rc = exits.get(timeout=1.0 if limit is None else min(limit, 1.0))
-            except queue.Empty:
-                if deadline is not None and time.monotonic() >= deadline:
-                    print(f"cerarrun: the job ran past --max-time {args.max_time:g} s; "
-                          "terminating it", file=sys.stderr, flush=True)
-                    code = 124
-                    break
-                continue
-            finished += 1
-            if rc != 0:
-                print(f"cerarrun: rank {rank} exited with code {rc}; terminating the others",
-                      file=sys.stderr, flush=True)
-                code = _exit_code(rc)
-                break
+        code = _start_ranks(args, placement, addr, server.port, secret, procs, pumps)
+        if code == 0:
+            code = _wait(args, placement, procs)
     except KeyboardInterrupt:
         code = 130
+    except _Stopped as stop:
+        code = stop.code
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the clean-up below must not be cut short
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _terminate(procs)
     for pump in pumps:
         pump.join(timeout=2.0)
@@ -255,11 +364,76 @@ def launch(args):
     return code
 
 
+def _start_ranks(args, placement, addr, port, secret, procs, pumps):
+    """Starts every rank, appending to procs and pumps; 0, or 127 when one cannot start."""
+    extra = exported(args.export, os.environ)
+    knobs = knob_env(args)
+    lock = threading.Lock()
+    for rank, host, local_rank, local_size in placement:
+        env = rank_env(rank, args.np, local_rank, local_size, addr, port, secret, knobs)
+        remote = not is_local(host)
+        if remote:
+            command = ssh_command(host, {**forwarded(os.environ), **extra, **env},
+                                  args.command, os.getcwd(), args.ssh_port)
+            full_env = dict(os.environ)
+        else:
+            command, full_env = args.command, {**os.environ, **extra, **env}
+        try:
+            proc = subprocess.Popen(command, env=full_env,
+                                    stdin=subprocess.PIPE if remote else subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            if remote:  # the secret travels inside ssh's encrypted stream, not on its line
+                proc.stdin.write(ssh_stdin(env))
+                proc.stdin.flush()  # the input stays open: its end stops the remote rank
+        except OSError as error:
+            print(f"cerarrun: cannot start rank {rank}: {error}", file=sys.stderr)
+            return 127
+        procs.append(proc)
+        pump = threading.Thread(target=_pump, args=(rank, proc.stdout, lock), daemon=True)
+        pump.start()
+        pumps.append(pump)
+    return 0
+
+
+def _wait(args, placement, procs):
+    """The job's exit code: 0 when every rank succeeded, else the first failure's."""
+    # One waiter per rank reports exits in the order they happen: the first failure decides.
+    exits = queue.Queue()
+    for rank, proc in enumerate(procs):
+        threading.Thread(target=lambda r, p: exits.put((r, p.wait())), args=(rank, proc),
+                         daemon=True).start()
+    deadline = time.monotonic() + args.max_time if args.max_time else None
+    code, finished = 0, 0
+    while finished < len(procs):
+        limit = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            rank, rc = exits.get(timeout=1.0 if limit is None else min(limit, 1.0))
+        except queue.Empty:
+            if deadline is not None and time.monotonic() >= deadline:
+                print(f"cerarrun: the job ran past --max-time {args.max_time:g} s; "
+                      "terminating it", file=sys.stderr, flush=True)
+                code = 124
+                break
+            continue
+        finished += 1
+        if rc != 0:
+            where = placement[rank][1]
+            how = ": ssh could not run it there" if rc == 255 and not is_local(where) else ""
+            print(f"cerarrun: rank {rank} exited with code {rc} (on {where}{how}); "
+                  "terminating the others", file=sys.stderr, flush=True)
+            code = _exit_code(rc)
+            break
+    return code
+
+
 def main(argv=None):
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_stopped)
+    signal.signal(signal.SIGHUP, _raise_stopped)
     try:
         return launch(args)
-    except ValueError as error:
+    except (ValueError, OSError) as error:
         print(f"cerarrun: {error}", file=sys.stderr)
         return 2
 

@@ -8,7 +8,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <dirent.h>
+
+#include <cstring>
+#include <fstream>
 #include <map>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -99,15 +105,36 @@ TEST(SecretPolicy, SingleHostWithoutSecretUsesAPrivateUnixSocket) {
   chmod(dir.path.c_str(), 0700);
 }
 
-bool tcpPortOpen(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(uint16_t(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool open = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  close(fd);
-  return open;
+// Whether this process holds a TCP socket listening on `port` (any address). Other processes
+// on the machine may listen there once the port is free again, so the check looks only at
+// this process's own descriptors.
+bool listensOnTcpPort(int port) {
+  std::set<std::string> mine;
+  if (DIR* fds = opendir("/proc/self/fd")) {
+    while (dirent* entry = readdir(fds)) {
+      char target[256] = {};
+      const std::string path = std::string("/proc/self/fd/") + entry->d_name;
+      if (readlink(path.c_str(), target, sizeof target - 1) > 0 &&
+          std::strncmp(target, "socket:[", 8) == 0) {
+        mine.insert(std::string(target + 8, std::strlen(target) - 9));
+      }
+    }
+    closedir(fds);
+  }
+  for (const char* table : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
+    std::ifstream lines(table);
+    std::string line;
+    std::getline(lines, line);  // the header
+    while (std::getline(lines, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >>
+          timeout >> inode;
+      const int localPort = int(std::stoul(local.substr(local.find(':') + 1), nullptr, 16));
+      if (state == "0A" && localPort == port && mine.count(inode)) return true;
+    }
+  }
+  return false;
 }
 
 // Two ranks under torchrun's variables and no secret: the job runs, with no TCP store port.
@@ -117,7 +144,9 @@ TEST(SecretPolicy, TorchrunSingleHostJobRunsWithoutATcpStore) {
   {
     TcpStoreServer probe("127.0.0.1", 0, "");  // a free port, released at once
     port = probe.port();
+    ASSERT_TRUE(listensOnTcpPort(port));  // the check sees a listener of this process
   }
+  ASSERT_FALSE(listensOnTcpPort(port));
   std::fflush(nullptr);
   std::vector<pid_t> pids;
   for (int rank = 0; rank < 2; ++rank) {
@@ -136,7 +165,7 @@ TEST(SecretPolicy, TorchrunSingleHostJobRunsWithoutATcpStore) {
         struct stat info {};
         const std::string socket = dir.path + "/cerar-store-" + std::to_string(port) + ".sock";
         const bool served = rank != 0 || stat(socket.c_str(), &info) == 0;
-        code = ones[0] == 2.0f && served && !tcpPortOpen(port) ? 0 : 2;
+        code = ones[0] == 2.0f && served && !listensOnTcpPort(port) ? 0 : 2;
         rt->shutdown();
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
