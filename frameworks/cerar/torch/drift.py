@@ -7,6 +7,9 @@ spread and put the replicas back in step.
     cerar.torch.resync_parameters(model)                  # every rank takes rank 0's values
 
 DistributedOptimizer(..., resync_every=K) calls resync_parameters after every K-th step().
+DriftControl (below), on by default in DistributedOptimizer and the DDP hook, checks the
+spread every few steps on which CERAR ran and resyncs parameters and optimizer state when it
+exceeds a tolerance (docs/fidelity.md, "Drift control").
 The collectives use the exact ring for min/max and broadcast, whatever CERAR_ALGORITHM says.
 """
 import torch
@@ -78,8 +81,10 @@ import weakref  # noqa: E402
 # 14x above SGD's plateau (about 7e-5: no resync needed) and crossed by Adam within 10 steps.
 DEFAULT_CHECK_EVERY = 50
 DEFAULT_TOLERANCE = 1e-3
-# Steps from the check's launch (the last rank's) to its resync: the check runs under the next
-# step's compute, and by the end of the second step every rank has its result (see _Pending).
+# Steps from the check's launch (the last rank's) to its resync. The check runs under the next
+# step's compute. Every rank has its result by the end of the second step: each rank submits
+# the check before that step's gradients, so the check is negotiated no later than they are,
+# and the second step's gradients come in a later cycle, which the coordinator runs after it.
 RESYNC_LAG = 2
 
 _controls = weakref.WeakSet()
@@ -111,10 +116,11 @@ class DriftControl:
     (momentum, Adam's moments, ...) are sent to every rank.
 
     The check: per tensor two float64 fingerprints (projections on two fixed random +-1
-    vectors) and the squared norm; one all-reduce (Max) of [fp, -fp, ...] gives every rank each fingerprint's
-    spread over the ranks. A fixed +-1 projection of p_r - p_s has the size of ||p_r - p_s||_2
-    on average, so the drift is estimated as sqrt(sum of squared spreads / 2) / ||p||_2: the
-    largest pairwise L2 distance relative to the model's norm. It goes through the runtime as
+    vectors) and the squared norm; one all-reduce (Max) of [fp, -fp, ...] gives every rank
+    each fingerprint's spread over the ranks. A random +-1 projection of p_r - p_s has the
+    mean square ||p_r - p_s||_2^2 whatever the drift's pattern, so the drift is estimated as
+    sqrt(sum of squared spreads / 2) / ||p||_2: about the largest pairwise L2 distance
+    relative to the model's norm. It goes through the runtime as
     an ordinary named all-reduce ("cerar.drift.<prefix>.check.<n>"; Max: always the exact ring)
     launched after a step and read RESYNC_LAG steps later, so it never blocks the step. The
     decision is computed from the reduced vector, identical on every rank.
