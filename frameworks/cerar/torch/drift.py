@@ -137,7 +137,9 @@ class DriftControl:
     defaults. Those are job-wide: the first check carries rank 0's values and every rank adopts
     them (CERAR_DRIFT_CHECK_EVERY=0 on rank 0 then turns it off everywhere after that check).
     every=0 passed in code turns it off with no traffic at all (the same code runs on every
-    rank, as with Horovod's arguments).
+    rank, as with Horovod's arguments). The operations are named after `prefix`, by default
+    "opt.<k>", k counting this process's drift controls in creation order: build optimizers
+    in the same order on every rank (as DDP hook states).
     """
 
     def __init__(self, parameters, optimizer=None, every=None, tolerance=None, prefix=None):
