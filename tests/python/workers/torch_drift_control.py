@@ -3,7 +3,8 @@ replicas' drift after N steps stays under the tolerance, right after the resync 
 Adam's moments are bit-identical on every rank; with drift_check_every=0 nothing is checked or
 sent and the drift grows past the tolerance. Then the job-wide environment settings: ranks
 started with different CERAR_DRIFT_* adopt rank 0's at the first check, though their first
-checks were launched at different steps, and still resync at the same step."""
+checks were launched at different steps, and still resync at the same step;
+CERAR_DRIFT_CHECK_EVERY=0 everywhere turns it off after that first check."""
 import os
 
 import torch
@@ -118,5 +119,19 @@ identical("momentum after the env resync",
           [sgd.state[p]["momentum_buffer"] for p in model.parameters()])
 for name in ("CERAR_DRIFT_CHECK_EVERY", "CERAR_DRIFT_TOLERANCE"):
     del os.environ[name]
+
+# 3. CERAR_DRIFT_CHECK_EVERY=0 everywhere: one check (the settings' agreement) at the default
+# K, no resync, then nothing.
+os.environ["CERAR_DRIFT_CHECK_EVERY"] = "0"
+model = make(2)
+sgd = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
+                               named(model, "env_off"))
+del os.environ["CERAR_DRIFT_CHECK_EVERY"]
+control = sgd.drift_control
+for step in range(1, 2 * K + 3):
+    train_step(model, sgd, step)
+check("env off: agreed once, then off", control.stats["checks"] == 1 and
+      control.stats["resyncs"] == 0 and not control.enabled and control._launched == 1,
+      control.stats)
 print("env settings OK", flush=True)
 hvd.shutdown()
