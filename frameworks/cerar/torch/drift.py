@@ -79,7 +79,7 @@ import weakref  # noqa: E402
 # Measured on the fidelity suite's models (docs/fidelity.md, "Drift control"): a check costs
 # about 1-4 ms and Adam's resync (parameters and moments) about 20 ms, so every 20 steps they
 # stay far under 1% of a step (charlm: 270-500 ms, digits: 14-60 ms, no resync with SGD);
-# Adam's drift then stays near what 22 steps make. 1e-3 of ||p|| is 10x above SGD's plateau
+# Adam's drift then stays near what 20 steps make. 1e-3 of ||p|| is 10x above SGD's plateau
 # (about 1e-4: no resync needed) and crossed by Adam within 10 steps.
 DEFAULT_CHECK_EVERY = 20
 DEFAULT_TOLERANCE = 1e-3
