@@ -33,6 +33,12 @@ def parse_args():
     p.add_argument("--error-every", type=int, default=5, help="0: never measure the error")
     p.add_argument("--drift-every", type=int, default=50)
     p.add_argument("--resync-every", type=int, default=0, help="cerar: DistributedOptimizer knob")
+    p.add_argument("--drift-check-every", type=int, default=None,
+                   help="cerar: drift control's K (0: off; default: the library's)")
+    p.add_argument("--drift-tolerance", type=float, default=None)
+    p.add_argument("--ab-blocks", type=int, default=0,
+                   help="cerar: toggle drift control on/off every this many steps and time "
+                        "both modes side by side (the overhead measurement)")
     p.add_argument("--out", default=None)
     return p.parse_args()
 
@@ -111,11 +117,15 @@ class CerarBackend:
         hvd.init()
         self.rank, self.size = hvd.rank(), hvd.size()
 
-    def wrap(self, model, optimizer, resync_every):
+    def wrap(self, model, optimizer, args):
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        optimizer = self.hvd.DistributedOptimizer(optimizer, model.named_parameters(),
-                                                  resync_every=resync_every)
+        optimizer = self.hvd.DistributedOptimizer(
+            optimizer, model.named_parameters(), resync_every=args.resync_every,
+            drift_check_every=args.drift_check_every, drift_tolerance=args.drift_tolerance)
         return model, optimizer
+
+    def drift_control(self, model, optimizer):
+        return optimizer.drift_control
 
     def finish_backward(self, optimizer):
         optimizer.synchronize()  # waits for the all-reduces still running
@@ -164,9 +174,11 @@ class DdpBackend:
         dist.init_process_group("gloo")
         self.rank, self.size = dist.get_rank(), dist.get_world_size()
 
-    def wrap(self, model, optimizer, resync_every):
+    def wrap(self, model, optimizer, args):
         return torch.nn.parallel.DistributedDataParallel(model), optimizer
 
+    def drift_control(self, model, optimizer):
+        return None
 
     def finish_backward(self, optimizer):
         pass  # DDP's reducer has averaged the gradients by the end of backward()
@@ -206,11 +218,16 @@ class DdpCerarBackend(DdpBackend):
     """DDP whose buckets cerar's runtime averages (cerar.torch.ddp), started from the same
     torchrun variables as the process group."""
 
-    def wrap(self, model, optimizer, resync_every):
+    def wrap(self, model, optimizer, args):
         import cerar.torch.ddp as cddp
         ddp = torch.nn.parallel.DistributedDataParallel(model)
-        cddp.register_cerar_hook(ddp)
+        self.state = cddp.register_cerar_hook(ddp, optimizer=optimizer,
+                                              drift_check_every=args.drift_check_every,
+                                              drift_tolerance=args.drift_tolerance)
         return ddp, optimizer
+
+    def drift_control(self, model, optimizer):
+        return self.state.drift_control
 
     def stats(self):
         import cerar
@@ -248,6 +265,20 @@ def evaluate(backend, model, val):
     return total / count, correct / count
 
 
+def ab_summary(ab):
+    """Mean step ms per mode and per block (blocks alternate on, off, on, ...)."""
+    out = {}
+    for mode, rows in ab.items():
+        blocks = {}
+        for block, seconds in rows:
+            blocks.setdefault(block, []).append(seconds)
+        means = [1000 * sum(v) / len(v) for _, v in sorted(blocks.items())]
+        key = "on" if mode else "off"
+        out[key + "_mean_ms"] = 1000 * sum(s for _, s in rows) / max(1, len(rows))
+        out[key + "_block_means_ms"] = means
+    return out
+
+
 def main():
     args = parse_args()
     torch.set_num_threads(1)
@@ -258,10 +289,17 @@ def main():
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = (torch.optim.SGD(params, lr=hyper["lr"], momentum=hyper["momentum"])
                  if "momentum" in hyper else torch.optim.Adam(params, lr=hyper["lr"]))
-    model, optimizer = backend.wrap(model, optimizer, args.resync_every)
+    model, optimizer = backend.wrap(model, optimizer, args)
+    control = backend.drift_control(model, optimizer)
     history, drift, step_seconds, comm_seconds = [], [], [], []
+    ab = {True: [], False: []}  # --ab-blocks: (block, seconds) per mode
+    checks = 0
     start = time.perf_counter()
     for step in range(1, args.steps + 1):
+        mode = True
+        if args.ab_blocks and control is not None:
+            mode = ((step - 1) // args.ab_blocks) % 2 == 0
+            control.active = mode
         x, y = batch(step, backend.rank, backend.size)
         measured = args.error_every > 0 and step % args.error_every == 0
         t0 = time.perf_counter()
@@ -279,12 +317,19 @@ def main():
         else:
             step_seconds.append(time.perf_counter() - t0)
             comm_seconds.append(t2 - t1)
+            ab[mode].append(((step - 1) // max(1, args.ab_blocks), step_seconds[-1]))
+        if control is not None and control.stats["checks"] != checks:
+            checks = control.stats["checks"]
+            row.update(drift_estimate=control.stats["last_drift"],
+                       resyncs=control.stats["resyncs"])
         if step % args.eval_every == 0 or step == args.steps:
             row["val_loss"], row["val_acc"] = evaluate(backend, model, val)
         if step % args.drift_every == 0 or step == args.steps:
             drift.append(dict(step=step, **backend.drift(model)))
         history.append(row)
     seconds = time.perf_counter() - start
+    if control is not None:
+        control.active = False  # the cost probes below are not training steps
     costs = backend.costs(model)
     stats = backend.stats()
     if backend.rank == 0:
@@ -311,6 +356,10 @@ def main():
             "seconds": seconds, "costs": costs,
             "predicted_error_max": stats.get("predicted_error_max"),
             "cerar_buffers": stats.get("cerar_buffers"), "ring_buffers": stats.get("ring_buffers"),
+            "drift_control": dict(control.stats, every=control.every,
+                                  tolerance=control.tolerance) if control is not None else None,
+            "max_drift_rel": max(d["max_rel"] for d in drift),
+            "ab": ab_summary(ab) if args.ab_blocks else None,
             "history": history,
         }
         print("RESULT " + json.dumps({k: v for k, v in result.items()

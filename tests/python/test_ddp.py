@@ -92,10 +92,15 @@ def test_autocast_and_nonfinite_skip_agree_on_every_rank(ring_job):
     assert_every_rank(ring_job, "amp skip")
 
 
+def test_drift_control_sends_nothing_with_the_ring(ring_job):
+    assert_every_rank(ring_job, "drift control")
+
+
 def test_cerar_within_the_selections_bound_and_nonfinite_skip():
     output = run_ddp("cerar")
     assert_every_rank(output, "cerar bound")
     assert_every_rank(output, "amp skip")
+    assert_every_rank(output, "drift control")  # resync of parameters and momentum
 
 
 def test_bucket_size_mismatch_fails_on_every_rank():

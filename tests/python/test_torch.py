@@ -21,3 +21,9 @@ def test_distributed_optimizer_three_ranks():
 
 def test_drift_resync_and_error_reporting():
     assert_ok(run_job("torch_drift.py", np=4, timeout=150), "drift OK")
+
+
+def test_drift_control_on_by_default_resyncs_parameters_and_optimizer_state():
+    result = run_job("torch_drift_control.py", np=4, timeout=150)
+    assert_ok(result, "defaults OK")
+    assert_ok(result, "env settings OK")

@@ -66,7 +66,8 @@ def join(device=-1):
 
 from cerar.torch.functions import (allgather_object, broadcast_object,  # noqa: E402
                                    broadcast_optimizer_state, broadcast_parameters)
-from cerar.torch.drift import parameter_drift, resync_parameters  # noqa: E402
+from cerar.torch.drift import (DriftControl, drift_stats, parameter_drift,  # noqa: E402
+                               resync_parameters)
 from cerar.torch.optimizer import DistributedOptimizer  # noqa: E402
 from cerar.torch.ddp import CerarHookState, cerar_hook, register_cerar_hook  # noqa: E402,F401
 from cerar.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402

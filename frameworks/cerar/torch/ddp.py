@@ -10,6 +10,12 @@ k counts the hook states of this process in creation order (so it is the same on
 that builds its models in the same order). The hook only submits the bucket and returns a
 torch.futures.Future; a helper thread waits on the runtime's handles (the GIL released) and
 completes the futures, with the CerarError as the future's exception when a bucket fails.
+
+Drift control (cerar.torch.DriftControl) is on by default, as in DistributedOptimizer: once
+the last bucket of a backward pass is reduced (on the helper thread, before backward()
+returns), every K-th backward pass on which CERAR ran launches a check, and a drift over the
+tolerance makes every rank take rank 0's parameters (and the optimizer's state when
+register_cerar_hook got optimizer=...) before the optimizer's step.
 """
 import itertools
 import queue
@@ -31,6 +37,7 @@ class CerarHookState:
     def __init__(self, prefix=None):
         self.prefix = prefix if prefix is not None else f"ddp.{next(_states)}"
         self.buckets_submitted = 0
+        self.drift_control = None  # set by register_cerar_hook
 
     def name(self, bucket):
         return f"{self.prefix}.{bucket.index()}"
@@ -46,19 +53,21 @@ class _Completer:
         self._thread = None
         self._lock = threading.Lock()
 
-    def submit(self, handle, future, result):
+    def submit(self, handle, future, result, after=None):
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="cerar-ddp-futures",
                                                 daemon=True)
                 self._thread.start()
-        self._queue.put((handle, future, result))
+        self._queue.put((handle, future, result, after))
 
     def _run(self):
         while True:
-            handle, future, result = self._queue.get()
+            handle, future, result, after = self._queue.get()
             try:
                 handle.wait()
+                if after is not None:
+                    after()
             except Exception as error:  # CerarError; set so that DDP raises it on this rank
                 future.set_exception(error)
             else:
@@ -81,7 +90,11 @@ def cerar_hook(state, bucket):
         future.set_exception(error)
     else:
         state.buckets_submitted += 1
-        _completer.submit(handle, future, tensor)
+        control = getattr(state, "drift_control", None)
+        # After the last bucket every earlier one is done (the helper waits in order): the
+        # backward pass's gradients are all reduced, the parameters not yet stepped.
+        after = control.after_step if control is not None and bucket.is_last() else None
+        _completer.submit(handle, future, tensor, after)
     # set_exception stores the error as the future's value, which only Python's wait() raises;
     # DDP's reducer reads the value in C++. A continuation that waits turns it into the
     # future's error, so that DDP raises the CerarError's message.
@@ -92,11 +105,21 @@ def _value(future):
     return future.wait()
 
 
-def register_cerar_hook(model, state=None, **init_overrides):
+def register_cerar_hook(model, state=None, optimizer=None, drift_check_every=None,
+                        drift_tolerance=None, **init_overrides):
     """Starts cerar if needed (init(**init_overrides), e.g. algorithm="ring") and registers
-    cerar_hook on the DistributedDataParallel `model`. Returns the hook's state."""
+    cerar_hook on the DistributedDataParallel `model`. Returns the hook's state.
+
+    optimizer: the model's optimizer, so that drift control's resync also sends its state
+    (momentum, Adam's moments); without it only the parameters are resynced.
+    drift_check_every, drift_tolerance: as DistributedOptimizer's (0 turns drift control off).
+    """
     if not cerar.is_initialized():
         cerar.init(**init_overrides)
     state = state if state is not None else CerarHookState()
+    from cerar.torch.drift import DriftControl
+    module = getattr(model, "module", model)
+    state.drift_control = DriftControl(list(module.named_parameters()), optimizer,
+                                       drift_check_every, drift_tolerance, prefix=state.prefix)
     model.register_comm_hook(state, cerar_hook)
     return state

@@ -40,7 +40,7 @@ def _make_groups(groups, ordered):
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, op, backward_passes_per_step,
                  gradient_predivide_factor, resync_every=0, compression=None, groups=None,
-                 sparse_as_dense=False):
+                 sparse_as_dense=False, drift_check_every=None, drift_tolerance=None):
         super(self.__class__, self).__init__(params)
         all_params = [p for group in self.param_groups for p in group["params"]]
         if named_parameters is not None:
@@ -86,6 +86,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._resync_items = [(self._names[p], p) for p in all_params]
         import cerar.torch as ct
         self._ct = ct
+        self.drift_control = ct.DriftControl(self._resync_items, self, drift_check_every,
+                                             drift_tolerance)
         self._register_hooks()
 
     def _register_hooks(self):
@@ -201,6 +203,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._resync_every and self._steps % self._resync_every == 0:
             # CERAR's replicas drift apart by about its error per step; rank 0's copy wins.
             self._ct.resync_parameters(self._resync_items, prefix="resync")
+        self.drift_control.after_step()
         return result
 
     def zero_grad(self, *args, **kwargs):
@@ -213,7 +216,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False, process_set=None,
-                         resync_every=0):
+                         resync_every=0, drift_check_every=None, drift_tolerance=None):
     """Wraps `optimizer` so that step() applies the gradients reduced (averaged by default)
     over all ranks. The result is an instance of the optimizer's own class (schedulers work)
     with the same parameter groups and state. The arguments are Horovod's:
@@ -229,6 +232,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     gradients (Horovod's delta optimizer; cerar/torch/adasum_optimizer.py).
     resync_every: with K > 0, every K-th step() ends by broadcasting rank 0's parameters, so
     CERAR's replica drift (docs/fidelity.md) never accumulates over more than K steps.
+    drift_check_every, drift_tolerance: drift control (cerar.torch.DriftControl, on by
+    default): every K steps on which CERAR ran, a cheap check of the replicas' spread, and
+    when it exceeds the tolerance (relative L2) rank 0's parameters and optimizer state are
+    sent to every rank. None: CERAR_DRIFT_CHECK_EVERY / CERAR_DRIFT_TOLERANCE (job-wide) or the
+    defaults; drift_check_every=0 turns it off. Its counters: optimizer.drift_control.stats.
     """
     if process_set is not None and getattr(process_set, "process_set_id", 0) != 0:
         raise ValueError("DistributedOptimizer: process sets other than the global one are "
@@ -239,7 +247,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
                dict(_DistributedOptimizer.__dict__))
     wrapped = cls(optimizer.param_groups, named_parameters, op, backward_passes_per_step,
                   gradient_predivide_factor, resync_every, compression,
-                  groups if groups is not None else (num_groups or None), sparse_as_dense)
+                  groups if groups is not None else (num_groups or None), sparse_as_dense,
+                  drift_check_every, drift_tolerance)
     if optimizer.state:
         wrapped.load_state_dict(optimizer.state_dict())
     return wrapped

@@ -250,6 +250,35 @@ if mode in ("ring", "cerar"):
     check("skipped step 1 only", decisions == [True, False, True], decisions)
     ok("amp skip")
 
+if mode in ("ring", "cerar"):
+    # drift control through the hook, checking after every backward pass with a tolerance
+    # every drift exceeds: with the ring nothing is checked or sent. With CERAR check 0
+    # (backward 1, before any step: no drift) is read by backward 1 + lag; check 1, launched
+    # then, makes every rank resync inside backward 1 + 2 lag, before the optimizer's step:
+    # parameters and momentum are then bit-identical
+    from cerar.torch.drift import RESYNC_LAG
+    model = ddp(make_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    control = register_cerar_hook(model, optimizer=optimizer, drift_check_every=1,
+                                  drift_tolerance=1e-12).drift_control
+    resync_step = 1 + 2 * RESYNC_LAG
+    for step in range(1, resync_step + 1):
+        optimizer.zero_grad()
+        loss(model, step).backward()
+        if mode == "cerar" and step == resync_step:
+            check("resynced", control.stats["resyncs"] == 1, control.stats)
+            state = [optimizer.state[p]["momentum_buffer"] for p in model.parameters()]
+            for name, tensors in (("parameters", list(model.parameters())), ("momentum", state)):
+                flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+                root = flat.clone()
+                dist.broadcast(root, 0)
+                check(f"{name} identical after resync", torch.equal(flat, root))
+        optimizer.step()
+    if mode == "ring":
+        check("ring: no drift check", control.stats["checks"] == 0 and
+              control.stats["cerar_steps"] == 0 and control._launched == 0, control.stats)
+    ok("drift control")
+
 if mode == "mismatch":
     # one rank builds its buckets with another size cap: only cerar sees the shapes differ
     # (find_unused_parameters: DDP buckets by size from the first step, not after a rebuild

@@ -35,8 +35,10 @@ def batch(step, per_rank=8):
 torch.manual_seed(0)
 model = Net()
 reference = copy.deepcopy(model)
+# drift control asked to check after every step: with the ring it must never do anything
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
-                               named_parameters=model.named_parameters())
+                               named_parameters=model.named_parameters(),
+                               drift_check_every=1, drift_tolerance=1e-12)
 check("isinstance", isinstance(opt, torch.optim.SGD), type(opt).__mro__)
 ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
 for step in range(6):
@@ -50,6 +52,9 @@ for step in range(6):
     ref_opt.step()
 for (name, p), q in zip(model.named_parameters(), reference.parameters()):
     check_close(f"equivalence {name}", p.detach(), q.detach(), rtol=1e-5, atol=1e-6)
+stats = opt.drift_control.stats
+check("ring: no drift check", stats["steps"] == 6 and stats["cerar_steps"] == 0 and
+      stats["checks"] == 0 and stats["resyncs"] == 0 and opt.drift_control._launched == 0, stats)
 
 # 2. backward_passes_per_step=2 with gradient_predivide_factor: two half batches per step
 model2 = copy.deepcopy(reference)
