@@ -69,3 +69,12 @@ from cerar.torch.functions import (allgather_object, broadcast_object,  # noqa: 
 from cerar.torch.drift import parameter_drift, resync_parameters  # noqa: E402
 from cerar.torch.optimizer import DistributedOptimizer  # noqa: E402
 from cerar.torch.ddp import CerarHookState, cerar_hook, register_cerar_hook  # noqa: E402,F401
+
+
+# torch.distributed's backend "cerar": registered here, so that `import cerar.torch` and
+# `dist.init_process_group("cerar")` suffice on every torch that can host it (cerar.torch.backend).
+from cerar.torch import backend as _backend  # noqa: E402
+
+if _backend.missing_api() is None:
+    _backend.register_backend()
+register_backend = _backend.register_backend
