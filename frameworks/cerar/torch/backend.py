@@ -34,16 +34,15 @@ _c10d = torch._C._distributed_c10d
 # torch 2.x: a Backend serves the devices it is registered for inside torch's ProcessGroup
 # (so "cpu:cerar,cuda:nccl" works); torch 1.13 has no Backend class: the whole ProcessGroup.
 _BASE = getattr(_c10d, "Backend", None) or dist.ProcessGroup
-_work_from_future = getattr(_c10d, "_create_work_from_future", None)
 
 
 def missing_api():
     """Why this torch cannot host the backend, or None."""
     if not dist.is_available():
         return "this torch has no torch.distributed"
-    if _work_from_future is None:
-        return ("this torch lacks torch._C._distributed_c10d._create_work_from_future (and a "
-                "ProcessGroup that Python may subclass), which came with torch 1.13")
+    if not hasattr(_c10d, "_create_work_from_future"):  # came with the Python trampolines
+        return ("this torch cannot run a process group written in Python (no "
+                "torch._C._distributed_c10d.ProcessGroup / Work trampolines, torch 1.13 has them)")
     return None
 
 
@@ -73,9 +72,45 @@ def torch_error(error):
 # --- Work objects -------------------------------------------------------------------------------
 def _raise(future):
     # A Python future's set_exception stores the error as its value (only Python's wait()
-    # raises it); waiting here turns it into the continuation's error, which torch's C++ Work
-    # and DDP's reducer see.
+    # raises it); waiting here turns it into the continuation's error, which DDP's reducer
+    # (C++) sees.
     return future.wait()
+
+
+class _Work(_c10d.Work):
+    """A collective in flight: wait() raises its error (torch 1.13's future-wrapping Work would
+    return True), get_future() completes with the tensors or the error.
+
+    torch 1.13 does not keep a Python Work alive for its C++ callers (DDP's), which would then
+    wait on the base class forever: the group holds each Work until it is done and someone
+    has waited on it or taken its future."""
+
+    def __init__(self, future, held):
+        super().__init__()
+        self._future = future
+        self._chained = future.then(_raise)
+        self._used = False
+        held.append(self)
+
+    def wait(self, timeout=None):
+        self._used = True
+        self._future.wait()  # raises the collective's error, of its own type
+        self._chained.wait()  # so that get_future() is done once wait() returns
+        return True
+
+    def get_future(self):
+        self._used = True
+        return self._chained
+
+    def is_completed(self):
+        return self._future.done()
+
+    def result(self):
+        self._used = True
+        return self._future.wait()
+
+    def _done_with(self):
+        return self._used and self._future.done()
 
 
 class _Completer:
@@ -84,14 +119,19 @@ class _Completer:
 
     def __init__(self):
         self._queue = queue.Queue()
+        self._held = []
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="cerar-dist-futures", daemon=True)
         self._thread.start()
 
     def work(self, finish, tensors):
         devices = sorted({t.device for t in tensors if t.device.type != "cpu"}, key=str)
         future = torch.futures.Future(devices=devices) if devices else torch.futures.Future()
+        with self._lock:
+            self._held = [w for w in self._held if not w._done_with()]
+            work = _Work(future, self._held)
         self._queue.put((finish, future))
-        return _work_from_future(future.then(_raise))
+        return work
 
     def close(self):
         self._queue.put(None)
