@@ -16,9 +16,10 @@ TORCH2 = hasattr(torch._C._distributed_c10d, "Backend")
 
 
 def run_ranks(tmp_path, mode, rank0_env=None, backend="cerar", timeout=120):
-    base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("CERAR_", "OMPI_", "SLURM_", "MASTER_"))
-            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    launcher = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    base = {k: v for k, v in os.environ.items() if k not in launcher and (
+        not k.startswith(("CERAR_", "OMPI_", "SLURM_", "MASTER_"))
+        or k == "CERAR_WARNING_FILTERS")}  # torch2-env.sh's strict warnings
     base.update(CERAR_LOG_LEVEL="fatal", OMP_NUM_THREADS="1", CERAR_TEST_BACKEND=backend,
                 CERAR_TEST_STORE=f"file://{tmp_path / 'store'}")
     procs = [subprocess.Popen(
