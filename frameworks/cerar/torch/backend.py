@@ -372,6 +372,24 @@ for _name, *_aliases in (
         ("allreduce_sparse",)):
     setattr(ProcessGroupCerar, _name, _to_gloo(_name, *_aliases))
 
+def group_backend(group=None):
+    """The ProcessGroupCerar serving `group`'s CPU tensors (default: the default group)."""
+    group = group if group is not None else dist.group.WORLD
+    found = group if isinstance(group, ProcessGroupCerar) else (
+        group._get_backend(torch.device("cpu")) if hasattr(group, "_get_backend") else None)
+    if not isinstance(found, ProcessGroupCerar):
+        raise ValueError("cerar: this process group does not run on the cerar backend")
+    return found
+
+
+def stats(group=None):
+    """The counters of `group`'s runtime (as cerar.stats(): ring_buffers, cerar_buffers, ...)."""
+    runtime = group_backend(group)._runtime
+    if runtime is None:
+        raise ValueError("cerar: this process group has been shut down")
+    return runtime.stats()
+
+
 # Runtimes still running at exit are stopped (a group torch never destroyed).
 _live = weakref.WeakSet()
 

@@ -13,6 +13,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import cerar
 import cerar.torch  # noqa: F401 -- registers the backend
+from cerar.torch.backend import group_backend, stats
 
 mode = sys.argv[1]
 r, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -80,6 +81,9 @@ if mode == "collectives":
     check("float sum", excess <= 0, f"{excess:g} over the ring's bound")
     mine, theirs = both(dist.all_reduce, data(3, (1 << 18,), torch.float64, grid=True))
     check("exact float64 sum", torch.equal(mine, theirs))
+    counters = stats()
+    check("ring only", counters["cerar_buffers"] == 0 and counters["ring_buffers"] > 0,
+          str(counters))
     ok("all_reduce")
 
     # async: Work.wait(), get_future(), a non-contiguous tensor, coalesced
@@ -193,7 +197,8 @@ elif mode == "cerar":
     excess, error = within_ring_bound(mine, tensor, n)
     scale = tensor.abs().double()
     dist.all_reduce(scale, group=gloo)
-    check("approximate", excess > 0, "as exact as the ring: CERAR was not used")
+    check("approximate", excess > 0 and stats()["cerar_buffers"] > 0,
+          f"as exact as the ring: CERAR was not used {stats()}")
     check("cerar bound", error <= 4 * 2.0 ** -11 * float(scale.max()),
           f"{error:g} vs max sum|x| {float(scale.max()):g}")
     ok("cerar setting")
@@ -258,4 +263,8 @@ elif mode == "dead":
     sys.stdout.flush()
     os._exit(0)  # the group has failed: nothing to shut down cleanly
 
+backend = group_backend()
 dist.destroy_process_group()
+# torch 2.x shuts the backend down with the group; torch 1.13 leaves it to exit (atexit)
+if hasattr(torch._C._distributed_c10d, "Backend"):
+    check("destroyed", backend._runtime is None)
