@@ -95,3 +95,32 @@ def test_a_torch_without_the_api_gets_a_clear_error(monkeypatch):
     monkeypatch.setattr(backend, "missing_api", lambda: "no trampolines")
     with pytest.raises(RuntimeError, match="cannot be registered: no trampolines"):
         backend.register_backend()
+
+
+def test_work_raises_the_collectives_error_and_is_released_once_used():
+    import threading
+
+    import cerar
+    from cerar.torch.backend import _Completer
+    completer = _Completer()
+    gate = threading.Event()
+    tensor = torch.ones(2)
+
+    def fails():
+        gate.wait(30)
+        raise cerar.PeerLostError("rank 2 was lost")
+    failing = completer.work(fails, [tensor])
+    passing = completer.work(lambda: [tensor], [tensor])
+    assert not failing.is_completed()
+    gate.set()
+    with pytest.raises(cerar.PeerLostError, match="rank 2 was lost") as raised:
+        failing.wait()
+    if hasattr(dist, "DistBackendError"):
+        assert isinstance(raised.value, dist.DistBackendError)
+    with pytest.raises(RuntimeError, match="rank 2 was lost"):
+        failing.get_future().wait()  # what DDP's reducer reads
+    assert passing.wait() and passing.get_future().wait()[0] is tensor
+    assert len(completer._held) == 2  # held until the next submission sees them done and used
+    completer.work(lambda: [], []).wait()
+    assert len(completer._held) == 1
+    completer.close()

@@ -113,6 +113,9 @@ class _Work(_c10d.Work):
         return self._used and self._future.done()
 
 
+_MAX_HELD = 4096
+
+
 class _Completer:
     """One thread per process group: waits on the runtime's handles in submission order and
     completes their futures, so that neither torch's thread nor the runtime's waits."""
@@ -128,7 +131,11 @@ class _Completer:
         devices = sorted({t.device for t in tensors if t.device.type != "cpu"}, key=str)
         future = torch.futures.Future(devices=devices) if devices else torch.futures.Future()
         with self._lock:
-            self._held = [w for w in self._held if not w._done_with()]
+            held = [w for w in self._held if not w._done_with()]
+            if len(held) > _MAX_HELD:  # done and never looked at (async_op=True, dropped)
+                keep_from = len(held) - _MAX_HELD
+                held = [w for i, w in enumerate(held) if i >= keep_from or not w.is_completed()]
+            self._held = held
             work = _Work(future, self._held)
         self._queue.put((finish, future))
         return work
