@@ -249,6 +249,7 @@ elif mode == "ddp":
 elif mode == "dead":
     tensor = torch.ones(1 << 16)
     dist.all_reduce(tensor)  # every rank is up
+    dist.barrier()  # and nothing is left in flight to the victim
     if r == n - 1:
         os.kill(os.getpid(), signal.SIGKILL)
     try:
