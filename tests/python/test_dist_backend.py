@@ -70,7 +70,7 @@ def test_killed_rank_raises_torchs_error_on_the_others(tmp_path):
     procs, output = run_ranks(tmp_path, "dead")
     assert_ranks(procs, output, "dead peer", ranks=range(NP - 1))
     assert procs[NP - 1].returncode != 0
-    assert "raised PeerLostError" in output, output
+    assert "raised PeerLostError" in output or "raised CerarTimeoutError" in output, output
 
 
 def test_registered_on_import_and_idempotent():

@@ -260,6 +260,10 @@ elif mode == "dead":
         check("torch's type", isinstance(error, torch_type), type(error).__mro__)
         print(f"[{r}] raised {type(error).__name__}: {str(error)[:300]}", flush=True)
         check("names the rank", f"rank {n - 1}" in str(error), str(error))
+        # killed: its links close (PeerLostError); on a loaded machine a survivor may time out
+        # on a neighbour first, and the agreed blame still names the victim
+        check("cerar's class", isinstance(error, (cerar.PeerLostError, cerar.CerarTimeoutError)),
+              type(error).__mro__)
         ok("dead peer")
     sys.stdout.flush()
     os._exit(0)  # the group has failed: nothing to shut down cleanly
