@@ -82,7 +82,7 @@ def test_registered_on_import_and_idempotent():
 
 def test_error_is_torchs_type_and_cerars():
     import cerar
-    from cerar.torch.backend import torch_error
+    from cerar.torch._dist_work import torch_error
     error = torch_error(cerar.PeerLostError("lost"))
     assert isinstance(error, cerar.PeerLostError) and isinstance(error, RuntimeError)
     if hasattr(dist, "DistBackendError"):
@@ -101,7 +101,7 @@ def test_work_raises_the_collectives_error_and_is_released_once_used():
     import threading
 
     import cerar
-    from cerar.torch.backend import _Completer
+    from cerar.torch._dist_work import _Completer
     completer = _Completer()
     gate = threading.Event()
     tensor = torch.ones(2)

@@ -19,8 +19,9 @@ mode = sys.argv[1]
 r, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 TIMEOUT = datetime.timedelta(seconds=10 if mode == "dead" else 60)
 # The one-line change: "cerar" where the code said "gloo" (or "cpu:cerar" on torch 2.x).
-dist.init_process_group(os.environ.get("CERAR_TEST_BACKEND", "cerar"), init_method=os.environ["CERAR_TEST_STORE"], rank=r,
-                        world_size=n, timeout=TIMEOUT)
+dist.init_process_group(os.environ.get("CERAR_TEST_BACKEND", "cerar"),
+                        init_method=os.environ["CERAR_TEST_STORE"], rank=r, world_size=n,
+                        timeout=TIMEOUT)
 gloo = dist.new_group(backend="gloo")  # the reference, same ranks
 torch.set_num_threads(1)
 U = {torch.float32: torch.finfo(torch.float32).eps / 2,
