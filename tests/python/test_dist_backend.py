@@ -124,3 +124,26 @@ def test_work_raises_the_collectives_error_and_is_released_once_used():
     completer.work(lambda: [], []).wait()
     assert len(completer._held) == 1
     completer.close()
+
+
+def test_entry_point_registers_without_the_import(tmp_path):
+    """An installed cerar (pip install .) on a torch that reads backend entry points: naming
+    the backend is enough, no `import cerar.torch`."""
+    from importlib.metadata import entry_points
+    if not hasattr(dist.Backend, "_ensure_backend_registered"):
+        pytest.skip("this torch does not read torch.distributed.backends entry points")
+    if not any(e.name == "cerar" for e in entry_points(group="torch.distributed.backends")):
+        pytest.skip("cerar is not installed here (its entry point is declared by pip install)")
+    code = ("import sys, torch, torch.distributed as dist\n"
+            f"dist.init_process_group('cerar', init_method='file://{tmp_path / 'store'}', "
+            "rank=0, world_size=1)\n"
+            "t = torch.ones(3); dist.all_reduce(t)\n"
+            "backend = dist.group.WORLD._get_backend(torch.device('cpu'))\n"
+            "print(type(backend).__name__, t.tolist())\n"
+            "dist.destroy_process_group()\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CERAR_", "MASTER_"))
+           or k == "CERAR_WARNING_FILTERS"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, env=env, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ProcessGroupCerar [1.0, 1.0, 1.0]" in result.stdout, result.stdout + result.stderr
