@@ -25,7 +25,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from cerar import Op
+from cerar import Op, cuda_built
 from cerar.torch._dist_work import _Completer
 from cerar.torch.ops import _DTYPES, _view
 
@@ -96,7 +96,10 @@ def _op_of(reduce_op, dtype):
 
 
 def _runtime_can(tensors):
+    """Whether the runtime takes these tensors (one dtype it reduces, dense, on one device:
+    the host, or a GPU in a CUDA build); Gloo takes the others."""
     return (len(tensors) > 0 and all(t.dtype in _DTYPES and t.layout == torch.strided
+                                     and (t.device.type == "cpu" or (t.is_cuda and cuda_built()))
                                      for t in tensors)
             and len({(t.dtype, t.device) for t in tensors}) == 1)
 
