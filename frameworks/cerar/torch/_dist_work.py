@@ -44,8 +44,9 @@ def _raise(future):
 
 
 class _Work(_c10d.Work):
-    """A collective in flight: wait() raises its error (torch 1.13's future-wrapping Work would
-    return True), get_future() completes with the tensors or the error.
+    """A collective in flight: wait() raises its error (the Work that torch makes from a future
+    returns True even then, in 1.13 and 2.15), get_future() completes with the tensors or the
+    error.
 
     torch 1.13 does not keep a Python Work alive for its C++ callers (DDP's), which would then
     wait on the base class forever: the group holds each Work until it is done and someone
