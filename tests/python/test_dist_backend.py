@@ -15,7 +15,7 @@ NP = 3
 TORCH2 = hasattr(torch._C._distributed_c10d, "Backend")
 
 
-def run_ranks(tmp_path, mode, rank0_env=None, backend="cerar", timeout=120):
+def run_ranks(tmp_path, mode, rank0_env=None, backend="cerar", timeout=120, stopped=None):
     launcher = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
     base = {k: v for k, v in os.environ.items() if k not in launcher and (
         not k.startswith(("CERAR_", "OMPI_", "SLURM_", "MASTER_"))
@@ -30,8 +30,13 @@ def run_ranks(tmp_path, mode, rank0_env=None, backend="cerar", timeout=120):
         for r in range(NP)]
     outputs = []
     try:
-        for proc in procs:
+        for rank, proc in enumerate(procs):
+            if rank == stopped:  # waits for the others, then is ended from here
+                continue
             outputs.append(proc.communicate(timeout=timeout)[0])
+        if stopped is not None:
+            procs[stopped].kill()
+            outputs.append(procs[stopped].communicate(timeout=timeout)[0])
     except subprocess.TimeoutExpired:
         for proc in procs:
             proc.kill()
@@ -71,6 +76,12 @@ def test_killed_rank_raises_torchs_error_on_the_others(tmp_path):
     assert_ranks(procs, output, "dead peer", ranks=range(NP - 1))
     assert procs[NP - 1].returncode != 0
     assert "raised PeerLostError" in output or "raised CerarTimeoutError" in output, output
+
+
+def test_silent_rank_times_out_with_torchs_error_on_the_others(tmp_path):
+    procs, output = run_ranks(tmp_path, "frozen", stopped=NP - 1)  # torch's timeout: 10 s
+    assert_ranks(procs, output, "dead peer", ranks=range(NP - 1))
+    assert "raised CerarTimeoutError" in output, output
 
 
 def test_registered_on_import_and_idempotent():

@@ -5,6 +5,7 @@ import datetime
 import os
 import signal
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -17,7 +18,7 @@ from cerar.torch.backend import group_backend, stats
 
 mode = sys.argv[1]
 r, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-TIMEOUT = datetime.timedelta(seconds=10 if mode == "dead" else 60)
+TIMEOUT = datetime.timedelta(seconds=10 if mode in ("dead", "frozen") else 60)
 # The one-line change: "cerar" where the code said "gloo" (or "cpu:cerar" on torch 2.x).
 dist.init_process_group(os.environ.get("CERAR_TEST_BACKEND", "cerar"),
                         init_method=os.environ["CERAR_TEST_STORE"], rank=r, world_size=n,
@@ -247,16 +248,22 @@ elif mode == "ddp":
                 p.copy_(q)
     ok("ddp")
 
-elif mode == "dead":
+elif mode in ("dead", "frozen"):  # rank n-1 is killed, or stops (torch's timeout then)
     tensor = torch.ones(1 << 16)
     dist.all_reduce(tensor)  # every rank is up
     dist.barrier()  # and nothing is left in flight to the victim
     if r == n - 1:
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL if mode == "dead" else signal.SIGSTOP)
     try:
         dist.all_reduce(tensor, async_op=True).wait()
         check("dead peer", False, "all_reduce succeeded without rank n-1")
     except RuntimeError as error:
+        # rank 0's process hosts cerar's store, where the survivors agree on whom to blame:
+        # no survivor leaves before every survivor has its error (torch's store is a file)
+        store = dist.distributed_c10d._get_default_store()
+        store.add("survivors failed", 1)
+        while store.add("survivors failed", 0) < n - 1:
+            time.sleep(0.05)
         torch_type = getattr(dist, "DistBackendError", RuntimeError)
         check("torch's type", isinstance(error, torch_type), type(error).__mro__)
         print(f"[{r}] raised {type(error).__name__}: {str(error)[:300]}", flush=True)
