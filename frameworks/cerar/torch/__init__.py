@@ -71,3 +71,17 @@ from cerar.torch.drift import (DriftControl, drift_stats, parameter_drift,  # no
 from cerar.torch.optimizer import DistributedOptimizer  # noqa: E402
 from cerar.torch.ddp import CerarHookState, cerar_hook, register_cerar_hook  # noqa: E402,F401
 from cerar.torch.sync_batch_norm import SyncBatchNorm  # noqa: E402
+
+
+# torch.distributed's backend "cerar": registered here, so that `import cerar.torch` and
+# `dist.init_process_group("cerar")` suffice on every torch that can host it (cerar.torch.backend).
+if torch.distributed.is_available():
+    from cerar.torch import backend as _backend  # noqa: E402
+
+    if _backend.missing_api() is None:
+        _backend.register_backend()
+    register_backend = _backend.register_backend
+else:
+    def register_backend():
+        raise RuntimeError("cerar: the torch.distributed backend needs torch.distributed, "
+                           "which this build of torch lacks")
