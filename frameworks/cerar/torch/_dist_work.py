@@ -1,13 +1,13 @@
 """The Work objects of torch.distributed's backend "cerar" (cerar.torch.backend): a helper
 thread per group completes them as the runtime's handles finish, and failures become the
 exception classes torch's own backends raise."""
-import queue
 import threading
 
 import torch
 import torch.distributed as dist
 
 from cerar import CerarError
+from cerar.torch._completer import Completer
 
 _c10d = torch._C._distributed_c10d
 
@@ -84,15 +84,14 @@ _MAX_HELD = 4096
 
 
 class _Completer:
-    """One thread per process group: waits on the runtime's handles in submission order and
-    completes their futures, so that neither torch's thread nor the runtime's waits."""
+    """One per process group: completes the group's Work objects in submission order on a
+    helper thread (cerar.torch._completer), so that neither torch's thread nor the runtime's
+    waits; keeps the Work objects torch 1.13 would drop (below)."""
 
     def __init__(self):
-        self._queue = queue.Queue()
+        self._thread = Completer("cerar-dist-futures", torch_error)
         self._held = []
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="cerar-dist-futures", daemon=True)
-        self._thread.start()
 
     def work(self, finish, tensors):
         devices = sorted({t.device for t in tensors if t.device.type != "cpu"}, key=str)
@@ -104,21 +103,8 @@ class _Completer:
                 held = [w for i, w in enumerate(held) if i >= keep_from or not w.is_completed()]
             self._held = held
             work = _Work(future, self._held)
-        self._queue.put((finish, future))
+        self._thread.submit(finish, future)
         return work
 
     def close(self):
-        self._queue.put(None)
-
-    def _run(self):
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            finish, future = item
-            try:
-                value = finish()
-            except Exception as error:  # noqa: BLE001 -- every failure goes to the future
-                future.set_exception(torch_error(error))
-            else:
-                future.set_result(value)
+        self._thread.close(timeout=30)

@@ -17,9 +17,8 @@ returns), every K-th backward pass on which CERAR ran launches a check, and a dr
 tolerance makes every rank take rank 0's parameters (and the optimizer's state when
 register_cerar_hook got optimizer=...) before the optimizer's step.
 """
+import functools
 import itertools
-import queue
-import threading
 
 import torch
 
@@ -27,6 +26,7 @@ import cerar
 from cerar import Average
 from cerar.torch import allreduce_async_
 from cerar.torch._compat import bucket_buffer
+from cerar.torch._completer import Completer
 
 _states = itertools.count()
 
@@ -43,38 +43,15 @@ class CerarHookState:
         return f"{self.prefix}.{bucket.index()}"
 
 
-class _Completer:
-    """One thread per process that waits on handles in submission order and completes their
-    futures. A thread rather than a runtime callback: futures' callbacks then never run on the
-    runtime's coordinator thread, and DDP's autograd thread never waits."""
-
-    def __init__(self):
-        self._queue = queue.Queue()
-        self._thread = None
-        self._lock = threading.Lock()
-
-    def submit(self, handle, future, result, after=None):
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="cerar-ddp-futures",
-                                                daemon=True)
-                self._thread.start()
-        self._queue.put((handle, future, result, after))
-
-    def _run(self):
-        while True:
-            handle, future, result, after = self._queue.get()
-            try:
-                handle.wait()
-                if after is not None:
-                    after()
-            except Exception as error:  # CerarError; set so that DDP raises it on this rank
-                future.set_exception(error)
-            else:
-                future.set_result(result)
+# Waits on the runtime's handles in submission order and completes the futures.
+_completer = Completer("cerar-ddp-futures")
 
 
-_completer = _Completer()
+def _finish(handle, tensor, after):
+    handle.wait()  # a CerarError sets the future's exception, so that DDP raises it here
+    if after is not None:
+        after()
+    return tensor
 
 
 def cerar_hook(state, bucket):
@@ -94,7 +71,7 @@ def cerar_hook(state, bucket):
         # After the last bucket every earlier one is done (the helper waits in order): the
         # backward pass's gradients are all reduced, the parameters not yet stepped.
         after = control.after_step if control is not None and bucket.is_last() else None
-        _completer.submit(handle, future, tensor, after)
+        _completer.submit(functools.partial(_finish, handle, tensor, after), future)
     # set_exception stores the error as the future's value, which only Python's wait() raises;
     # DDP's reducer reads the value in C++. A continuation that waits turns it into the
     # future's error, so that DDP raises the CerarError's message.
