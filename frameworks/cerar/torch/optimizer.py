@@ -37,27 +37,35 @@ def _make_groups(groups, ordered):
     return out
 
 
+def _names_by_id(named_parameters, all_params):
+    """id(parameter) -> its name (named_parameters checked against the optimizer's
+    parameters), or "noname.<i>" in the optimizer's order without names."""
+    if named_parameters is None:
+        return {id(p): f"noname.{i}" for i, p in enumerate(all_params)}
+    named = list(named_parameters)
+    if named and not isinstance(named[0], tuple):
+        raise ValueError("named_parameters must be (name, parameter) pairs, as from "
+                         "model.named_parameters()")
+    names = [n for n, _ in named]
+    if len(set(names)) != len(names):
+        raise ValueError("named_parameters holds duplicate names")
+    by_id = {id(p): n for n, p in named}
+    if len(by_id) != len(named):
+        raise ValueError("named_parameters holds a parameter twice")
+    unnamed = [p for p in all_params if id(p) not in by_id]
+    if unnamed:
+        raise ValueError(f"{len(unnamed)} optimizer parameters are missing from "
+                         "named_parameters")
+    return by_id
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, op, backward_passes_per_step,
                  gradient_predivide_factor, resync_every=0, compression=None, groups=None,
                  sparse_as_dense=False, drift_check_every=None, drift_tolerance=None):
         super(self.__class__, self).__init__(params)
         all_params = [p for group in self.param_groups for p in group["params"]]
-        if named_parameters is not None:
-            named = list(named_parameters)
-            if named and not isinstance(named[0], tuple):
-                raise ValueError("named_parameters must be (name, parameter) pairs, as from "
-                                 "model.named_parameters()")
-            names = [n for n, _ in named]
-            if len(set(names)) != len(names):
-                raise ValueError("named_parameters holds duplicate names")
-            by_id = {id(p): n for n, p in named}
-            unnamed = [p for p in all_params if id(p) not in by_id]
-            if unnamed:
-                raise ValueError(f"{len(unnamed)} optimizer parameters are missing from "
-                                 "named_parameters")
-        else:
-            by_id = {id(p): f"noname.{i}" for i, p in enumerate(all_params)}
+        by_id = _names_by_id(named_parameters, all_params)
         if op not in (Average, Sum) and gradient_predivide_factor != 1.0:
             raise ValueError("gradient_predivide_factor needs op=Average or op=Sum")
         self._names = {p: f"allreduce.{by_id[id(p)]}" for p in all_params}
@@ -264,17 +272,6 @@ def _adasum(optimizer, named_parameters, compression, gradient_predivide_factor)
     if gradient_predivide_factor != 1.0:
         raise ValueError("gradient_predivide_factor needs op=Average or op=Sum")
     all_params = [p for group in optimizer.param_groups for p in group["params"]]
-    if named_parameters is not None:
-        named = list(named_parameters)
-        if named and not isinstance(named[0], tuple):
-            raise ValueError("named_parameters must be (name, parameter) pairs, as from "
-                             "model.named_parameters()")
-        by_id = {id(p): n for n, p in named}
-        if len(by_id) != len(named) or len(set(by_id.values())) != len(named):
-            raise ValueError("named_parameters holds duplicate names or parameters")
-        if any(id(p) not in by_id for p in all_params):
-            raise ValueError("optimizer parameters are missing from named_parameters")
-    else:
-        by_id = {id(p): f"noname.{i}" for i, p in enumerate(all_params)}
+    by_id = _names_by_id(named_parameters, all_params)
     names = {p: f"adasum.{by_id[id(p)]}" for p in all_params}
     return adasum_optimizer(optimizer, names, compression or Compression.none)
