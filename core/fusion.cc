@@ -10,7 +10,7 @@ namespace cerar {
 
 std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& responses,
                                             size_t thresholdBytes) {
-  using Key = std::tuple<DType, Op, bool, double, double>;
+  using Key = std::tuple<Kind, DType, Op, bool, double, double>;
   struct Open {
     size_t group;
     size_t bytes;
@@ -21,13 +21,14 @@ std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& respons
     const Response& r = responses[i];
     const Description& d = r.description;
     const size_t bytes = d.bytes();
-    const bool fusible = thresholdBytes > 0 && r.error.empty() && d.kind == Kind::kAllreduce &&
+    const bool reduces = d.kind == Kind::kAllreduce || d.kind == Kind::kReducescatter;
+    const bool fusible = thresholdBytes > 0 && r.error.empty() && reduces &&
                          bytes <= thresholdBytes;
     if (!fusible) {
       groups.push_back({i});
       continue;
     }
-    const Key key{d.dtype, d.op, r.reducedOnDevice(), d.prescale, d.postscale};
+    const Key key{d.kind, d.dtype, d.op, r.reducedOnDevice(), d.prescale, d.postscale};
     auto it = open.find(key);
     if (it != open.end() && it->second.bytes + bytes <= thresholdBytes) {
       groups[it->second.group].push_back(i);

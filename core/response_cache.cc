@@ -32,7 +32,11 @@ const Response& ResponseCache::at(size_t slot) const {
 }
 
 void ResponseCache::put(const Response& response) {
-  if (capacity_ == 0 || !response.error.empty()) return;
+  // An alltoall's splits are each rank's own and change from call to call: never cached.
+  if (capacity_ == 0 || !response.error.empty() ||
+      response.description.kind == Kind::kAlltoall) {
+    return;
+  }
   const std::string key = response.key();
   size_t slot;
   if (auto it = byKey_.find(key); it != byKey_.end()) {
