@@ -10,7 +10,7 @@ here around the runtime's call, exactly:
 """
 import torch
 
-from cerar import Average, Product, Sum, _auto_name, _rt
+from cerar import Average, Max, Min, Product, Sum, _auto_name, _rt
 from cerar._cerar import DType, RawTensor
 from cerar._handle import Handle, synchronize
 from cerar.torch._compat import stream_of
