@@ -117,6 +117,21 @@ std::unique_ptr<PyHandle> allgather(Runtime& rt, const std::string& name, py::ha
   return makeHandle(std::move(h), std::move(keep), in.dtype);
 }
 
+std::unique_ptr<PyHandle> groupedAllgather(Runtime& rt, const std::vector<std::string>& names,
+                                           const py::list& inputs) {
+  bindings::pruneParked();
+  Keep keep;
+  std::vector<Tensor> ins;
+  for (auto item : inputs) ins.push_back(viewTensor(item, false, keep));
+  const DType dtype = ins.empty() ? DType::kFloat32 : ins.front().dtype;
+  Handle h;
+  {
+    py::gil_scoped_release release;
+    h = rt.groupedAllgather(names, std::move(ins));
+  }
+  return makeHandle(std::move(h), std::move(keep), dtype);
+}
+
 std::unique_ptr<PyHandle> broadcast(Runtime& rt, const std::string& name, py::handle tensor,
                                     int root) {
   bindings::pruneParked();
@@ -153,6 +168,7 @@ py::dict statsDict(const RuntimeStats& s) {
   d["cerar_buffers"] = s.cerarBuffers;
   d["non_finite_fallbacks"] = s.nonFiniteFallbacks;
   d["last_components"] = s.lastComponents;
+  d["allgather_buffers"] = s.allgatherBuffers;
   d["reducescatter_buffers"] = s.reducescatterBuffers;
   d["tensors_scattered"] = s.tensorsScattered;
   d["predicted_error_max"] = s.predictedErrorMax;
@@ -241,7 +257,8 @@ PYBIND11_MODULE(_cerar, m) {
            "returns False if it is still running.")
       .def("output", &PyHandle::output, "allgather, alltoall: the gathered array (after wait).")
       .def("received_splits", &PyHandle::receivedSplits,
-           "alltoall: the rows received from each rank (after wait).")
+           "alltoall: the rows received from each rank; grouped allgather: the rows of every "
+           "rank and tensor (after wait).")
       .def("last_joined_rank", &PyHandle::lastJoinedRank, "join: the rank that joined last.");
 
   py::class_<Runtime, std::unique_ptr<Runtime>>(m, "Runtime")
@@ -267,6 +284,9 @@ PYBIND11_MODULE(_cerar, m) {
            py::arg("splits") = std::vector<int64_t>{},
            "Rows splits[j] to rank j; empty splits divide the first dimension equally.")
       .def("allgather", &allgather, py::arg("name"), py::arg("input"))
+      .def("grouped_allgather", &groupedAllgather, py::arg("names"), py::arg("inputs"),
+           "One unit; output() is flat (tensor 0 gathered, then tensor 1, ...), "
+           "received_splits() the rows at [rank * tensors + tensor].")
       .def("broadcast", &broadcast, py::arg("name"), py::arg("tensor"), py::arg("root"))
       .def("barrier", [](Runtime& rt) { return simple([&] { return rt.barrier(); }); })
       .def("join", [](Runtime& rt) { return simple([&] { return rt.join(); }); })

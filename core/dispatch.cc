@@ -79,7 +79,7 @@ void checkLocalSizes(const Response& unit, const Entry& entry, int rank, int siz
                                 "': the coordinator's shape has ", expected,
                                 " elements, this rank's tensor ", local));
   };
-  const bool grouped = d.kind == Kind::kAllreduce || d.kind == Kind::kReducescatter;
+  const bool grouped = d.kind != Kind::kBroadcast && d.kind != Kind::kAlltoall;
   const size_t tensors = grouped ? d.shapes.size() : 1;
   CERAR_ENFORCE(entry.inputs.size() == tensors && d.shapes.size() >= tensors, "rank ", rank,
                 ": ", tensors, " tensors in the coordinator's response, ", entry.inputs.size(),
@@ -87,10 +87,10 @@ void checkLocalSizes(const Response& unit, const Entry& entry, int rank, int siz
   for (size_t k = 0; k < tensors; ++k) {
     size_t expected = shapeElements(d.shapes[k]);
     if (d.kind == Kind::kAllgather) {
-      std::vector<int64_t> mine = d.shapes[0];
-      CERAR_ENFORCE(!mine.empty() && size_t(rank) < unit.firstDims.size(), "rank ", rank,
-                    ": allgather response without this rank's rows");
-      mine[0] = unit.firstDims[rank];
+      std::vector<int64_t> mine = d.shapes[k];
+      CERAR_ENFORCE(!mine.empty() && (rank + 1) * tensors <= unit.firstDims.size(), "rank ",
+                    rank, ": allgather response without this rank's rows");
+      mine[0] = unit.firstDims[rank * tensors + k];
       expected = shapeElements(mine);
     }
     if (d.kind == Kind::kAlltoall) {
@@ -161,7 +161,7 @@ DeviceEvent Dispatcher::run(const std::vector<const Response*>& units,
     case Kind::kAllreduce: return allreduce(units, entries, decision, stats);
     case Kind::kReducescatter: reducescatter(units, entries, stats); break;
     case Kind::kAlltoall: alltoall(first, entries.front(), stats); break;
-    case Kind::kAllgather: allgather(first, entries.front(), stats); break;
+    case Kind::kAllgather: allgather(units, entries, stats); break;
     case Kind::kBroadcast: broadcast(first, entries.front(), stats); break;
     case Kind::kBarrier: break;  // the negotiation itself was the barrier
   }
@@ -486,44 +486,88 @@ void Dispatcher::alltoall(const Response& unit, Entry* entry, RuntimeStats& stat
   for (int j = 0; j < N; ++j) stats.bytesSent += j == rank ? 0 : sendBytes[j];
 }
 
-void Dispatcher::allgather(const Response& unit, Entry* entry, RuntimeStats& stats) {
-  const Description& d = unit.description;
-  const auto& shape = d.shapes.at(0);
-  size_t rowBytes = dtypeSize(d.dtype);
-  for (size_t i = 1; i < shape.size(); ++i) rowBytes *= static_cast<size_t>(shape[i]);
-  const int N = transport_->size();
-  std::vector<size_t> blocks(N);
-  size_t offset = 0, total = 0, rows = 0;
-  for (int r = 0; r < N; ++r) {
-    blocks[r] = static_cast<size_t>(unit.firstDims.at(r)) * rowBytes;
-    if (r < transport_->rank()) offset += blocks[r];
-    total += blocks[r];
-    rows += static_cast<size_t>(unit.firstDims[r]);
+void Dispatcher::allgather(const std::vector<const Response*>& units,
+                           const std::vector<Entry*>& entries, RuntimeStats& stats) {
+  const int N = transport_->size(), rank = transport_->rank();
+  const size_t elementSize = dtypeSize(units.front()->description.dtype);
+  // Every tensor of the group: its unit, its index there, and one row's bytes.
+  struct Part {
+    size_t unit, tensor, rowBytes;
+  };
+  std::vector<Part> parts;
+  for (size_t u = 0; u < units.size(); ++u) {
+    CERAR_ENFORCE(entries[u] != nullptr, "rank ", rank, ": allgather without this rank");
+    const auto& shapes = units[u]->description.shapes;
+    CERAR_ENFORCE(units[u]->firstDims.size() == size_t(N) * shapes.size(), "rank ", rank,
+                  ": allgather response without every rank's rows");
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      std::vector<int64_t> row = shapes[k];
+      row[0] = 1;
+      parts.push_back(Part{u, k, shapeElements(row) * elementSize});
+    }
   }
-  std::vector<std::byte> scratch;
-  std::vector<std::byte>& out = entry ? entry->state->output : scratch;
+  auto bytesOf = [&](size_t i, int r) {
+    const Response& unit = *units[parts[i].unit];
+    const size_t tensors = unit.description.shapes.size();
+    return size_t(unit.firstDims[r * tensors + parts[i].tensor]) * parts[i].rowBytes;
+  };
+  // Rank-major blocks: rank r's block holds its rows of every tensor in order; where[r][i] is
+  // part i's place in it, as an offset into the whole buffer.
+  std::vector<size_t> blocks(N, 0);
+  std::vector<std::vector<size_t>> where(N, std::vector<size_t>(parts.size()));
+  size_t total = 0;
+  for (int r = 0; r < N; ++r) {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      where[r][i] = total + blocks[r];
+      blocks[r] += bytesOf(i, r);
+    }
+    total += blocks[r];
+  }
   const auto start = Clock::now();
-  out.resize(total);
-  if (entry && blocks[transport_->rank()] > 0) {
-    const Tensor& input = entry->inputs[0];
-    if (input.device >= 0) {  // the gathered tensor is the handle's host bytes: stage it there
-      DeviceOps& ops = devices_.get(input.device);
-      for (const DeviceEvent& ready : entry->ready) ops.after(ready);
-      ops.download(out.data() + offset, input.data, blocks[transport_->rank()]);
-    } else {
-      std::memcpy(out.data() + offset, input.data, blocks[transport_->rank()]);
+  if (gathered_.size() < total) gathered_.resize(total);
+  std::byte* buffer = gathered_.data();
+  std::vector<std::byte> staged;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Entry& entry = *entries[parts[i].unit];
+    const size_t n = bytesOf(i, rank);
+    if (n > 0) {
+      std::memcpy(buffer + where[rank][i],
+                  hostBytes(entry.inputs[parts[i].tensor], entry, devices_, staged), n);
     }
   }
   const auto gatherStart = Clock::now();
-  record({&unit}, "MEMCPY_IN", start, gatherStart);
-  ringAllgather(*transport_, out.data(), blocks);
-  record({&unit}, "ALLGATHER", gatherStart, Clock::now(),
-         detail::concat("\"algorithm\": \"ring\", \"bytes\": ", total));
-  if (entry) {
-    entry->state->outputShape = shape;
-    entry->state->outputShape[0] = static_cast<int64_t>(rows);
+  record(units, "MEMCPY_IN", start, gatherStart);
+  ringAllgather(*transport_, buffer, blocks);
+  const auto unpackStart = Clock::now();
+  record(units, "ALLGATHER", gatherStart, unpackStart,
+         detail::concat("\"algorithm\": \"ring\", \"bytes\": ", total, ", \"tensors\": ",
+                        parts.size()));
+  // Each unit's output: tensor 0 gathered (every rank's rows in rank order), then tensor 1...
+  for (size_t u = 0; u < units.size(); ++u) {
+    std::vector<std::byte>& out = entries[u]->state->output;
+    out.clear();
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (parts[i].unit != u) continue;
+      for (int r = 0; r < N; ++r) {
+        const std::byte* from = buffer + where[r][i];
+        out.insert(out.end(), from, from + bytesOf(i, r));
+      }
+    }
+    const Description& d = units[u]->description;
+    OperationState& state = *entries[u]->state;
+    if (d.shapes.size() == 1) {
+      int64_t rows = 0;
+      for (int64_t n : units[u]->firstDims) rows += n;
+      state.outputShape = d.shapes[0];
+      state.outputShape[0] = rows;
+    } else {
+      state.outputShape = {int64_t(out.size() / elementSize)};  // flat: tensors back to back
+    }
+    state.receivedSplits = units[u]->firstDims;
   }
-  stats.bytesSent += total - blocks[transport_->rank()];
+  record(units, "MEMCPY_OUT", unpackStart, Clock::now());
+  stats.allgatherBuffers += 1;
+  stats.bytesSent += total - blocks[rank];
 }
 
 void Dispatcher::broadcast(const Response& unit, Entry* entry, RuntimeStats& stats) {

@@ -50,7 +50,10 @@ class Dispatcher {
   void reducescatter(const std::vector<const Response*>& units,
                      const std::vector<Entry*>& entries, RuntimeStats& stats);
   void alltoall(const Response& unit, Entry* entry, RuntimeStats& stats);
-  void allgather(const Response& unit, Entry* entry, RuntimeStats& stats);
+  // A fused group of allgather units (each of one or more tensors): every rank's rows of
+  // every tensor in one ring allgather, then each unit's output assembled tensor by tensor.
+  void allgather(const std::vector<const Response*>& units, const std::vector<Entry*>& entries,
+                 RuntimeStats& stats);
   void broadcast(const Response& unit, Entry* entry, RuntimeStats& stats);
   // Timeline events of one phase for every tensor of the group.
   void record(const std::vector<const Response*>& units, const char* phase,
@@ -61,6 +64,7 @@ class Dispatcher {
   Timeline& timeline_;
   DeviceSlot& devices_;
   std::vector<std::byte> fusion_;  // grows to the largest group, then reused
+  std::vector<std::byte> gathered_;  // the same for allgather groups
   std::vector<std::byte> exactCopy_;  // debug error mode: the input reduced by the exact ring
   std::vector<std::byte> staged_;     // debug error mode on the device: the result
 };

@@ -56,9 +56,11 @@ bool Response::onDeviceAt(int rank) const {
 Description Response::descriptionAt(int rank) const {
   Description mine = description;
   mine.onDevice = onDeviceAt(rank);
-  if (mine.kind == Kind::kAllgather && !mine.shapes.empty() && !mine.shapes[0].empty() &&
-      size_t(rank) < firstDims.size()) {
-    mine.shapes[0][0] = firstDims[rank];
+  const size_t tensors = mine.shapes.size();
+  if (mine.kind == Kind::kAllgather && (size_t(rank) + 1) * tensors <= firstDims.size()) {
+    for (size_t k = 0; k < tensors; ++k) {
+      if (!mine.shapes[k].empty()) mine.shapes[k][0] = firstDims[rank * tensors + k];
+    }
   }
   return mine;
 }

@@ -62,8 +62,8 @@ struct Request {
 struct Response {
   std::vector<std::string> names;
   Description description;      // the first submitter's (first dimension: see firstDims)
-  // allgather: rows of every rank (0 for joined ranks); alltoall: the N x N rows that rank i
-  // sends to rank j at [i * N + j]
+  // allgather: rows of every rank and tensor at [rank * tensors + tensor]; alltoall: the
+  // N x N rows that rank i sends to rank j at [i * N + j]
   std::vector<int64_t> firstDims;
   std::string error;            // non-empty: every rank fails the unit with this message
   // Empty when every submitting rank's tensors are where description.onDevice says; else,

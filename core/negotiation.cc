@@ -227,11 +227,20 @@ ResponseMessage decodeResponseMessage(const std::vector<uint8_t>& bytes) {
       dim = r.get<int64_t>();
       rows = addChecked(rows, checkedElements({dim}));
     }
-    if (!response.description.shapes.empty() && !response.description.shapes[0].empty()) {
-      // The gathered tensor: every rank's rows times one row's elements and bytes.
-      std::vector<int64_t> row = response.description.shapes[0];
-      row[0] = 1;
-      mulChecked(mulChecked(rows, checkedElements(row)), dtypeSize(response.description.dtype));
+    const auto& shapes = response.description.shapes;
+    if (!shapes.empty() && response.firstDims.size() % shapes.size() == 0) {
+      // Each gathered tensor: its rows over the ranks times one row's elements and bytes.
+      for (size_t k = 0; k < shapes.size(); ++k) {
+        if (shapes[k].empty()) continue;
+        size_t tensorRows = 0;
+        for (size_t i = k; i < response.firstDims.size(); i += shapes.size()) {
+          tensorRows = addChecked(tensorRows, size_t(response.firstDims[i]));
+        }
+        std::vector<int64_t> row = shapes[k];
+        row[0] = 1;
+        mulChecked(mulChecked(tensorRows, checkedElements(row)),
+                   dtypeSize(response.description.dtype));
+      }
     }
     response.placement = r.getBytes();
     response.error = r.getString();
@@ -294,8 +303,11 @@ void NegotiationTable::add(int rank, const Request& request, Clock::time_point n
     entry.first = request;
     entry.submitted.assign(size_, false);
     // alltoall: the N x N matrix of rows sent, row by sender
-    const bool alltoall = request.description.kind == Kind::kAlltoall;
-    entry.firstDims.assign(alltoall ? size_t(size_) * size_ : size_t(size_), 0);
+    const Kind kind = request.description.kind;
+    const size_t columns = kind == Kind::kAlltoall    ? size_t(size_)
+                           : kind == Kind::kAllgather ? request.description.shapes.size()
+                                                      : 1;
+    entry.firstDims.assign(size_t(size_) * columns, 0);
     entry.placement.assign(size_, Response::kNone);
   } else if (entry.submitted[rank]) {
     // A rank never has one name in flight twice; seeing it is a protocol error worth naming.
@@ -315,9 +327,11 @@ void NegotiationTable::add(int rank, const Request& request, Clock::time_point n
   entry.placement[rank] = request.description.onDevice ? Response::kDevice : Response::kHost;
   const Kind kind = entry.first.description.kind;
   if (kind != request.description.kind) return;  // a mismatch, recorded above
-  if (kind == Kind::kAllgather && !request.description.shapes.empty() &&
-      !request.description.shapes[0].empty()) {
-    entry.firstDims[rank] = request.description.shapes[0][0];
+  const auto& shapes = request.description.shapes;
+  if (kind == Kind::kAllgather && shapes.size() == entry.first.description.shapes.size()) {
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      if (!shapes[k].empty()) entry.firstDims[rank * shapes.size() + k] = shapes[k][0];
+    }
   }
   if (kind == Kind::kAlltoall && request.description.splits.size() == size_t(size_)) {
     std::copy(request.description.splits.begin(), request.description.splits.end(),

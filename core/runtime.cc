@@ -246,13 +246,35 @@ class RuntimeImpl final : public Runtime {
   }
 
   Handle allgather(const std::string& name, Tensor input, Callback callback) override {
-    auto entry = singleTensorEntry(Kind::kAllgather, name, input);
-    Status invalid = checkNames({name}, "allgather");
-    if (invalid.ok()) invalid = checkTensor(name, input);
-    if (invalid.ok() && input.shape.empty()) {
-      invalid = argumentError("allgather of '" + name +
-                              "': a scalar has no first dimension to concatenate");
+    return groupedAllgather({name}, {std::move(input)}, std::move(callback));
+  }
+
+  Handle groupedAllgather(const std::vector<std::string>& names, std::vector<Tensor> inputs,
+                          Callback callback) override {
+    auto entry = std::make_unique<Entry>();
+    entry->request.names = names;
+    Description& d = entry->request.description;
+    d.kind = Kind::kAllgather;
+    Status invalid = checkNames(names, "allgather");
+    if (invalid.ok() && inputs.size() != names.size()) {
+      invalid = argumentError(detail::concat("grouped allgather: ", names.size(), " names and ",
+                                             inputs.size(), " inputs"));
     }
+    for (size_t i = 0; invalid.ok() && i < inputs.size(); ++i) {
+      const Tensor& in = inputs[i];
+      if (i == 0) d.dtype = in.dtype, d.onDevice = in.device >= 0;
+      invalid = checkTensor(names[i], in);
+      if (invalid.ok() && in.shape.empty()) {
+        invalid = argumentError("allgather of '" + names[i] +
+                                "': a scalar has no first dimension to concatenate");
+      } else if (invalid.ok() && (in.dtype != d.dtype || in.device != inputs[0].device)) {
+        invalid = argumentError("grouped allgather: '" + names[i] + "' differs in dtype or "
+                                "device from '" + names[0] + "'; a group is one unit");
+      }
+      d.shapes.push_back(in.shape);
+    }
+    entry->inputs = inputs;
+    entry->outputs = std::move(inputs);
     return enqueue(std::move(entry), invalid, std::move(callback));
   }
 

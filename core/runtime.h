@@ -67,7 +67,8 @@ class Handle {
   // allgather: the gathered bytes (ranks in order) and their shape; valid after wait().
   const std::vector<std::byte>& output() const;
   const std::vector<int64_t>& outputShape() const;
-  // alltoall: the rows received from each rank, in rank order; valid after wait().
+  // alltoall: the rows received from each rank, in rank order; grouped allgather: the rows of
+  // every rank and tensor; valid after wait().
   const std::vector<int64_t>& receivedSplits() const;
   // join: the rank that joined last; valid after wait().
   int lastJoinedRank() const;
@@ -141,6 +142,7 @@ struct RuntimeStats {
   // rank's input held a NaN, an Inf or a value near overflow (cerar-protocol.md).
   uint64_t nonFiniteFallbacks = 0;
   int lastComponents = 0;         // c of the last allreduce buffer as run (N for the ring)
+  uint64_t allgatherBuffers = 0;      // fused buffers dispatched for allgather
   uint64_t reducescatterBuffers = 0;  // fused buffers dispatched for reducescatter
   uint64_t tensorsScattered = 0;      // tensors they held
   // CERAR's error per fused buffer (0 while no CERAR buffer ran): the bound predicted by the
@@ -198,6 +200,11 @@ class Runtime {
                           Callback callback = {}) = 0;
   // Concatenates along the first dimension, which may differ per rank.
   virtual Handle allgather(const std::string& name, Tensor input, Callback callback = {}) = 0;
+  // allgather of several tensors (one dtype) as one unit: the handle's output holds tensor 0
+  // gathered, then tensor 1, ..., as a flat array, and receivedSplits() the rows of every rank
+  // and tensor (rank-major: [rank * tensors + tensor]).
+  virtual Handle groupedAllgather(const std::vector<std::string>& names,
+                                  std::vector<Tensor> inputs, Callback callback = {}) = 0;
   // In place: every rank ends with root's tensor.
   virtual Handle broadcast(const std::string& name, Tensor tensor, int root,
                            Callback callback = {}) = 0;

@@ -215,10 +215,43 @@ def allgather_async(tensor, name=None, process_set=None):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=None):
-    """allgather of each tensor; the Handle's result is the list of gathered tensors."""
+    """allgather of each tensor (names "<name>.<i>"); the tensors of one dtype travel as one
+    unit (all or none, one buffer). The Handle's result is the list of gathered tensors."""
+    tensors = list(tensors)
     base = _auto_name("grouped_allgather", name)
-    handles = [allgather_async(t, name=f"{base}.{i}") for i, t in enumerate(tensors)]
-    return Handle(_Combined(handles), lambda _: [h.wait() for h in handles])
+    _claim(base)
+    sources = []
+    for t in tensors:
+        source = _fresh(t) if not t.is_contiguous() else t.detach()
+        if source.dim() == 0:
+            source = source.reshape(1)
+        if source.dtype in _WIDENED:
+            source = source.to(_WIDENED[source.dtype])
+        sources.append(source)
+    by_dtype = {}
+    for i, source in enumerate(sources):
+        by_dtype.setdefault(source.dtype, []).append(i)
+    units = [(members, _rt().grouped_allgather([f"{base}.{i}" for i in members],
+                                               [_view(sources[i]) for i in members]))
+             for members in by_dtype.values()]
+
+    def finish(_):
+        outs = [None] * len(tensors)
+        for members, handle in units:
+            array = handle.output()
+            wire = sources[members[0]].dtype
+            flat = torch.from_numpy(array.view("int16")).view(torch.bfloat16) \
+                if wire == torch.bfloat16 else torch.from_numpy(array)
+            rows = handle.received_splits()  # [rank * tensors + tensor]
+            at = 0
+            for k, i in enumerate(members):
+                shape = [sum(rows[k::len(members)]), *sources[i].shape[1:]]
+                count = int(torch.Size(shape).numel())
+                outs[i] = flat[at:at + count].reshape(shape).to(device=tensors[i].device,
+                                                                 dtype=tensors[i].dtype)
+                at += count
+        return outs
+    return _track(base, Handle(_Combined([h for _, h in units]), finish))
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):

@@ -128,6 +128,29 @@ for op, expected in ((hvd.Sum, n), (hvd.Average, 1)):
     check_close(f"reducescatter grad {op}", x.grad.numpy(), np.full((4 * n, 3), expected))
 
 
+# --- grouped_allgather: one unit per dtype, rows differing per rank and tensor -------------------
+before = hvd.stats()
+mine = [inputs_of(r, [r % 3, 2], torch.float32, 700), inputs_of(r, [r + 1], torch.float32, 701),
+        inputs_of(r, [1, 2, 2], torch.float32, 702)]
+gathered = hvd.grouped_allgather(mine, name="gag.same")
+after = hvd.stats()
+check("grouped_allgather of one dtype is one buffer",
+      after["allgather_buffers"] - before["allgather_buffers"] == 1, f"{before} -> {after}")
+for k, (shape_of, seed) in enumerate(((lambda i: [i % 3, 2], 700), (lambda i: [i + 1], 701),
+                                       (lambda i: [1, 2, 2], 702))):
+    expected = np.concatenate([inputs_of(i, shape_of(i), torch.float32, seed).numpy()
+                               for i in range(n)])
+    check_close(f"grouped_allgather {k}", gathered[k].numpy(), expected)
+for dtype in DTYPES:
+    case += 1
+    pair = [inputs_of(r, [r + 1, 2], dtype, case), inputs_of(r, [2], torch.int64, case)]
+    outs = hvd.synchronize(hvd.grouped_allgather_async(pair, name=f"gag.{case}"))
+    check(f"grouped_allgather {dtype} dtypes", [o.dtype for o in outs] == [dtype, torch.int64], "")
+    check_close(f"grouped_allgather {dtype}", as_numpy(outs[0]), np.concatenate(
+        [inputs_of(i, [i + 1, 2], dtype, case).double().numpy() for i in range(n)]))
+    check_close(f"grouped_allgather {dtype} int64", outs[1].numpy(), np.concatenate(
+        [inputs_of(i, [2], torch.int64, case).numpy() for i in range(n)]))
+
 # --- alltoall ---------------------------------------------------------------------------------
 def splits_of(rank):
     """Uneven rows from `rank` to every rank, zeros included."""
