@@ -13,7 +13,14 @@ namespace cerar {
 
 enum class Algorithm : uint8_t;  // ops/communicator.h
 
-enum class Kind : uint8_t { kAllreduce, kAllgather, kBroadcast, kBarrier, kReducescatter, kAlltoall };
+enum class Kind : uint8_t {
+  kAllreduce,
+  kAllgather,
+  kBroadcast,
+  kBarrier,
+  kReducescatter,
+  kAlltoall,
+};
 const char* kindName(Kind kind);
 // Elements of one tensor of this shape (1 for a scalar).
 size_t shapeElements(const std::vector<int64_t>& shape);

@@ -3,8 +3,8 @@ alltoall, with Horovod's gradients: an allreduce's gradient is the same allreduc
 incoming gradients; an allgather's is this rank's slice of the averaged gradient; a
 broadcast's is the averaged gradient on the root and zero elsewhere; a reducescatter's is the
 allgather of the incoming gradients, times the size for Sum and times the scale factors; an
-alltoall's is the alltoall that sends every received row back to its sender. Backward passes call collectives, so every rank must
-run them (as the forward ones)."""
+alltoall's is the alltoall that sends every received row back to its sender. Backward passes
+call collectives, so every rank must run them (as the forward ones)."""
 import torch
 
 from cerar import Average, Sum, _rt
