@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bindings/tensors.h"
+#include "core/message.h"
 #include "core/rendezvous/tcp_store.h"
 #include "core/runtime.h"
 #ifdef CERAR_HAVE_CUDA
@@ -74,6 +75,36 @@ std::unique_ptr<PyHandle> groupedAllreduce(Runtime& rt, const std::vector<std::s
   return makeHandle(std::move(h), std::move(keep), dtype);
 }
 
+std::unique_ptr<PyHandle> reducescatter(Runtime& rt, const std::vector<std::string>& names,
+                                        const py::list& inputs, const py::list& outputs, Op op,
+                                        double prescale, double postscale) {
+  bindings::pruneParked();
+  Keep keep;
+  std::vector<Tensor> ins, outs;
+  for (auto item : inputs) ins.push_back(viewTensor(item, false, keep));
+  for (auto item : outputs) outs.push_back(viewTensor(item, true, keep));
+  const DType dtype = ins.empty() ? DType::kFloat32 : ins.front().dtype;
+  Handle h;
+  {
+    py::gil_scoped_release release;
+    h = rt.reducescatter(names, std::move(ins), std::move(outs), op, prescale, postscale);
+  }
+  return makeHandle(std::move(h), std::move(keep), dtype);
+}
+
+std::unique_ptr<PyHandle> alltoall(Runtime& rt, const std::string& name, py::handle input,
+                                   std::vector<int64_t> splits) {
+  bindings::pruneParked();
+  Keep keep;
+  Tensor in = viewTensor(input, false, keep);
+  Handle h;
+  {
+    py::gil_scoped_release release;
+    h = rt.alltoall(name, in, std::move(splits));
+  }
+  return makeHandle(std::move(h), std::move(keep), in.dtype);
+}
+
 std::unique_ptr<PyHandle> allgather(Runtime& rt, const std::string& name, py::handle input) {
   bindings::pruneParked();
   Keep keep;
@@ -84,6 +115,21 @@ std::unique_ptr<PyHandle> allgather(Runtime& rt, const std::string& name, py::ha
     h = rt.allgather(name, in);
   }
   return makeHandle(std::move(h), std::move(keep), in.dtype);
+}
+
+std::unique_ptr<PyHandle> groupedAllgather(Runtime& rt, const std::vector<std::string>& names,
+                                           const py::list& inputs) {
+  bindings::pruneParked();
+  Keep keep;
+  std::vector<Tensor> ins;
+  for (auto item : inputs) ins.push_back(viewTensor(item, false, keep));
+  const DType dtype = ins.empty() ? DType::kFloat32 : ins.front().dtype;
+  Handle h;
+  {
+    py::gil_scoped_release release;
+    h = rt.groupedAllgather(names, std::move(ins));
+  }
+  return makeHandle(std::move(h), std::move(keep), dtype);
 }
 
 std::unique_ptr<PyHandle> broadcast(Runtime& rt, const std::string& name, py::handle tensor,
@@ -122,6 +168,9 @@ py::dict statsDict(const RuntimeStats& s) {
   d["cerar_buffers"] = s.cerarBuffers;
   d["non_finite_fallbacks"] = s.nonFiniteFallbacks;
   d["last_components"] = s.lastComponents;
+  d["allgather_buffers"] = s.allgatherBuffers;
+  d["reducescatter_buffers"] = s.reducescatterBuffers;
+  d["tensors_scattered"] = s.tensorsScattered;
   d["predicted_error_max"] = s.predictedErrorMax;
   d["measured_error_last"] = s.measuredErrorLast;
   d["measured_error_max"] = s.measuredErrorMax;
@@ -148,6 +197,8 @@ PYBIND11_MODULE(_cerar, m) {
   m.attr("cuda_built") = false;
 #endif
   m.def("parse_dtype", &parseDType, "DType from a name: f32, float32, bf16, ...");
+  m.def("scatter_rows", &scatterRows, py::arg("rows"), py::arg("rank"), py::arg("size"),
+        "A reducescatter's rows for `rank`: rows // size, the first rows % size ranks one more.");
   py::enum_<DType>(m, "DType")
       .value("float32", DType::kFloat32)
       .value("float64", DType::kFloat64)
@@ -205,7 +256,10 @@ PYBIND11_MODULE(_cerar, m) {
       .def("wait", &PyHandle::wait, py::arg("timeout") = py::none(),
            "Waits (GIL released); raises the CerarError subclass of the failure; with a timeout, "
            "returns False if it is still running.")
-      .def("output", &PyHandle::output, "allgather: the gathered array (after wait).")
+      .def("output", &PyHandle::output, "allgather, alltoall: the gathered array (after wait).")
+      .def("received_splits", &PyHandle::receivedSplits,
+           "alltoall: the rows received from each rank; grouped allgather: the rows of every "
+           "rank and tensor (after wait).")
       .def("last_joined_rank", &PyHandle::lastJoinedRank, "join: the rank that joined last.");
 
   py::class_<Runtime, std::unique_ptr<Runtime>>(m, "Runtime")
@@ -223,7 +277,17 @@ PYBIND11_MODULE(_cerar, m) {
       .def("grouped_allreduce", &groupedAllreduce, py::arg("names"), py::arg("inputs"),
            py::arg("outputs") = py::none(), py::arg("op") = Op::kSum,
            py::arg("prescale") = 1.0, py::arg("postscale") = 1.0)
+      .def("reducescatter", &reducescatter, py::arg("names"), py::arg("inputs"),
+           py::arg("outputs"), py::arg("op") = Op::kSum, py::arg("prescale") = 1.0,
+           py::arg("postscale") = 1.0,
+           "Each output gets this rank's share of the first dimension (scatter_rows).")
+      .def("alltoall", &alltoall, py::arg("name"), py::arg("input"),
+           py::arg("splits") = std::vector<int64_t>{},
+           "Rows splits[j] to rank j; empty splits divide the first dimension equally.")
       .def("allgather", &allgather, py::arg("name"), py::arg("input"))
+      .def("grouped_allgather", &groupedAllgather, py::arg("names"), py::arg("inputs"),
+           "One unit; output() is flat (tensor 0 gathered, then tensor 1, ...), "
+           "received_splits() the rows at [rank * tensors + tensor].")
       .def("broadcast", &broadcast, py::arg("name"), py::arg("tensor"), py::arg("root"))
       .def("barrier", [](Runtime& rt) { return simple([&] { return rt.barrier(); }); })
       .def("join", [](Runtime& rt) { return simple([&] { return rt.join(); }); })

@@ -132,11 +132,16 @@ py::array PyHandle::output() const {
   const auto& shape = handle_.outputShape();
   py::array out(numpyDType(dtype_), std::vector<py::ssize_t>(shape.begin(), shape.end()));
   if (static_cast<size_t>(out.nbytes()) != bytes.size()) {
-    throw py::value_error("cerar: allgather output holds " + std::to_string(bytes.size()) +
+    throw py::value_error("cerar: the gathered output holds " + std::to_string(bytes.size()) +
                           " bytes, its shape says " + std::to_string(out.nbytes()));
   }
   if (!bytes.empty()) std::memcpy(out.mutable_data(), bytes.data(), bytes.size());
   return out;
+}
+
+std::vector<int64_t> PyHandle::receivedSplits() const {
+  handle_.wait();
+  return handle_.receivedSplits();
 }
 
 int PyHandle::lastJoinedRank() const {

@@ -53,8 +53,10 @@ class PyHandle {
   // Waits with the GIL released (still answering Ctrl-C); raises CerarError on failure.
   // With a timeout, returns False if the operation is still running then.
   bool wait(std::optional<double> timeoutSeconds);
-  // allgather: the gathered tensor as a new numpy array.
+  // allgather, alltoall: the gathered tensor as a new numpy array.
   py::array output() const;
+  // alltoall: the rows received from each rank.
+  std::vector<int64_t> receivedSplits() const;
   int lastJoinedRank() const;
 
  private:

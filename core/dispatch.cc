@@ -70,7 +70,7 @@ bool reducesInPlace(const std::vector<const Response*>& units,
 
 // The coordinator's shapes decide the layout; this rank's tensors must have exactly those
 // sizes, or unpacking would write past them. (A "mismatch" code at merge.)
-void checkLocalSizes(const Response& unit, const Entry& entry, int rank) {
+void checkLocalSizes(const Response& unit, const Entry& entry, int rank, int size) {
   const Description& d = unit.description;
   if (d.kind == Kind::kBarrier) return;
   auto fail = [&](size_t k, size_t expected, size_t local) {
@@ -79,23 +79,47 @@ void checkLocalSizes(const Response& unit, const Entry& entry, int rank) {
                                 "': the coordinator's shape has ", expected,
                                 " elements, this rank's tensor ", local));
   };
-  const size_t tensors = d.kind == Kind::kAllreduce ? d.shapes.size() : 1;
+  const bool grouped = d.kind != Kind::kBroadcast && d.kind != Kind::kAlltoall;
+  const size_t tensors = grouped ? d.shapes.size() : 1;
   CERAR_ENFORCE(entry.inputs.size() == tensors && d.shapes.size() >= tensors, "rank ", rank,
                 ": ", tensors, " tensors in the coordinator's response, ", entry.inputs.size(),
                 " here");
   for (size_t k = 0; k < tensors; ++k) {
     size_t expected = shapeElements(d.shapes[k]);
     if (d.kind == Kind::kAllgather) {
-      std::vector<int64_t> mine = d.shapes[0];
-      CERAR_ENFORCE(!mine.empty() && size_t(rank) < unit.firstDims.size(), "rank ", rank,
-                    ": allgather response without this rank's rows");
-      mine[0] = unit.firstDims[rank];
+      std::vector<int64_t> mine = d.shapes[k];
+      CERAR_ENFORCE(!mine.empty() && (rank + 1) * tensors <= unit.firstDims.size(), "rank ",
+                    rank, ": allgather response without this rank's rows");
+      mine[0] = unit.firstDims[rank * tensors + k];
       expected = shapeElements(mine);
     }
+    if (d.kind == Kind::kAlltoall) {
+      // Rows may differ per rank; a row's elements and this rank's splits may not.
+      std::vector<int64_t> row = d.shapes[0], mine = entry.inputs[0].shape;
+      CERAR_ENFORCE(!row.empty() && !mine.empty(), "rank ", rank, ": alltoall of a scalar");
+      row[0] = mine[0] = 1;
+      if (shapeElements(row) != shapeElements(mine))
+        throw fail(k, shapeElements(row), shapeElements(mine));
+      const size_t N = size_t(size);
+      CERAR_ENFORCE(unit.firstDims.size() == N * N, "rank ", rank,
+                    ": alltoall response without every rank's splits");
+      int64_t sent = 0;
+      for (size_t j = 0; j < N; ++j) sent += unit.firstDims[rank * N + j];
+      CERAR_ENFORCE(sent <= entry.inputs[0].shape[0], "rank ", rank, ": alltoall sends ", sent,
+                    " rows of ", entry.inputs[0].shape[0]);
+      continue;
+    }
     if (entry.inputs[k].elements() != expected) throw fail(k, expected, entry.inputs[k].elements());
+    size_t output = expected;
+    if (d.kind == Kind::kReducescatter) {
+      std::vector<int64_t> share = d.shapes[k];
+      CERAR_ENFORCE(!share.empty(), "rank ", rank, ": reducescatter of a scalar");
+      share[0] = scatterRows(share[0], rank, size);
+      output = shapeElements(share);
+    }
     if (k < entry.outputs.size() && d.kind != Kind::kAllgather &&
-        entry.outputs[k].elements() != expected) {
-      throw fail(k, expected, entry.outputs[k].elements());
+        entry.outputs[k].elements() != output) {
+      throw fail(k, output, entry.outputs[k].elements());
     }
   }
 }
@@ -128,12 +152,16 @@ DeviceEvent Dispatcher::run(const std::vector<const Response*>& units,
                             RuntimeStats& stats) {
   CERAR_ENFORCE(!units.empty() && units.size() == entries.size(), "dispatch: bad group");
   for (size_t u = 0; u < units.size(); ++u) {
-    if (entries[u] != nullptr) checkLocalSizes(*units[u], *entries[u], transport_->rank());
+    if (entries[u] != nullptr) {
+      checkLocalSizes(*units[u], *entries[u], transport_->rank(), transport_->size());
+    }
   }
   const Response& first = *units.front();
   switch (first.description.kind) {
     case Kind::kAllreduce: return allreduce(units, entries, decision, stats);
-    case Kind::kAllgather: allgather(first, entries.front(), stats); break;
+    case Kind::kReducescatter: reducescatter(units, entries, stats); break;
+    case Kind::kAlltoall: alltoall(first, entries.front(), stats); break;
+    case Kind::kAllgather: allgather(units, entries, stats); break;
     case Kind::kBroadcast: broadcast(first, entries.front(), stats); break;
     case Kind::kBarrier: break;  // the negotiation itself was the barrier
   }
@@ -339,44 +367,216 @@ DeviceEvent Dispatcher::deviceAllreduce(const std::vector<const Response*>& unit
   return ops.record();
 }
 
-void Dispatcher::allgather(const Response& unit, Entry* entry, RuntimeStats& stats) {
-  const Description& d = unit.description;
-  const auto& shape = d.shapes.at(0);
-  size_t rowBytes = dtypeSize(d.dtype);
-  for (size_t i = 1; i < shape.size(); ++i) rowBytes *= static_cast<size_t>(shape[i]);
-  const int N = transport_->size();
-  std::vector<size_t> blocks(N);
-  size_t offset = 0, total = 0, rows = 0;
-  for (int r = 0; r < N; ++r) {
-    blocks[r] = static_cast<size_t>(unit.firstDims.at(r)) * rowBytes;
-    if (r < transport_->rank()) offset += blocks[r];
-    total += blocks[r];
-    rows += static_cast<size_t>(unit.firstDims[r]);
+namespace {
+
+// Host bytes of a tensor: its own memory, or a staged copy of a device tensor (after the
+// producers' events).
+const std::byte* hostBytes(const Tensor& t, const Entry& entry, DeviceSlot& devices,
+                           std::vector<std::byte>& staged) {
+  if (t.device < 0) return static_cast<const std::byte*>(t.data);
+  DeviceOps& ops = devices.get(t.device);
+  for (const DeviceEvent& ready : entry.ready) ops.after(ready);
+  staged.resize(t.bytes());
+  ops.download(staged.data(), t.data, staged.size());
+  return staged.data();
+}
+
+}  // namespace
+
+void Dispatcher::reducescatter(const std::vector<const Response*>& units,
+                               const std::vector<Entry*>& entries, RuntimeStats& stats) {
+  const Description& d = units.front()->description;
+  const size_t elementSize = dtypeSize(d.dtype);
+  const int N = transport_->size(), rank = transport_->rank();
+  // Every tensor of the group, with its rows and a row's elements.
+  struct Part {
+    const Tensor* input;
+    const Tensor* output;
+    const Entry* entry;
+    int64_t rows;
+    size_t row;
+  };
+  std::vector<Part> parts;
+  for (size_t u = 0; u < units.size(); ++u) {
+    CERAR_ENFORCE(entries[u] != nullptr, "rank ", rank, ": reducescatter without this rank");
+    for (size_t k = 0; k < units[u]->description.shapes.size(); ++k) {
+      const auto& shape = units[u]->description.shapes[k];
+      std::vector<int64_t> row = shape;
+      row[0] = 1;
+      parts.push_back(Part{&entries[u]->inputs[k], &entries[u]->outputs[k], entries[u],
+                           shape[0], shapeElements(row)});
+    }
   }
-  std::vector<std::byte> scratch;
-  std::vector<std::byte>& out = entry ? entry->state->output : scratch;
+  std::vector<size_t> chunks(N, 0);
+  for (int r = 0; r < N; ++r) {
+    for (const Part& p : parts) chunks[r] += size_t(scatterRows(p.rows, r, N)) * p.row;
+  }
+  size_t total = 0, mine = 0;
+  for (int r = 0; r < N; ++r) {
+    if (r < rank) mine += chunks[r];
+    total += chunks[r];
+  }
+  const auto packStart = Clock::now();
+  if (fusion_.size() < total * elementSize) fusion_.resize(total * elementSize);
+  std::byte* buffer = fusion_.data();
+  std::vector<std::vector<std::byte>> staged(parts.size());
+  std::vector<const std::byte*> inputs;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    inputs.push_back(hostBytes(*parts[i].input, *parts[i].entry, devices_, staged[i]));
+  }
+  size_t at = 0;  // elements
+  for (int r = 0; r < N; ++r) {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const Part& p = parts[i];
+      const size_t n = size_t(scatterRows(p.rows, r, N)) * p.row;
+      const size_t offset = size_t(scatterOffset(p.rows, r, N)) * p.row;
+      if (n > 0) {
+        scaledCopy(d.dtype, inputs[i] + offset * elementSize, buffer + at * elementSize, n,
+                   d.prescale);
+      }
+      at += n;
+    }
+  }
+  const auto reduceStart = Clock::now();
+  record(units, "MEMCPY_IN", packStart, reduceStart);
+  const RunStats run = communicator_.reduceScatter(buffer, chunks, d.dtype, reduceOpOf(d.op));
+  const auto unpackStart = Clock::now();
+  record(units, "REDUCESCATTER", reduceStart, unpackStart,
+         detail::concat("\"algorithm\": \"ring\", \"bytes\": ", total * elementSize,
+                        ", \"tensors\": ", parts.size()));
+  const double factor = d.postscale / (d.op == Op::kAverage ? double(N) : 1.0);
+  at = mine;
+  for (const Part& p : parts) {
+    const size_t n = size_t(scatterRows(p.rows, rank, N)) * p.row;
+    std::byte* from = buffer + at * elementSize;
+    if (p.output->device >= 0) {
+      scaledCopy(d.dtype, from, from, n, factor);
+      devices_.get(p.output->device).upload(p.output->data, from, n * elementSize);
+    } else if (n > 0) {
+      scaledCopy(d.dtype, from, p.output->data, n, factor);
+    }
+    at += n;
+  }
+  record(units, "MEMCPY_OUT", unpackStart, Clock::now());
+  stats.reducescatterBuffers += 1;
+  stats.tensorsScattered += parts.size();
+  stats.bytesSent += run.bytesSent;
+}
+
+void Dispatcher::alltoall(const Response& unit, Entry* entry, RuntimeStats& stats) {
+  CERAR_ENFORCE(entry != nullptr, "rank ", transport_->rank(), ": alltoall without this rank");
+  const Description& d = unit.description;
+  const int N = transport_->size(), rank = transport_->rank();
+  std::vector<int64_t> row = d.shapes.at(0);
+  row[0] = 1;
+  const size_t rowBytes = shapeElements(row) * dtypeSize(d.dtype);
+  std::vector<size_t> sendBytes(N), recvBytes(N);
+  std::vector<int64_t> received(N);
+  int64_t rows = 0;
+  for (int j = 0; j < N; ++j) {
+    sendBytes[j] = size_t(unit.firstDims.at(size_t(rank) * N + j)) * rowBytes;
+    received[j] = unit.firstDims.at(size_t(j) * N + rank);
+    recvBytes[j] = size_t(received[j]) * rowBytes;
+    rows += received[j];
+  }
   const auto start = Clock::now();
-  out.resize(total);
-  if (entry && blocks[transport_->rank()] > 0) {
-    const Tensor& input = entry->inputs[0];
-    if (input.device >= 0) {  // the gathered tensor is the handle's host bytes: stage it there
-      DeviceOps& ops = devices_.get(input.device);
-      for (const DeviceEvent& ready : entry->ready) ops.after(ready);
-      ops.download(out.data() + offset, input.data, blocks[transport_->rank()]);
-    } else {
-      std::memcpy(out.data() + offset, input.data, blocks[transport_->rank()]);
+  std::vector<std::byte> staged;
+  const std::byte* in = hostBytes(entry->inputs[0], *entry, devices_, staged);
+  std::vector<std::byte>& out = entry->state->output;
+  out.resize(size_t(rows) * rowBytes);
+  const auto exchangeStart = Clock::now();
+  record({&unit}, "MEMCPY_IN", start, exchangeStart);
+  pairwiseAlltoall(*transport_, in, sendBytes, out.data(), recvBytes);
+  record({&unit}, "ALLTOALL", exchangeStart, Clock::now(),
+         detail::concat("\"algorithm\": \"pairwise\", \"bytes\": ", out.size()));
+  entry->state->outputShape = entry->inputs[0].shape;
+  entry->state->outputShape[0] = rows;
+  entry->state->receivedSplits = std::move(received);
+  for (int j = 0; j < N; ++j) stats.bytesSent += j == rank ? 0 : sendBytes[j];
+}
+
+void Dispatcher::allgather(const std::vector<const Response*>& units,
+                           const std::vector<Entry*>& entries, RuntimeStats& stats) {
+  const int N = transport_->size(), rank = transport_->rank();
+  const size_t elementSize = dtypeSize(units.front()->description.dtype);
+  // Every tensor of the group: its unit, its index there, and one row's bytes.
+  struct Part {
+    size_t unit, tensor, rowBytes;
+  };
+  std::vector<Part> parts;
+  for (size_t u = 0; u < units.size(); ++u) {
+    CERAR_ENFORCE(entries[u] != nullptr, "rank ", rank, ": allgather without this rank");
+    const auto& shapes = units[u]->description.shapes;
+    CERAR_ENFORCE(units[u]->firstDims.size() == size_t(N) * shapes.size(), "rank ", rank,
+                  ": allgather response without every rank's rows");
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      std::vector<int64_t> row = shapes[k];
+      row[0] = 1;
+      parts.push_back(Part{u, k, shapeElements(row) * elementSize});
+    }
+  }
+  auto bytesOf = [&](size_t i, int r) {
+    const Response& unit = *units[parts[i].unit];
+    const size_t tensors = unit.description.shapes.size();
+    return size_t(unit.firstDims[r * tensors + parts[i].tensor]) * parts[i].rowBytes;
+  };
+  // Rank-major blocks: rank r's block holds its rows of every tensor in order; where[r][i] is
+  // part i's place in it, as an offset into the whole buffer.
+  std::vector<size_t> blocks(N, 0);
+  std::vector<std::vector<size_t>> where(N, std::vector<size_t>(parts.size()));
+  size_t total = 0;
+  for (int r = 0; r < N; ++r) {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      where[r][i] = total + blocks[r];
+      blocks[r] += bytesOf(i, r);
+    }
+    total += blocks[r];
+  }
+  const auto start = Clock::now();
+  if (gathered_.size() < total) gathered_.resize(total);
+  std::byte* buffer = gathered_.data();
+  std::vector<std::byte> staged;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Entry& entry = *entries[parts[i].unit];
+    const size_t n = bytesOf(i, rank);
+    if (n > 0) {
+      std::memcpy(buffer + where[rank][i],
+                  hostBytes(entry.inputs[parts[i].tensor], entry, devices_, staged), n);
     }
   }
   const auto gatherStart = Clock::now();
-  record({&unit}, "MEMCPY_IN", start, gatherStart);
-  ringAllgather(*transport_, out.data(), blocks);
-  record({&unit}, "ALLGATHER", gatherStart, Clock::now(),
-         detail::concat("\"algorithm\": \"ring\", \"bytes\": ", total));
-  if (entry) {
-    entry->state->outputShape = shape;
-    entry->state->outputShape[0] = static_cast<int64_t>(rows);
+  record(units, "MEMCPY_IN", start, gatherStart);
+  ringAllgather(*transport_, buffer, blocks);
+  const auto unpackStart = Clock::now();
+  record(units, "ALLGATHER", gatherStart, unpackStart,
+         detail::concat("\"algorithm\": \"ring\", \"bytes\": ", total, ", \"tensors\": ",
+                        parts.size()));
+  // Each unit's output: tensor 0 gathered (every rank's rows in rank order), then tensor 1...
+  for (size_t u = 0; u < units.size(); ++u) {
+    std::vector<std::byte>& out = entries[u]->state->output;
+    out.clear();
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (parts[i].unit != u) continue;
+      for (int r = 0; r < N; ++r) {
+        const std::byte* from = buffer + where[r][i];
+        out.insert(out.end(), from, from + bytesOf(i, r));
+      }
+    }
+    const Description& d = units[u]->description;
+    OperationState& state = *entries[u]->state;
+    if (d.shapes.size() == 1) {
+      int64_t rows = 0;
+      for (int64_t n : units[u]->firstDims) rows += n;
+      state.outputShape = d.shapes[0];
+      state.outputShape[0] = rows;
+    } else {
+      state.outputShape = {int64_t(out.size() / elementSize)};  // flat: tensors back to back
+    }
+    state.receivedSplits = units[u]->firstDims;
   }
-  stats.bytesSent += total - blocks[transport_->rank()];
+  record(units, "MEMCPY_OUT", unpackStart, Clock::now());
+  stats.allgatherBuffers += 1;
+  stats.bytesSent += total - blocks[rank];
 }
 
 void Dispatcher::broadcast(const Response& unit, Entry* entry, RuntimeStats& stats) {

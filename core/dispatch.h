@@ -1,6 +1,7 @@
 // Runs negotiated units on this rank: packs an allreduce fusion group into the persistent
 // fusion buffer (host memory, or device memory for CUDA tensors), selects the algorithm,
-// reduces, unpacks; allgather, broadcast and barrier. Owned and called by the coordinator
+// reduces, unpacks; reducescatter (fused the same way), alltoall, allgather, broadcast and
+// barrier. Owned and called by the coordinator
 // thread only.
 #pragma once
 
@@ -43,7 +44,17 @@ class Dispatcher {
   // `result` (host memory); returns the timeline arguments.
   std::string measureError(const std::byte* result, size_t total, DType dtype,
                            const AllreduceOptions& options, RuntimeStats& stats);
-  void allgather(const Response& unit, Entry* entry, RuntimeStats& stats);
+  // A fused group of reducescatter units: packed rank-major (every tensor's rows for rank 0,
+  // then for rank 1, ...) so that rank i's share is one chunk, reduced by the exact ring's
+  // reduce-scatter plan, and this rank's chunk unpacked into the outputs. Device tensors are
+  // staged through host memory.
+  void reducescatter(const std::vector<const Response*>& units,
+                     const std::vector<Entry*>& entries, RuntimeStats& stats);
+  void alltoall(const Response& unit, Entry* entry, RuntimeStats& stats);
+  // A fused group of allgather units (each of one or more tensors): every rank's rows of
+  // every tensor in one ring allgather, then each unit's output assembled tensor by tensor.
+  void allgather(const std::vector<const Response*>& units, const std::vector<Entry*>& entries,
+                 RuntimeStats& stats);
   void broadcast(const Response& unit, Entry* entry, RuntimeStats& stats);
   // Timeline events of one phase for every tensor of the group.
   void record(const std::vector<const Response*>& units, const char* phase,
@@ -55,6 +66,7 @@ class Dispatcher {
   Timeline& timeline_;
   DeviceSlot& devices_;
   std::vector<std::byte> fusion_;  // grows to the largest group, then reused
+  std::vector<std::byte> gathered_;  // the same for allgather groups
   std::vector<std::byte> exactCopy_;  // debug error mode: the input reduced by the exact ring
   std::vector<std::byte> staged_;     // debug error mode on the device: the result
 };

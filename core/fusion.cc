@@ -8,9 +8,28 @@
 
 namespace cerar {
 
+namespace {
+
+// The bytes a unit occupies in a fusion buffer: an allgather's is what it gathers.
+size_t fusedBytes(const Response& r) {
+  const Description& d = r.description;
+  if (d.kind != Kind::kAllgather || d.shapes.empty()) return d.bytes();
+  const size_t tensors = d.shapes.size();
+  size_t bytes = 0;
+  for (size_t i = 0; i < r.firstDims.size(); ++i) {
+    std::vector<int64_t> row = d.shapes[i % tensors];
+    if (row.empty()) continue;
+    row[0] = r.firstDims[i];
+    bytes += shapeElements(row) * dtypeSize(d.dtype);
+  }
+  return bytes;
+}
+
+}  // namespace
+
 std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& responses,
                                             size_t thresholdBytes) {
-  using Key = std::tuple<DType, Op, bool, double, double>;
+  using Key = std::tuple<Kind, DType, Op, bool, double, double>;
   struct Open {
     size_t group;
     size_t bytes;
@@ -20,14 +39,16 @@ std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& respons
   for (size_t i = 0; i < responses.size(); ++i) {
     const Response& r = responses[i];
     const Description& d = r.description;
-    const size_t bytes = d.bytes();
-    const bool fusible = thresholdBytes > 0 && r.error.empty() && d.kind == Kind::kAllreduce &&
+    const size_t bytes = fusedBytes(r);
+    const bool reduces = d.kind == Kind::kAllreduce || d.kind == Kind::kReducescatter ||
+                         d.kind == Kind::kAllgather;
+    const bool fusible = thresholdBytes > 0 && r.error.empty() && reduces &&
                          bytes <= thresholdBytes;
     if (!fusible) {
       groups.push_back({i});
       continue;
     }
-    const Key key{d.dtype, d.op, r.reducedOnDevice(), d.prescale, d.postscale};
+    const Key key{d.kind, d.dtype, d.op, r.reducedOnDevice(), d.prescale, d.postscale};
     auto it = open.find(key);
     if (it != open.end() && it->second.bytes + bytes <= thresholdBytes) {
       groups[it->second.group].push_back(i);

@@ -1,5 +1,6 @@
 #include "core/message.h"
 
+#include <algorithm>
 #include <sstream>
 
 namespace cerar {
@@ -10,6 +11,8 @@ const char* kindName(Kind kind) {
     case Kind::kAllgather: return "allgather";
     case Kind::kBroadcast: return "broadcast";
     case Kind::kBarrier: return "barrier";
+    case Kind::kReducescatter: return "reducescatter";
+    case Kind::kAlltoall: return "alltoall";
   }
   return "?";
 }
@@ -27,7 +30,7 @@ const char* opName(Op op) {
 }
 
 bool Description::agrees(const Description& other) const {
-  if (kind != Kind::kAllgather) {
+  if (kind != Kind::kAllgather && kind != Kind::kAlltoall) {
     Description same = other;
     same.onDevice = onDevice;
     return *this == same;
@@ -54,9 +57,11 @@ bool Response::onDeviceAt(int rank) const {
 Description Response::descriptionAt(int rank) const {
   Description mine = description;
   mine.onDevice = onDeviceAt(rank);
-  if (mine.kind == Kind::kAllgather && !mine.shapes.empty() && !mine.shapes[0].empty() &&
-      size_t(rank) < firstDims.size()) {
-    mine.shapes[0][0] = firstDims[rank];
+  const size_t tensors = mine.shapes.size();
+  if (mine.kind == Kind::kAllgather && (size_t(rank) + 1) * tensors <= firstDims.size()) {
+    for (size_t k = 0; k < tensors; ++k) {
+      if (!mine.shapes[k].empty()) mine.shapes[k][0] = firstDims[rank * tensors + k];
+    }
   }
   return mine;
 }
@@ -65,6 +70,14 @@ size_t shapeElements(const std::vector<int64_t>& shape) {
   size_t n = 1;
   for (int64_t dim : shape) n *= static_cast<size_t>(dim);
   return n;
+}
+
+int64_t scatterRows(int64_t rows, int rank, int size) {
+  return rows / size + (rank < rows % size ? 1 : 0);
+}
+
+int64_t scatterOffset(int64_t rows, int rank, int size) {
+  return int64_t(rank) * (rows / size) + std::min<int64_t>(rank, rows % size);
 }
 
 size_t Description::elements() const {
@@ -78,13 +91,18 @@ size_t Description::bytes() const { return elements() * dtypeSize(dtype); }
 std::string Description::toString() const {
   std::ostringstream out;
   out << kindName(kind) << " " << dtypeName(dtype);
-  if (kind == Kind::kAllreduce) out << " " << opName(op);
+  if (kind == Kind::kAllreduce || kind == Kind::kReducescatter) out << " " << opName(op);
   for (const auto& shape : shapes) {
     out << " shape [";
     for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
     out << "]";
   }
   if (kind == Kind::kBroadcast) out << " root " << root;
+  if (kind == Kind::kAlltoall && !splits.empty()) {
+    out << " splits [";
+    for (size_t i = 0; i < splits.size(); ++i) out << (i ? ", " : "") << splits[i];
+    out << "]";
+  }
   if (prescale != 1.0) out << " prescale " << prescale;
   if (postscale != 1.0) out << " postscale " << postscale;
   out << (onDevice ? " on cuda" : " on host");

@@ -13,13 +13,25 @@ namespace cerar {
 
 enum class Algorithm : uint8_t;  // ops/communicator.h
 
-enum class Kind : uint8_t { kAllreduce, kAllgather, kBroadcast, kBarrier };
+enum class Kind : uint8_t {
+  kAllreduce,
+  kAllgather,
+  kBroadcast,
+  kBarrier,
+  kReducescatter,
+  kAlltoall,
+};
 const char* kindName(Kind kind);
 // Elements of one tensor of this shape (1 for a scalar).
 size_t shapeElements(const std::vector<int64_t>& shape);
+// A reducescatter's split of `rows` (a tensor's first dimension) over `size` ranks, as
+// Horovod's: rows / size each, the first rows % size ranks one more; and where rank's begin.
+int64_t scatterRows(int64_t rows, int rank, int size);
+int64_t scatterOffset(int64_t rows, int rank, int size);
 
 // Everything that must agree across ranks for one negotiated unit (a tensor, or the tensors
-// of a grouped allreduce). For allgather the first dimension may differ per rank.
+// of a grouped allreduce or reducescatter). For allgather and alltoall the first dimension
+// may differ per rank, and an alltoall's splits are each rank's own.
 struct Description {
   Kind kind = Kind::kAllreduce;
   DType dtype = DType::kFloat32;
@@ -31,9 +43,11 @@ struct Description {
   double prescale = 1.0;
   double postscale = 1.0;
   std::vector<std::vector<int64_t>> shapes;  // one per tensor of the unit
+  std::vector<int64_t> splits;  // alltoall: rows this rank sends to each rank, in rank order
 
   bool operator==(const Description& other) const = default;
-  // Equal, ignoring the first dimension of an allgather's tensor.
+  // Equal, ignoring the first dimension of an allgather's or alltoall's tensor and an
+  // alltoall's splits.
   bool agrees(const Description& other) const;
   size_t elements() const;  // over all tensors of the unit
   size_t bytes() const;
@@ -55,7 +69,9 @@ struct Request {
 struct Response {
   std::vector<std::string> names;
   Description description;      // the first submitter's (first dimension: see firstDims)
-  std::vector<int64_t> firstDims;  // allgather: rows of every rank (0 for joined ranks)
+  // allgather: rows of every rank and tensor at [rank * tensors + tensor]; alltoall: the
+  // N x N rows that rank i sends to rank j at [i * N + j]
+  std::vector<int64_t> firstDims;
   std::string error;            // non-empty: every rank fails the unit with this message
   // Empty when every submitting rank's tensors are where description.onDevice says; else,
   // per rank, kHost / kDevice / kNone (joined).

@@ -121,6 +121,8 @@ void putDescription(Writer& w, const Description& d) {
     w.put<uint32_t>(static_cast<uint32_t>(shape.size()));
     for (int64_t dim : shape) w.put<int64_t>(dim);
   }
+  w.put<uint32_t>(static_cast<uint32_t>(d.splits.size()));
+  for (int64_t rows : d.splits) w.put<int64_t>(rows);
 }
 
 Description getDescription(Reader& r) {
@@ -128,7 +130,7 @@ Description getDescription(Reader& r) {
   d.kind = static_cast<Kind>(r.get<uint8_t>());
   d.dtype = static_cast<DType>(r.get<uint8_t>());
   d.op = static_cast<Op>(r.get<uint8_t>());
-  CERAR_ENFORCE(uint8_t(d.kind) <= uint8_t(Kind::kBarrier) &&
+  CERAR_ENFORCE(uint8_t(d.kind) <= uint8_t(Kind::kAlltoall) &&
                     uint8_t(d.dtype) <= uint8_t(DType::kUInt8) &&
                     uint8_t(d.op) <= uint8_t(Op::kAdasum),
                 "malformed negotiation message: bad enum");
@@ -144,6 +146,11 @@ Description getDescription(Reader& r) {
     total = addChecked(total, checkedElements(shape));
   }
   mulChecked(total, dtypeSize(d.dtype));  // the bytes must fit as well
+  d.splits.resize(r.getCount(8));
+  for (auto& rows : d.splits) {
+    rows = r.get<int64_t>();
+    checkedElements({rows});  // non-negative
+  }
   return d;
 }
 
@@ -221,11 +228,20 @@ ResponseMessage decodeResponseMessage(const std::vector<uint8_t>& bytes) {
       dim = r.get<int64_t>();
       rows = addChecked(rows, checkedElements({dim}));
     }
-    if (!response.description.shapes.empty() && !response.description.shapes[0].empty()) {
-      // The gathered tensor: every rank's rows times one row's elements and bytes.
-      std::vector<int64_t> row = response.description.shapes[0];
-      row[0] = 1;
-      mulChecked(mulChecked(rows, checkedElements(row)), dtypeSize(response.description.dtype));
+    const auto& shapes = response.description.shapes;
+    if (!shapes.empty() && response.firstDims.size() % shapes.size() == 0) {
+      // Each gathered tensor: its rows over the ranks times one row's elements and bytes.
+      for (size_t k = 0; k < shapes.size(); ++k) {
+        if (shapes[k].empty()) continue;
+        size_t tensorRows = 0;
+        for (size_t i = k; i < response.firstDims.size(); i += shapes.size()) {
+          tensorRows = addChecked(tensorRows, size_t(response.firstDims[i]));
+        }
+        std::vector<int64_t> row = shapes[k];
+        row[0] = 1;
+        mulChecked(mulChecked(tensorRows, checkedElements(row)),
+                   dtypeSize(response.description.dtype));
+      }
     }
     response.placement = r.getBytes();
     response.error = r.getString();
@@ -287,7 +303,12 @@ void NegotiationTable::add(int rank, const Request& request, Clock::time_point n
     entry.firstRank = rank;
     entry.first = request;
     entry.submitted.assign(size_, false);
-    entry.firstDims.assign(size_, 0);
+    // alltoall: the N x N matrix of rows sent, row by sender
+    const Kind kind = request.description.kind;
+    const size_t columns = kind == Kind::kAlltoall    ? size_t(size_)
+                           : kind == Kind::kAllgather ? request.description.shapes.size()
+                                                      : 1;
+    entry.firstDims.assign(size_t(size_) * columns, 0);
     entry.placement.assign(size_, Response::kNone);
   } else if (entry.submitted[rank]) {
     // A rank never has one name in flight twice; seeing it is a protocol error worth naming.
@@ -305,9 +326,23 @@ void NegotiationTable::add(int rank, const Request& request, Clock::time_point n
   }
   entry.submitted[rank] = true;
   entry.placement[rank] = request.description.onDevice ? Response::kDevice : Response::kHost;
-  if (request.description.kind == Kind::kAllgather && !request.description.shapes.empty() &&
-      !request.description.shapes[0].empty()) {
-    entry.firstDims[rank] = request.description.shapes[0][0];
+  const Kind kind = entry.first.description.kind;
+  if (kind != request.description.kind) return;  // a mismatch, recorded above
+  const auto& shapes = request.description.shapes;
+  if (kind == Kind::kAllgather && shapes.size() == entry.first.description.shapes.size()) {
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      if (!shapes[k].empty()) entry.firstDims[rank * shapes.size() + k] = shapes[k][0];
+    }
+  }
+  if (kind == Kind::kAlltoall && request.description.splits.size() == size_t(size_)) {
+    std::copy(request.description.splits.begin(), request.description.splits.end(),
+              entry.firstDims.begin() + size_t(rank) * size_);
+  } else if (kind == Kind::kAlltoall && entry.error.empty()) {
+    entry.error = detail::concat("alltoall of ", quoteNames(request.names), ": rank ", rank,
+                                 " gave ", request.description.splits.size(), " splits for ",
+                                 size_, " ranks");
+    entry.errorCode = StatusCode::kInvalidArgument;
+    entry.errorPeer = rank;
   }
 }
 
@@ -327,14 +362,18 @@ Response NegotiationTable::respond(const Entry& entry) const {
   response.errorCode = entry.errorCode;
   response.errorPeer = entry.errorPeer;
   const Description& d = response.description;
-  if (d.kind == Kind::kAllgather) response.firstDims = entry.firstDims;
+  if (d.kind == Kind::kAllgather || d.kind == Kind::kAlltoall) {
+    response.firstDims = entry.firstDims;
+  }
   const uint8_t first = d.onDevice ? Response::kDevice : Response::kHost;
   for (uint8_t place : entry.placement) {
     if (place != Response::kNone && place != first) response.placement = entry.placement;
   }
-  // As Horovod: a joined rank takes part only in all-reduces (with the op's identity); an
-  // allgather or broadcast that some rank joined instead of submitting fails on every rank.
-  if (response.error.empty() && (d.kind == Kind::kAllgather || d.kind == Kind::kBroadcast)) {
+  // As Horovod: a joined rank takes part only in all-reduces (with the op's identity) and
+  // barriers; an allgather, broadcast, alltoall or reducescatter that some rank joined instead
+  // of submitting fails on every rank.
+  const bool joinable = d.kind == Kind::kAllreduce || d.kind == Kind::kBarrier;
+  if (response.error.empty() && !joinable) {
     for (int rank = 0; rank < size_; ++rank) {
       if (entry.submitted[rank]) continue;
       response.error = detail::concat(kindName(d.kind), " of ", quoteNames(response.names),

@@ -29,6 +29,7 @@ struct OperationState {
   // Written by the coordinator before complete(); read by the caller after wait().
   std::vector<std::byte> output;
   std::vector<int64_t> outputShape;
+  std::vector<int64_t> receivedSplits;  // alltoall: rows received from each rank
   int lastJoinedRank = -1;
 
   // Marks the operation ended, wakes waiters, then runs the callback (outside the lock, on

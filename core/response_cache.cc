@@ -12,7 +12,9 @@ int64_t ResponseCache::lookup(const Request& request, int rank) const {
   const Response& cached = slots_[it->second].response;
   // The cached description is the first submitter's; this rank's placement and allgather rows
   // are in the response.
-  if (cached.description.kind == Kind::kAllgather && size_t(rank) >= cached.firstDims.size()) {
+  const size_t tensors = cached.description.shapes.size();
+  if (cached.description.kind == Kind::kAllgather &&
+      (size_t(rank) + 1) * tensors > cached.firstDims.size()) {
     return -1;
   }
   if (!(request.description == cached.descriptionAt(rank))) return -1;
@@ -32,7 +34,11 @@ const Response& ResponseCache::at(size_t slot) const {
 }
 
 void ResponseCache::put(const Response& response) {
-  if (capacity_ == 0 || !response.error.empty()) return;
+  // An alltoall's splits are each rank's own and change from call to call: never cached.
+  if (capacity_ == 0 || !response.error.empty() ||
+      response.description.kind == Kind::kAlltoall) {
+    return;
+  }
   const std::string key = response.key();
   size_t slot;
   if (auto it = byKey_.find(key); it != byKey_.end()) {

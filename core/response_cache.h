@@ -30,8 +30,9 @@ class ResponseCache {
   int64_t find(const Response& response) const;
   // The response in `slot`; throws Error when the slot is empty.
   const Response& at(size_t slot) const;
-  // Stores `response` (error responses are ignored) or marks it used: an entry of the same key
-  // is replaced in place; otherwise a free slot is taken, else the least recently used one.
+  // Stores `response` (error responses and alltoalls are ignored) or marks it used: an entry
+  // of the same key is replaced in place; otherwise a free slot is taken, else the least
+  // recently used one.
   void put(const Response& response);
 
  private:

@@ -62,6 +62,9 @@ bool Handle::waitFor(std::chrono::milliseconds limit) const {
 
 const std::vector<std::byte>& Handle::output() const { return stateOf(state_).output; }
 const std::vector<int64_t>& Handle::outputShape() const { return stateOf(state_).outputShape; }
+const std::vector<int64_t>& Handle::receivedSplits() const {
+  return stateOf(state_).receivedSplits;
+}
 int Handle::lastJoinedRank() const { return stateOf(state_).lastJoinedRank; }
 
 // --- the runtime ------------------------------------------------------------------------
@@ -158,14 +161,127 @@ class RuntimeImpl final : public Runtime {
     return enqueue(std::move(entry), invalid, std::move(callback));
   }
 
-  Handle allgather(const std::string& name, Tensor input, Callback callback) override {
-    auto entry = singleTensorEntry(Kind::kAllgather, name, input);
-    Status invalid = checkNames({name}, "allgather");
+  Handle reducescatter(const std::vector<std::string>& names, std::vector<Tensor> inputs,
+                       std::vector<Tensor> outputs, Op op, double prescale, double postscale,
+                       Callback callback) override {
+    auto entry = std::make_unique<Entry>();
+    entry->request.names = names;
+    Description& d = entry->request.description;
+    d.kind = Kind::kReducescatter;
+    d.op = op;
+    d.prescale = prescale;
+    d.postscale = postscale;
+    Status invalid = checkNames(names, "reducescatter");
+    if (invalid.ok() && (inputs.size() != names.size() || outputs.size() != names.size())) {
+      invalid = argumentError(detail::concat("reducescatter: ", names.size(), " names, ",
+                                             inputs.size(), " inputs and ", outputs.size(),
+                                             " outputs"));
+    }
+    for (size_t i = 0; invalid.ok() && i < inputs.size(); ++i) {
+      const Tensor& in = inputs[i];
+      const Tensor& out = outputs[i];
+      if (i == 0) d.dtype = in.dtype, d.onDevice = in.device >= 0;
+      invalid = checkTensor(names[i], in);
+      if (!invalid.ok()) break;
+      std::vector<int64_t> share = in.shape;
+      if (share.empty()) {
+        invalid = argumentError("reducescatter of '" + names[i] +
+                                "': a scalar has no first dimension to scatter");
+        break;
+      }
+      share[0] = scatterRows(share[0], rank(), size());
+      if (out.dtype != in.dtype || out.shape != share || out.device != in.device ||
+          (out.data == nullptr && out.elements() > 0)) {
+        invalid = argumentError(detail::concat(
+            "reducescatter of '", names[i], "': the output must have the input's dtype and "
+            "device and this rank's share of the first dimension (", share[0], " of ",
+            in.shape[0], " rows)"));
+      } else if (in.dtype != d.dtype || in.device != inputs[0].device) {
+        invalid = argumentError("grouped reducescatter: '" + names[i] + "' differs in dtype "
+                                "or device from '" + names[0] + "'; a group is one unit");
+      }
+      d.shapes.push_back(in.shape);
+    }
+    if (invalid.ok()) {
+      invalid = op == Op::kAdasum
+                    ? argumentError("reducescatter of '" + names.front() +
+                                    "': Adasum is an all-reduce only")
+                    : checkOp(names.front(), d.dtype, op, prescale, postscale, size(),
+                              "reducescatter");
+    }
+    entry->inputs = std::move(inputs);
+    entry->outputs = std::move(outputs);
+    return enqueue(std::move(entry), invalid, std::move(callback));
+  }
+
+  Handle alltoall(const std::string& name, Tensor input, std::vector<int64_t> splits,
+                  Callback callback) override {
+    auto entry = singleTensorEntry(Kind::kAlltoall, name, input);
+    Status invalid = checkNames({name}, "alltoall");
     if (invalid.ok()) invalid = checkTensor(name, input);
     if (invalid.ok() && input.shape.empty()) {
-      invalid = argumentError("allgather of '" + name +
-                              "': a scalar has no first dimension to concatenate");
+      invalid = argumentError("alltoall of '" + name +
+                              "': a scalar has no first dimension to split");
     }
+    const int64_t rows = input.shape.empty() ? 0 : input.shape[0];
+    if (invalid.ok() && splits.empty()) {
+      if (rows % size() != 0) {
+        invalid = argumentError(detail::concat(
+            "alltoall of '", name, "': without splits the first dimension (", rows,
+            ") must be a multiple of the number of ranks (", size(), ")"));
+      }
+      splits.assign(size(), rows / size());
+    }
+    if (invalid.ok() && int(splits.size()) != size()) {
+      invalid = argumentError(detail::concat("alltoall of '", name, "': ", splits.size(),
+                                             " splits for ", size(), " ranks"));
+    }
+    int64_t total = 0;
+    for (int64_t n : splits) {
+      if (invalid.ok() && n < 0) {
+        invalid = argumentError("alltoall of '" + name + "': a negative split");
+      }
+      total += n;
+    }
+    if (invalid.ok() && total > rows) {
+      invalid = argumentError(detail::concat("alltoall of '", name, "': the splits sum to ",
+                                             total, ", more than the first dimension (", rows,
+                                             ")"));
+    }
+    entry->request.description.splits = std::move(splits);
+    return enqueue(std::move(entry), invalid, std::move(callback));
+  }
+
+  Handle allgather(const std::string& name, Tensor input, Callback callback) override {
+    return groupedAllgather({name}, {std::move(input)}, std::move(callback));
+  }
+
+  Handle groupedAllgather(const std::vector<std::string>& names, std::vector<Tensor> inputs,
+                          Callback callback) override {
+    auto entry = std::make_unique<Entry>();
+    entry->request.names = names;
+    Description& d = entry->request.description;
+    d.kind = Kind::kAllgather;
+    Status invalid = checkNames(names, "allgather");
+    if (invalid.ok() && inputs.size() != names.size()) {
+      invalid = argumentError(detail::concat("grouped allgather: ", names.size(), " names and ",
+                                             inputs.size(), " inputs"));
+    }
+    for (size_t i = 0; invalid.ok() && i < inputs.size(); ++i) {
+      const Tensor& in = inputs[i];
+      if (i == 0) d.dtype = in.dtype, d.onDevice = in.device >= 0;
+      invalid = checkTensor(names[i], in);
+      if (invalid.ok() && in.shape.empty()) {
+        invalid = argumentError("allgather of '" + names[i] +
+                                "': a scalar has no first dimension to concatenate");
+      } else if (invalid.ok() && (in.dtype != d.dtype || in.device != inputs[0].device)) {
+        invalid = argumentError("grouped allgather: '" + names[i] + "' differs in dtype or "
+                                "device from '" + names[0] + "'; a group is one unit");
+      }
+      d.shapes.push_back(in.shape);
+    }
+    entry->inputs = inputs;
+    entry->outputs = std::move(inputs);
     return enqueue(std::move(entry), invalid, std::move(callback));
   }
 
@@ -239,26 +355,29 @@ class RuntimeImpl final : public Runtime {
   }
 
   static Status checkOp(const std::string& name, DType dtype, Op op, double prescale,
-                        double postscale, int N) {
+                        double postscale, int N, const char* what = "allreduce") {
     if (op == Op::kAdasum) {
       // Every rank sees the same N and dtype, so each fails alike before negotiating.
       if (!isAdasumDType(dtype)) {
-        return argumentError(detail::concat("allreduce of '", name, "': Adasum needs a "
+        return argumentError(detail::concat(what, " of '", name, "': Adasum needs a "
                                             "floating-point dtype, got ", dtypeName(dtype)));
       }
       const Status sized = validateAdasumSize(N);
-      if (!sized.ok()) return argumentError("allreduce of '" + name + "': " + sized.message);
+      if (!sized.ok()) {
+        return argumentError(detail::concat(what, " of '", name, "': ", sized.message));
+      }
     }
     if (op == Op::kAverage && !isFloatDType(dtype)) {
-      return argumentError(detail::concat("allreduce of '", name, "': average needs a "
+      return argumentError(detail::concat(what, " of '", name, "': average needs a "
                                           "floating-point dtype, got ", dtypeName(dtype),
                                           " (use sum)"));
     }
     if (!std::isfinite(prescale) || !std::isfinite(postscale)) {
-      return argumentError("allreduce of '" + name + "': scale factors must be finite");
+      return argumentError(std::string(what) + " of '" + name +
+                           "': scale factors must be finite");
     }
     if ((prescale != 1.0 || postscale != 1.0) && !isFloatDType(dtype)) {
-      return argumentError(detail::concat("allreduce of '", name, "': prescale/postscale need "
+      return argumentError(detail::concat(what, " of '", name, "': prescale/postscale need "
                                           "a floating-point dtype, got ", dtypeName(dtype)));
     }
     return {};

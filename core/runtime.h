@@ -68,6 +68,9 @@ class Handle {
   // allgather: the gathered bytes (ranks in order) and their shape; valid after wait().
   const std::vector<std::byte>& output() const;
   const std::vector<int64_t>& outputShape() const;
+  // alltoall: the rows received from each rank, in rank order; grouped allgather: the rows of
+  // every rank and tensor; valid after wait().
+  const std::vector<int64_t>& receivedSplits() const;
   // join: the rank that joined last; valid after wait().
   int lastJoinedRank() const;
 
@@ -144,6 +147,9 @@ struct RuntimeStats {
   // rank's input held a NaN, an Inf or a value near overflow (cerar-protocol.md).
   uint64_t nonFiniteFallbacks = 0;
   int lastComponents = 0;         // c of the last allreduce buffer as run (N for the ring)
+  uint64_t allgatherBuffers = 0;      // fused buffers dispatched for allgather
+  uint64_t reducescatterBuffers = 0;  // fused buffers dispatched for reducescatter
+  uint64_t tensorsScattered = 0;      // tensors they held
   // CERAR's error per fused buffer (0 while no CERAR buffer ran): the bound predicted by the
   // spec's error terms, relative to sum_i |g_i| (always; ops/algorithms/share_correction.h),
   // and, with debugError, the measured max |CERAR - exact ring| / max |exact ring| over this
@@ -184,15 +190,34 @@ class Runtime {
                                   std::vector<Tensor> inputs, std::vector<Tensor> outputs, Op op,
                                   double prescale = 1.0, double postscale = 1.0,
                                   Callback callback = {}) = 0;
+  // Reduces each input across ranks and leaves this rank its share of the first dimension in
+  // the output (scatterRows of it, the ranks' shares in rank order, as Horovod splits it);
+  // the inputs have the same shapes on every rank, an output has the input's shape but for the
+  // first dimension. Several names are one unit, as a grouped allreduce; units are fused.
+  virtual Handle reducescatter(const std::vector<std::string>& names, std::vector<Tensor> inputs,
+                               std::vector<Tensor> outputs, Op op, double prescale = 1.0,
+                               double postscale = 1.0, Callback callback = {}) = 0;
+  // Sends splits[j] rows (first dimension, in order) of `input` to rank j and concatenates the
+  // rows received from every rank in rank order (the handle's output; receivedSplits() says
+  // how many came from each). splits has one entry per rank, summing to at most the first
+  // dimension; empty splits the first dimension equally (it must divide by the size).
+  virtual Handle alltoall(const std::string& name, Tensor input, std::vector<int64_t> splits,
+                          Callback callback = {}) = 0;
   // Concatenates along the first dimension, which may differ per rank.
   virtual Handle allgather(const std::string& name, Tensor input, Callback callback = {}) = 0;
+  // allgather of several tensors (one dtype) as one unit: the handle's output holds tensor 0
+  // gathered, then tensor 1, ..., as a flat array, and receivedSplits() the rows of every rank
+  // and tensor (rank-major: [rank * tensors + tensor]).
+  virtual Handle groupedAllgather(const std::vector<std::string>& names,
+                                  std::vector<Tensor> inputs, Callback callback = {}) = 0;
   // In place: every rank ends with root's tensor.
   virtual Handle broadcast(const std::string& name, Tensor tensor, int root,
                            Callback callback = {}) = 0;
   virtual Handle barrier(Callback callback = {}) = 0;
-  // This rank has run out of data: others' all-reduces complete without it (it contributes
-  // the op's identity) until every rank has joined; an allgather or broadcast meanwhile fails
-  // on every rank (InvalidArgumentError naming the joined rank), as Horovod's.
+  // This rank has run out of data: others' all-reduces and barriers complete without it (it
+  // contributes the op's identity) until every rank has joined; an allgather, broadcast,
+  // alltoall or reducescatter meanwhile fails on every rank (InvalidArgumentError naming the
+  // joined rank), as Horovod's.
   virtual Handle join(Callback callback = {}) = 0;
 
   virtual void startTimeline(const std::string& path) = 0;

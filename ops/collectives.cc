@@ -28,6 +28,39 @@ void ringAllgather(Transport& t, void* buffer, const std::vector<size_t>& blockB
   }
 }
 
+void pairwiseAlltoall(Transport& t, const void* send, const std::vector<size_t>& sendBytes,
+                      void* recv, const std::vector<size_t>& recvBytes) {
+  const int N = t.size(), rank = t.rank();
+  CERAR_ENFORCE(int(sendBytes.size()) == N && int(recvBytes.size()) == N, "rank ", rank,
+                ": alltoall needs ", N, " block sizes each way, got ", sendBytes.size(), " and ",
+                recvBytes.size());
+  CERAR_ENFORCE(sendBytes[rank] == recvBytes[rank], "rank ", rank, ": alltoall sends itself ",
+                sendBytes[rank], " bytes but expects ", recvBytes[rank]);
+  auto offsets = [N](const std::vector<size_t>& bytes) {
+    std::vector<size_t> at(N + 1, 0);
+    for (int i = 0; i < N; ++i) at[i + 1] = at[i] + bytes[i];
+    return at;
+  };
+  const std::vector<size_t> sendAt = offsets(sendBytes), recvAt = offsets(recvBytes);
+  const auto* in = static_cast<const std::byte*>(send);
+  auto* out = static_cast<std::byte*>(recv);
+  if (sendBytes[rank] > 0) std::memcpy(out + recvAt[rank], in + sendAt[rank], sendBytes[rank]);
+  // Peers in the order rank+1, rank+2, ...: every rank starts with a different partner.
+  for (int s = 1; s < N; ++s) {
+    const int from = (rank - s + N) % N;
+    if (recvBytes[from] > 0) t.postRecv(from, out + recvAt[from], recvBytes[from]);
+  }
+  for (int s = 1; s < N; ++s) {
+    const int to = (rank + s) % N;
+    if (sendBytes[to] > 0) t.postSend(to, in + sendAt[to], sendBytes[to]);
+  }
+  for (int s = 1; s < N; ++s) {
+    const int from = (rank - s + N) % N, to = (rank + s) % N;
+    if (recvBytes[from] > 0) t.waitRecv(from);
+    if (sendBytes[to] > 0) t.waitSend(to);
+  }
+}
+
 void chainBroadcast(Transport& t, void* data, size_t bytes, int root, size_t segmentBytes) {
   const int N = t.size();
   CERAR_ENFORCE(root >= 0 && root < N, "rank ", t.rank(), ": broadcast root ", root,

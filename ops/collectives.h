@@ -18,6 +18,14 @@ namespace cerar {
 // blocks are skipped on both ends (zero-byte posts are not allowed).
 void ringAllgather(Transport& transport, void* buffer, const std::vector<size_t>& blockBytes);
 
+// `send` holds this rank's blocks for every rank in rank order (sendBytes[j] bytes for rank j),
+// `recv` receives every rank's block for this one in rank order (recvBytes[i] bytes from rank
+// i). The own block is copied; the others travel directly between each pair of ranks, all
+// posted at once (receives first), so the exchange takes one hop of latency. Empty blocks are
+// skipped on both ends; recvBytes[i] must equal rank i's sendBytes[this rank].
+void pairwiseAlltoall(Transport& transport, const void* send, const std::vector<size_t>& sendBytes,
+                      void* recv, const std::vector<size_t>& recvBytes);
+
 // Every rank ends with root's `bytes` bytes at `data`. A chain root -> root+1 -> ... in
 // segments, so a long buffer streams through the ring instead of the root sending N-1 copies.
 void chainBroadcast(Transport& transport, void* data, size_t bytes, int root,

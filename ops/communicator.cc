@@ -113,4 +113,17 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
   return stats;
 }
 
+RunStats Communicator::reduceScatter(void* data, const std::vector<size_t>& chunks, DType dtype,
+                                     ReduceOp op) {
+  CERAR_CHECK_ARGUMENT(int(chunks.size()) == size(), "rank ", rank(), ": reduce-scatter needs ",
+                       size(), " chunk lengths, got ", chunks.size());
+  size_t total = 0;
+  for (size_t n : chunks) total += n;
+  CERAR_CHECK_ARGUMENT(data != nullptr || total == 0, "rank ", rank(), ": null buffer");
+  // Plans are not cached: the chunk lengths vary with every fused layout, and building one
+  // takes N-1 rounds of arithmetic.
+  const Plan plan = makeReduceScatterPlan(size(), chunks, rank());
+  return runner_->run(plan, *transport_, data, CodecParams{dtype, op, 0});
+}
+
 }  // namespace cerar

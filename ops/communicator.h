@@ -54,6 +54,12 @@ class Communicator {
 
   // Sums (or min/max with the ring) `count` elements at `data` across ranks, in place.
   RunStats allreduce(void* data, size_t count, DType dtype, const AllreduceOptions& options);
+  // The exact ring's reduce-scatter (makeReduceScatterPlan) on `data`, which holds
+  // sum(chunks) elements, chunk i (chunks[i] elements, in rank order) for rank i; in place:
+  // afterwards this rank's chunk holds the reduction, bit-identical to the exact ring's
+  // all-reduce of the same buffer there when the chunks are its own. Other chunks are scratch.
+  RunStats reduceScatter(void* data, const std::vector<size_t>& chunks, DType dtype,
+                         ReduceOp op);
 
  private:
   const Plan& planFor(Algorithm algorithm, int c, size_t d);

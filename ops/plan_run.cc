@@ -65,7 +65,7 @@ std::byte* PlanRun::out(const Range& range, size_t k) const {
 const Range* PlanRun::storedUnchanged(int t) const {
   const int L = plan_.numRounds();
   const Range* range = nullptr;
-  if (t == L) range = &plan_.finalStore;
+  if (t == L) range = plan_.accumulateFinal ? nullptr : &plan_.finalStore;
   else if (plan_.rounds[t].action == Action::kStoreAndForward) range = &plan_.rounds[t].store;
   return range && range->length == plan_.rounds[t - 1].receive ? range : nullptr;
 }
@@ -133,7 +133,12 @@ void PlanRun::sendSegment(int t, const Round& round, size_t k) {
 void PlanRun::storeFinal(size_t k) {
   const Range& range = plan_.finalStore;
   const std::byte* y = arrived(plan_.numRounds() + 1, k);
-  if (y != out(range, k)) codec_.store(y, out(range, k), segmentLength(range.length, k));
+  const size_t n = segmentLength(range.length, k);
+  if (plan_.accumulateFinal) {
+    codec_.finishFirst(y, out(range, k), n);  // out = y + g, in place
+  } else if (y != out(range, k)) {
+    codec_.store(y, out(range, k), n);
+  }
 }
 
 namespace {

@@ -33,7 +33,8 @@ class PlanRun {
   PlanRun(const Plan& plan, Transport& transport, std::byte* data, size_t elementBytes,
           size_t segmentElements, void* const* send, void* const* recv, SegmentCodec& codec);
 
-  // Rounds t = 1..L, then a virtual round L+1 that only stores the last message received.
+  // Rounds t = 1..L, then a virtual round L+1 that only stores the last message received (or,
+  // for a reduce-scatter, adds it to this rank's own slice).
   void execute(RunStats& stats);
   // The round (1..L) whose message the last transfer posted or waited for carries.
   int round() const { return round_; }

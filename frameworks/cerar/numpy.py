@@ -20,6 +20,7 @@ __all__ = [
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",
     "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_", "allgather",
     "allgather_async", "broadcast", "broadcast_", "broadcast_async", "broadcast_async_",
+    "reducescatter", "reducescatter_async", "alltoall", "alltoall_async",
     "barrier", "join", "poll", "synchronize", "Handle", "init", "shutdown", "is_initialized",
     "size", "rank", "local_rank", "local_size", "cross_rank", "cross_size", "is_homogeneous",
     "Sum", "Average", "Min", "Max", "Adasum", *BUILD_FLAGS, *ERRORS,
@@ -141,3 +142,43 @@ def join():
     handle = _rt().join()
     handle.wait()
     return handle.last_joined_rank()
+
+
+def reducescatter_async(tensor, op=Average, name=None, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    """Reduces `tensor` across ranks; the Handle's result is this rank's share of the first
+    dimension (rows // size, one more for the first rows % size ranks), a new array."""
+    from cerar._cerar import scatter_rows
+    array = np.ascontiguousarray(np.asarray(tensor))
+    if array.ndim == 0:
+        raise ValueError("cerar.numpy.reducescatter: a scalar has no first dimension")
+    shape = (scatter_rows(array.shape[0], rank(), size()), *array.shape[1:])
+    out = np.empty(shape, dtype=array.dtype)
+    name = _auto_name("reducescatter", name)
+    handle = _rt().reducescatter([name], [_view(array)], [_view(out)], op, prescale_factor,
+                                 postscale_factor)
+    return Handle(handle, lambda _: out)
+
+
+def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+    return reducescatter_async(tensor, op, name, prescale_factor, postscale_factor).wait()
+
+
+def alltoall_async(tensor, splits=None, name=None):
+    """Sends splits[j] rows of `tensor` to rank j (equal parts without splits); the Handle's
+    result is (the rows received from every rank in rank order, the received splits)."""
+    array = np.ascontiguousarray(np.asarray(tensor))
+    dtype = array.dtype
+    wanted = [] if splits is None else [int(v) for v in splits]
+    handle = _rt().alltoall(_auto_name("alltoall", name), _view(array), wanted)
+
+    def finish(h):
+        out = h.output()
+        return (out.view(dtype) if out.dtype != dtype else out,
+                np.asarray(h.received_splits(), dtype=np.int32))
+    return Handle(handle, finish)
+
+
+def alltoall(tensor, splits=None, name=None):
+    output, received = alltoall_async(tensor, splits, name).wait()
+    return output if splits is None else (output, received)

@@ -117,20 +117,14 @@ Plan makeCerarPlan(int N, int c, size_t d, int rank) {
   return plan;
 }
 
-Plan makeRingPlan(int N, size_t d, int rank) {
-  CERAR_ENFORCE(N >= 1, "the number of ranks must be >= 1, got N=", N);
-  CERAR_ENFORCE(rank >= 0 && rank < N, "rank ", rank, " out of range for N=", N);
-  Plan plan;
-  plan.N = N;
-  plan.c = N;
-  plan.rank = rank;
-  plan.d = d;
-  if (N == 1) return plan;
-  const Layout layout(N, N, d);
-  auto chunk = [&](int tau) { return layout.component(tau); };
-  // Reduce-scatter, steps s = 1..N-1: send chunk rank-s; chunk rank-1-s arrives and is summed
-  // into the next step's message, so after N-1 steps each rank holds the partial sum of its
-  // own chunk (all ranks but itself).
+namespace {
+
+// The ring's reduce-scatter steps s = 1..N-1: send chunk rank-s; chunk rank-1-s arrives and is
+// summed into the next step's message, so after N-1 steps this rank has received the partial
+// sum of its own chunk (all ranks but itself).
+template <typename Chunk>
+void appendReduceScatterRounds(Plan& plan, int rank, const Chunk& chunk) {
+  const int N = plan.N;
   for (int s = 1; s <= N - 1; ++s) {
     Round round;
     round.token = mod(rank - s, N);
@@ -140,6 +134,27 @@ Plan makeRingPlan(int N, size_t d, int rank) {
     round.receive = chunk(mod(rank - 1 - s, N)).length;
     plan.rounds.push_back(round);
   }
+}
+
+Plan emptyPlan(int N, int c, size_t d, int rank) {
+  CERAR_ENFORCE(N >= 1, "the number of ranks must be >= 1, got N=", N);
+  CERAR_ENFORCE(rank >= 0 && rank < N, "rank ", rank, " out of range for N=", N);
+  Plan plan;
+  plan.N = N;
+  plan.c = c;
+  plan.rank = rank;
+  plan.d = d;
+  return plan;
+}
+
+}  // namespace
+
+Plan makeRingPlan(int N, size_t d, int rank) {
+  Plan plan = emptyPlan(N, N, d, rank);
+  if (N == 1) return plan;
+  const Layout layout(N, N, d);
+  auto chunk = [&](int tau) { return layout.component(tau); };
+  appendReduceScatterRounds(plan, rank, chunk);
   // Allgather, steps s = 1..N-1: step 1 adds the own gradient last and sends the finished chunk;
   // later steps store what arrived and pass it on.
   for (int s = 1; s <= N - 1; ++s) {
@@ -152,6 +167,26 @@ Plan makeRingPlan(int N, size_t d, int rank) {
     plan.rounds.push_back(round);
   }
   plan.finalStore = chunk(mod(rank + 1, N));
+  finishPlan(plan);
+  return plan;
+}
+
+Plan makeReduceScatterPlan(int N, const std::vector<size_t>& chunks, int rank) {
+  CERAR_ENFORCE(int(chunks.size()) == N, "reduce-scatter: ", chunks.size(),
+                " chunk lengths for N=", N);
+  std::vector<Range> ranges(chunks.size());
+  size_t offset = 0;
+  for (size_t tau = 0; tau < chunks.size(); ++tau) {
+    ranges[tau] = Range{offset, chunks[tau]};
+    offset += chunks[tau];
+  }
+  Plan plan = emptyPlan(N, N, offset, rank);
+  if (N == 1) return plan;
+  appendReduceScatterRounds(plan, rank, [&](int tau) { return ranges[tau]; });
+  // The last arrival is the partial sum of this rank's chunk: the own gradient is added last,
+  // as the ring's first allgather step does.
+  plan.finalStore = ranges[rank];
+  plan.accumulateFinal = true;
   finishPlan(plan);
   return plan;
 }

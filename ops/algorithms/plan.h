@@ -68,6 +68,9 @@ struct Plan {
   size_t d = 0;
   std::vector<Round> rounds;  // rounds[t-1] is round t
   Range finalStore;           // the message received in the last round is stored here
+  // A reduce-scatter's finish: the last message is added to this rank's own gradient slice at
+  // finalStore (out = y + g, as kFinishFirst) instead of overwriting it.
+  bool accumulateFinal = false;
   size_t maxMessage = 0;      // longest message sent or received, in elements
 
   int numRounds() const { return static_cast<int>(rounds.size()); }
@@ -80,6 +83,12 @@ Plan makeCerarPlan(int N, int c, size_t d, int rank);
 // The exact ring (reduce-scatter then allgather, one chunk per rank), in the same reduction
 // order as CERAR with r = 1: ((g_{tau+1} + g_{tau+2}) + ...) + g_tau for chunk tau.
 Plan makeRingPlan(int N, size_t d, int rank);
+
+// The exact ring's first half alone: a reduce-scatter of d = sum(chunks) elements, chunk tau
+// (chunks[tau] elements, laid out in rank order) ending reduced on rank tau, in the ring's
+// reduction order, so it is bit-identical to that chunk of makeRingPlan's result when the
+// chunks coincide. N-1 rounds; the other chunks of the buffer are left as scratch.
+Plan makeReduceScatterPlan(int N, const std::vector<size_t>& chunks, int rank);
 
 // Checks (N, c) for CERAR: ok, or kInvalidArgument with the reason.
 Status validateCerarParameters(int N, int c);

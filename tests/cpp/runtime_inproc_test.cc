@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <future>
 #include <unistd.h>
 
+#include "core/message.h"
 #include "ops/transport/inproc.h"
 #include "runtime_scenarios.h"
 
@@ -83,6 +85,87 @@ TEST(RuntimeInproc, StatsIncludeEveryCompletedOperation) {
 TEST(RuntimeInproc, CacheHitsInSteadyLoop) { runThreads(4, cacheHits); }
 
 TEST(RuntimeInproc, JoinWithUnevenSteps) { runThreads(4, joinUneven); }
+
+// reducescatter (fused units, grouped, uneven rows, a rank with no rows), alltoall with uneven
+// splits and zero blocks, a grouped allgather and a joined rank's refusals; all in flight at
+// once, checked element by element.
+TEST(RuntimeInproc, ReducescatterAlltoallGroupedAllgather) {
+  runThreads(3, [](int rank, const Starter& start) {
+    auto rt = start(testConfig());
+    const int N = rt->size();
+    const float r1 = float(rank + 1);
+    // reducescatter: a (7 rows x 2) and a group of b (2 rows: rank 2 gets none) and c (3)
+    std::vector<float> a(14), b(2, r1), c(3, 10 * r1);
+    for (size_t e = 0; e < a.size(); ++e) a[e] = float(e) * r1;
+    const int64_t aRows = scatterRows(7, rank, N), bRows = scatterRows(2, rank, N);
+    std::vector<float> aOut(static_cast<size_t>(aRows) * 2), bOut(static_cast<size_t>(bRows)),
+        cOut(1);
+    Handle hA = rt->reducescatter({"rs.a"}, {view(a, {7, 2}, DType::kFloat32)},
+                                  {view(aOut, {aRows, 2}, DType::kFloat32)}, Op::kSum);
+    Handle hBC = rt->reducescatter(
+        {"rs.b", "rs.c"}, {f32(b), f32(c)},
+        {view(bOut, {bRows}, DType::kFloat32), view(cOut, {1}, DType::kFloat32)}, Op::kAverage,
+        2.0, 0.5);
+    // alltoall: rank i sends (i + j) % 3 rows of 2 int64 to rank j; its rows are 100 i + k
+    std::vector<int64_t> splits(N);
+    int64_t sent = 0;
+    for (int j = 0; j < N; ++j) sent += splits[j] = (rank + j) % 3;
+    std::vector<int64_t> rows(size_t(sent) * 2);
+    for (size_t e = 0; e < rows.size(); ++e) rows[e] = 100 * rank + int64_t(e / 2);
+    Handle hT = rt->alltoall("a2a", view(rows, {sent, 2}, DType::kInt64), splits);
+    // grouped allgather: rank rows of x, 1 row of y
+    std::vector<float> x(size_t(rank) * 2, r1), y(3, -r1);
+    Handle hG = rt->groupedAllgather({"ga.x", "ga.y"}, {view(x, {rank, 2}, DType::kFloat32),
+                                                        view(y, {1, 3}, DType::kFloat32)});
+    for (const Handle* h : {&hA, &hBC, &hT, &hG}) h->wait();
+    const float ranks = float(N * (N + 1) / 2);  // sum of r1
+    const int64_t aStart = scatterOffset(7, rank, N);
+    for (size_t e = 0; e < aOut.size(); ++e) {
+      check(aOut[e] == float(size_t(aStart) * 2 + e) * ranks, "rs.a element ", e, ": ", aOut[e]);
+    }
+    for (float v : bOut) check(v == ranks * 2 * 0.5f / float(N), "rs.b: ", v);
+    check(cOut[0] == 10 * ranks * 2 * 0.5f / float(N), "rs.c: ", cOut[0]);
+    const auto& got = hT.output();
+    std::vector<int64_t> expected;
+    for (int i = 0; i < N; ++i) {
+      int64_t first = 0;
+      for (int j = 0; j < rank; ++j) first += (i + j) % 3;
+      check(hT.receivedSplits().at(i) == (i + rank) % 3, "a2a splits from ", i);
+      for (int64_t k = 0; k < (i + rank) % 3; ++k) {
+        expected.push_back(100 * i + first + k);
+        expected.push_back(100 * i + first + k);
+      }
+    }
+    check(got.size() == expected.size() * 8 &&
+              std::memcmp(got.data(), expected.data(), got.size()) == 0,
+          "a2a rows");
+    check(hT.outputShape() == std::vector<int64_t>{int64_t(expected.size() / 2), 2},
+          "a2a shape");
+    const auto& flat = hG.output();
+    std::vector<float> want;
+    for (int i = 0; i < N; ++i) want.insert(want.end(), size_t(i) * 2, float(i + 1));
+    for (int i = 0; i < N; ++i) want.insert(want.end(), 3, -float(i + 1));
+    check(flat.size() == want.size() * 4 && std::memcmp(flat.data(), want.data(), flat.size()) == 0,
+          "grouped allgather");
+    // With rank 0 joined, the others' scatters and gathers fail naming it; all-reduces run.
+    if (rank == 0) {
+      rt->join().wait();
+    } else {
+      std::vector<float> z(3, 1.0f), zOut(1);
+      const Status refused = outcome(rt->reducescatter(
+          {"j.rs"}, {f32(z)}, {view(zOut, {1}, DType::kFloat32)}, Op::kSum));
+      check(refused.code == StatusCode::kInvalidArgument && refused.peer == 0,
+            "reducescatter beside a joined rank: ", refused.message);
+      const Status refusedA2a = outcome(rt->alltoall("j.a2a", f32(z), {}));
+      check(refusedA2a.code == StatusCode::kInvalidArgument && refusedA2a.peer == 0,
+            "alltoall beside a joined rank: ", refusedA2a.message);
+      rt->allreduce("j.sum", f32(z), f32(z), Op::kSum).wait();
+      check(z[0] == float(N - 1), "allreduce beside a joined rank: ", z[0]);
+      rt->join().wait();
+    }
+    return std::string("ok");
+  });
+}
 
 TEST(RuntimeInproc, TimelineParses) {
   const std::string pattern = ::testing::TempDir() + "cerar_inproc_timeline_{rank}.json";

@@ -338,6 +338,77 @@ TEST(RuntimeFusion, PacksCompatibleUnitsUpToTheThreshold) {
   EXPECT_EQ(planFusion(units, 80), (std::vector<std::vector<size_t>>{{0, 2}, {1}, {3}, {4}, {5}, {6}}));
 }
 
+TEST(RuntimeFusion, ReducescattersFuseAmongThemselves) {
+  auto scatter = [](const char* name, size_t n) {
+    Response unit = allreduceUnit(name, n);
+    unit.description.kind = Kind::kReducescatter;
+    return unit;
+  };
+  std::vector<Response> units = {scatter("a", 10), allreduceUnit("b", 10), scatter("c", 10),
+                                 allreduceUnit("d", 10)};
+  EXPECT_EQ(planFusion(units, 120), (std::vector<std::vector<size_t>>{{0, 2}, {1, 3}}));
+  // A reducescatter group carries the exact ring whatever the policy says.
+  SelectionPolicy forced;
+  forced.algorithm = "cerar";
+  for (const FusedGroup& group : decideGroups(units, 4, 120, LinkModel{}, forced)) {
+    if (units[group.members[0]].description.kind == Kind::kReducescatter) {
+      EXPECT_EQ(group.algorithm, Algorithm::kRing);
+    }
+  }
+}
+
+TEST(RuntimeNegotiation, AlltoallSplitsBecomeTheMatrixAndJoinRefusesScatters) {
+  NegotiationTable table(3);
+  ResponseCache cache(8);
+  const auto now = NegotiationTable::Clock::now();
+  for (int rank = 0; rank < 3; ++rank) {
+    Request a = request("t", {6 + rank, 2}, Kind::kAlltoall);
+    a.description.splits = {rank, 1, 2};
+    table.receive(rank, messageOf({a}), cache, now);
+  }
+  auto answer = table.decide(cache);
+  ASSERT_EQ(answer.responses.size(), 1u);
+  const Response& unit = answer.responses[0];
+  EXPECT_TRUE(unit.error.empty()) << unit.error;
+  EXPECT_EQ(unit.firstDims, (std::vector<int64_t>{0, 1, 2, 1, 1, 2, 2, 1, 2}));
+  cache.put(unit);
+  EXPECT_EQ(cache.find(unit), -1);  // splits change per call: never cached
+  // The wire keeps the splits.
+  RequestMessage m = messageOf({request("t", {3, 2}, Kind::kAlltoall)});
+  m.requests[0].description.splits = {1, 0, 2};
+  EXPECT_EQ(decodeRequestMessage(encode(m)).requests[0], m.requests[0]);
+  // Trailing dimensions must agree; rows and splits may differ.
+  Request wide = request("u", {3, 3}, Kind::kAlltoall);
+  wide.description.splits = {1, 1, 1};
+  Request narrow = request("u", {3, 2}, Kind::kAlltoall);
+  narrow.description.splits = {1, 1, 1};
+  table.receive(0, messageOf({wide}), cache, now);
+  table.receive(1, messageOf({narrow}), cache, now);
+  table.receive(2, messageOf({narrow}), cache, now);
+  answer = table.decide(cache);
+  ASSERT_EQ(answer.responses.size(), 1u);
+  EXPECT_EQ(answer.responses[0].errorCode, StatusCode::kMismatch);
+  // With a rank joined, a reducescatter and an alltoall fail on every rank; a barrier runs.
+  RequestMessage join;
+  join.join = true;
+  table.receive(2, join, cache, now);
+  for (int rank = 0; rank < 2; ++rank) {
+    Request a = request("v", {3, 2}, Kind::kAlltoall);
+    a.description.splits = {1, 1, 1};
+    table.receive(rank, messageOf({request("s", {4}, Kind::kReducescatter), a,
+                                   request("cerar.barrier", {}, Kind::kBarrier)}),
+                  cache, now);
+  }
+  answer = table.decide(cache);
+  ASSERT_EQ(answer.responses.size(), 3u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_NE(answer.responses[i].error.find("rank 2 has joined"), std::string::npos)
+        << answer.responses[i].error;
+    EXPECT_EQ(answer.responses[i].errorPeer, 2);
+  }
+  EXPECT_TRUE(answer.responses[2].error.empty()) << answer.responses[2].error;
+}
+
 TEST(RuntimeSelection, RingForSmallIntegerMinMaxAndTwoRanks) {
   LinkModel link;
   SelectionPolicy automatic;

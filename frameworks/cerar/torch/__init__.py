@@ -27,11 +27,13 @@ from cerar._handle import Handle, poll, synchronize
 HorovodInternalError = CerarError
 
 from cerar.torch.ops import (_DTYPES, _fresh, _op, _view, allgather_async,  # noqa: E402,F401
-                             allreduce_async, allreduce_async_, broadcast_async,
+                             allreduce_async, allreduce_async_, alltoall_async, broadcast_async,
                              broadcast_async_, grouped_allgather_async, grouped_allreduce_async,
-                             grouped_allreduce_async_, sparse_allreduce_async)
-from cerar.torch.autograd import (allgather, allreduce, broadcast,  # noqa: E402
-                                  grouped_allgather, grouped_allreduce)
+                             grouped_allreduce_async_, grouped_reducescatter_async,
+                             reducescatter_async, sparse_allreduce_async)
+from cerar.torch.autograd import (allgather, allreduce, alltoall, broadcast,  # noqa: E402
+                                  grouped_allgather, grouped_allreduce, grouped_reducescatter,
+                                  reducescatter)
 from cerar.torch.compression import Compression  # noqa: E402
 from cerar.torch import elastic  # noqa: E402,F401
 

@@ -1,11 +1,13 @@
-"""Differentiable allreduce, grouped allreduce, allgather and broadcast, with Horovod's
-gradients: an allreduce's gradient is the same allreduce of the incoming gradients; an
-allgather's is this rank's slice of the averaged gradient; a broadcast's is the averaged
-gradient on the root and zero elsewhere. Backward passes call collectives, so every rank must
-run them (as the forward ones)."""
+"""Differentiable allreduce, grouped allreduce, allgather, broadcast, reducescatter and
+alltoall, with Horovod's gradients: an allreduce's gradient is the same allreduce of the
+incoming gradients; an allgather's is this rank's slice of the averaged gradient; a
+broadcast's is the averaged gradient on the root and zero elsewhere; a reducescatter's is the
+allgather of the incoming gradients, times the size for Sum and times the scale factors; an
+alltoall's is the alltoall that sends every received row back to its sender. Backward passes
+call collectives, so every rank must run them (as the forward ones)."""
 import torch
 
-from cerar import Average, _rt
+from cerar import Average, Sum, _rt
 from cerar._handle import synchronize
 from cerar.torch import ops
 
@@ -71,6 +73,62 @@ class _Broadcast(torch.autograd.Function):
         return reduced, None, None
 
 
+def _scatter_gradient(grad, op, prescale, postscale):
+    """Horovod's reducescatter gradient: the ranks' shares gathered, scaled as the forward."""
+    factor = (_rt().size if op == Sum else 1.0) * prescale * postscale
+    grad = grad.contiguous()
+    if factor != 1.0:
+        grad = grad * factor
+    return synchronize(ops.allgather_async(grad))
+
+
+class _Reducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale, postscale):
+        ctx.args = (op, prescale, postscale)
+        return synchronize(ops.reducescatter_async(tensor, name, op, None, prescale, postscale))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _scatter_gradient(grad, *ctx.args), None, None, None, None
+
+
+class _GroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale, postscale, *tensors):
+        ctx.args = (op, prescale, postscale)
+        ctx.shapes = [(t.shape, t.dtype, t.device) for t in tensors]
+        return tuple(synchronize(ops.grouped_reducescatter_async(tensors, name, op, None,
+                                                                 prescale, postscale)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        from cerar._cerar import scatter_rows
+        rank, size = _rt().rank, _rt().size
+        grads = [torch.zeros([scatter_rows(s[0], rank, size), *s[1:]], dtype=d, device=v)
+                 if g is None else g for g, (s, d, v) in zip(grads, ctx.shapes)]
+        return (None, None, None, None,
+                *[_scatter_gradient(g, *ctx.args) for g in grads])
+
+
+class _Alltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name):
+        output, received = synchronize(ops.alltoall_async(tensor, splits, name))
+        ctx.received = received
+        ctx.rows = tensor.shape[0]
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx, grad, _):
+        back, _ = synchronize(ops.alltoall_async(grad.contiguous(), ctx.received))
+        if back.shape[0] < ctx.rows:  # rows past the splits were not sent: no gradient
+            pad = back.new_zeros((ctx.rows - back.shape[0], *back.shape[1:]))
+            back = torch.cat([back, pad])
+        return back, None, None
+
+
 def _tracks_grad(*tensors):
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
@@ -125,3 +183,43 @@ def broadcast(tensor, root_rank, name=None, process_set=None):
     if _tracks_grad(tensor):
         return _Broadcast.apply(tensor, root_rank, name)
     return synchronize(ops.broadcast_async(tensor, root_rank, name))
+
+
+def reducescatter(tensor, name=None, compression=None, op=Average, process_set=None,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces `tensor` across ranks (averages by default) and returns this rank's share of the
+    first dimension, a new tensor (the first rows % size ranks get one row more)."""
+    op = Average if op is None else op
+    wire, context = compression.compress(tensor) if compression else (tensor, None)
+    if _tracks_grad(wire):
+        out = _Reducescatter.apply(wire, name, op, prescale_factor, postscale_factor)
+    else:
+        out = synchronize(ops.reducescatter_async(wire, name, op, None, prescale_factor,
+                                                  postscale_factor))
+    return compression.decompress(out, context) if compression else out
+
+
+def grouped_reducescatter(tensors, name=None, compression=None, op=Average, process_set=None,
+                          prescale_factor=1.0, postscale_factor=1.0):
+    op = Average if op is None else op
+    pairs = [compression.compress(t) if compression else (t, None) for t in tensors]
+    wires = [w for w, _ in pairs]
+    if _tracks_grad(*wires):
+        outs = list(_GroupedReducescatter.apply(name, op, prescale_factor, postscale_factor,
+                                                *wires))
+    else:
+        outs = synchronize(ops.grouped_reducescatter_async(wires, name, op, None,
+                                                           prescale_factor, postscale_factor))
+    if compression:
+        outs = [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]
+    return outs
+
+
+def alltoall(tensor, splits=None, name=None, process_set=None):
+    """Sends splits[j] rows of `tensor` to rank j (equal parts without splits) and returns the
+    rows received from every rank in rank order; with splits, also the received splits."""
+    if _tracks_grad(tensor):
+        output, received = _Alltoall.apply(tensor, splits, name)
+    else:
+        output, received = synchronize(ops.alltoall_async(tensor, splits, name))
+    return output if splits is None else (output, received)

@@ -10,7 +10,7 @@ here around the runtime's call, exactly:
 """
 import torch
 
-from cerar import Average, Product, Sum, _auto_name, _rt
+from cerar import Average, Max, Min, Product, Sum, _auto_name, _rt
 from cerar._cerar import DType, RawTensor
 from cerar._handle import Handle, synchronize
 from cerar.torch._compat import stream_of
@@ -215,10 +215,43 @@ def allgather_async(tensor, name=None, process_set=None):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=None):
-    """allgather of each tensor; the Handle's result is the list of gathered tensors."""
+    """allgather of each tensor (names "<name>.<i>"); the tensors of one dtype travel as one
+    unit (all or none, one buffer). The Handle's result is the list of gathered tensors."""
+    tensors = list(tensors)
     base = _auto_name("grouped_allgather", name)
-    handles = [allgather_async(t, name=f"{base}.{i}") for i, t in enumerate(tensors)]
-    return Handle(_Combined(handles), lambda _: [h.wait() for h in handles])
+    _claim(base)
+    sources = []
+    for t in tensors:
+        source = _fresh(t) if not t.is_contiguous() else t.detach()
+        if source.dim() == 0:
+            source = source.reshape(1)
+        if source.dtype in _WIDENED:
+            source = source.to(_WIDENED[source.dtype])
+        sources.append(source)
+    by_dtype = {}
+    for i, source in enumerate(sources):
+        by_dtype.setdefault(source.dtype, []).append(i)
+    units = [(members, _rt().grouped_allgather([f"{base}.{i}" for i in members],
+                                               [_view(sources[i]) for i in members]))
+             for members in by_dtype.values()]
+
+    def finish(_):
+        outs = [None] * len(tensors)
+        for members, handle in units:
+            array = handle.output()
+            wire = sources[members[0]].dtype
+            flat = torch.from_numpy(array.view("int16")).view(torch.bfloat16) \
+                if wire == torch.bfloat16 else torch.from_numpy(array)
+            rows = handle.received_splits()  # [rank * tensors + tensor]
+            at = 0
+            for k, i in enumerate(members):
+                shape = [sum(rows[k::len(members)]), *sources[i].shape[1:]]
+                count = int(torch.Size(shape).numel())
+                outs[i] = flat[at:at + count].reshape(shape).to(device=tensors[i].device,
+                                                                 dtype=tensors[i].dtype)
+                at += count
+        return outs
+    return _track(base, Handle(_Combined([h for _, h in units]), finish))
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
@@ -255,3 +288,126 @@ def sparse_allreduce_async(tensor, name, op, process_set=None):
             gathered = gathered / _rt().size
         return torch.sparse_coo_tensor(synchronize(indices).t(), gathered, tensor.size())
     return result
+
+
+# --- reducescatter, alltoall --------------------------------------------------------------------
+_SCATTER_OPS = (Sum, Average, Min, Max)
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    """Reduces `tensor` across ranks and gives this rank its share of the first dimension (the
+    first rows % size ranks get one row more, as Horovod splits it); the Handle's result is the
+    new tensor. The input is not modified."""
+    return _reducescatter_async([tensor], name, op, prescale_factor, postscale_factor, True)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    """reducescatter of a list of tensors as one fused unit (names "<name>.<i>"); the Handle's
+    result is the list of this rank's shares."""
+    return _reducescatter_async(list(tensors), name, op, prescale_factor, postscale_factor,
+                                False)
+
+
+def _reducescatter_async(tensors, name, op, prescale, postscale, single):
+    from cerar._cerar import scatter_rows
+    op = Average if op is None else op
+    if op not in _SCATTER_OPS:
+        # NotImplementedError is a RuntimeError, which is what Horovod raises here.
+        raise NotImplementedError(f"cerar.torch.reducescatter supports Sum, Average, Min and "
+                                  f"Max, not {op}")
+    name = _auto_name("reducescatter" if single else "grouped_reducescatter", name)
+    _claim(name)
+    if not tensors:
+        return Handle(_Combined([]), lambda _: [])
+    for t in tensors:
+        if t.dim() == 0:
+            raise ValueError("cerar.torch.reducescatter: a scalar has no first dimension to "
+                             "scatter")
+    integer = not tensors[0].dtype.is_floating_point
+    if any(t.dtype.is_floating_point == integer for t in tensors):
+        raise TypeError("cerar.torch: a grouped call needs all-floating or all-integer tensors")
+    prescale, postscale = float(prescale), float(postscale)
+    post_integer = 1.0
+    if integer:  # scaled here in float64 and truncated, as Horovod's CPU path
+        post_integer = postscale / _rt().size if op == Average else postscale
+        op = Sum if op == Average else op
+    rank, size = _rt().rank, _rt().size
+    wires, outputs = [], []
+    for t in tensors:
+        t = t.detach()
+        wire = t.to(_WIDENED[t.dtype]) if t.dtype in _WIDENED else t
+        if integer and prescale != 1.0:
+            wire = _fresh(wire)
+            _scale(wire, prescale)
+        if not wire.is_contiguous():
+            wire = _fresh(wire)
+        wires.append(wire)
+        shape = [scatter_rows(wire.shape[0], rank, size), *wire.shape[1:]]
+        outputs.append(torch.empty(shape, dtype=wire.dtype, device=wire.device))
+    dtypes = [t.dtype for t in tensors]
+    pre, post = (1.0, 1.0) if integer else (prescale, postscale)
+    names = [name] if single else [f"{name}.{i}" for i in range(len(wires))]
+    handle = _rt().reducescatter(names, [_view(w) for w in wires], [_view(o) for o in outputs],
+                                 op, pre, post)
+
+    def finish(_):
+        results = []
+        for out, dtype in zip(outputs, dtypes):
+            out = out.to(dtype) if out.dtype != dtype else out  # int32 -> int8/int16 wraps
+            if post_integer != 1.0:
+                _scale(out, post_integer)
+            results.append(out)
+        return results[0] if single else results
+    return _track(name, Handle(handle, finish))
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=None):
+    """Sends splits[j] rows (first dimension, in order) of `tensor` to rank j; without splits
+    the first dimension is divided equally. The Handle's result is (the rows received from
+    every rank, concatenated in rank order, and the received splits as an int32 tensor)."""
+    name = _auto_name("alltoall", name)
+    _claim(name)
+    if splits is None:
+        wanted = []
+    else:
+        if torch.is_tensor(splits):
+            if splits.dtype != torch.int32:
+                raise ValueError("cerar.torch.alltoall: splits must hold 32-bit integers (as "
+                                 f"Horovod's), got {splits.dtype}")
+            if splits.dim() > 1:
+                raise ValueError("cerar.torch.alltoall: splits must be one-dimensional")
+            wanted = [int(v) for v in splits.cpu().tolist()]
+        else:
+            wanted = [int(v) for v in splits]
+        if len(wanted) != _rt().size:
+            raise ValueError(f"cerar.torch.alltoall: {len(wanted)} splits for {_rt().size} "
+                             "ranks")
+        if any(v < 0 for v in wanted):
+            raise ValueError("cerar.torch.alltoall: splits must not be negative")
+        if tensor.dim() == 0 or sum(wanted) > tensor.shape[0]:
+            raise ValueError("cerar.torch.alltoall: the splits sum to more than the first "
+                             "dimension of the tensor")
+    if tensor.dim() == 0:
+        raise ValueError("cerar.torch.alltoall: a scalar has no first dimension to split")
+    if splits is None and tensor.shape[0] % _rt().size != 0:
+        raise ValueError(f"cerar.torch.alltoall: without splits the first dimension "
+                         f"({tensor.shape[0]}) must be a multiple of the size ({_rt().size})")
+    source = _fresh(tensor) if not tensor.is_contiguous() else tensor.detach()
+    dtype, device = source.dtype, source.device
+    if dtype in _WIDENED:
+        source = source.to(_WIDENED[dtype])
+    wire = source.dtype
+    splits_device = splits.device if torch.is_tensor(splits) else torch.device("cpu")
+    handle = _rt().alltoall(name, _view(source), wanted)
+
+    def finish(h):
+        array = h.output()
+        if wire == torch.bfloat16:
+            out = torch.from_numpy(array.view("int16")).view(torch.bfloat16)
+        else:
+            out = torch.from_numpy(array)
+        received = torch.tensor(h.received_splits(), dtype=torch.int32, device=splits_device)
+        return out.to(device=device, dtype=dtype), received
+    return _track(name, Handle(handle, finish))

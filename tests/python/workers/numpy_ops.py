@@ -91,5 +91,19 @@ else:
     last = cn.join()
 check("join", 0 <= last < n and (n == 1 or last != 0), f"last joined rank {last}")
 
+# reducescatter (the exact ring whatever the algorithm) and alltoall
+rows = 2 * n + 1
+share = rows // n + (1 if r < rows % n else 0)
+start = r * (rows // n) + min(r, rows % n)
+table = np.arange(rows * 3, dtype=np.float64).reshape(rows, 3)
+scattered = cn.reducescatter(table + r, op=cerar.Sum, name="rs")
+check_close("reducescatter", scattered, (n * table + ranks_sum)[start:start + share])
+splits = [(r + j) % 2 for j in range(n)]
+rows_out = np.arange(sum(splits), dtype=np.int64) + 100 * r
+got, received = cn.alltoall(rows_out, splits, name="a2a")
+expected = [100 * i + sum((i + j) % 2 for j in range(r)) for i in range(n) if (i + r) % 2]
+check_close("alltoall", got, expected)
+check("alltoall splits", list(received) == [(i + r) % 2 for i in range(n)], str(received))
+
 cerar.shutdown()
 print("numpy OK", flush=True)

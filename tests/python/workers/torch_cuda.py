@@ -37,5 +37,17 @@ loss.backward()
 opt.step()
 gathered = hvd.allgather(model.weight.detach().reshape(1, -1), name="weights")
 check("same weights", all(torch.equal(gathered[0], row) for row in gathered), "ranks diverged")
+
+# reducescatter, alltoall and grouped_allgather of device tensors (staged through host memory)
+# equal the same calls on CPU tensors, and stay on the device.
+cpu = torch.arange(6 * (2 * n + 1), dtype=torch.float32).reshape(2 * n + 1, 6) + r
+for label, call in (
+        ("reducescatter", lambda t, tag: hvd.reducescatter(t, op=hvd.Sum, name=f"rs.{tag}")),
+        ("alltoall", lambda t, tag: hvd.alltoall(t[:n], name=f"a2a.{tag}")),
+        ("grouped_allgather",
+         lambda t, tag: hvd.grouped_allgather([t, t[:1]], name=f"gag.{tag}")[0])):
+    on_gpu = call(cpu.to(device), "gpu")
+    check(f"{label} device kept", on_gpu.is_cuda, str(on_gpu.device))
+    check(f"{label} equals CPU", torch.equal(on_gpu.cpu(), call(cpu, "cpu")), label)
 print(f"[{r}] torch cuda OK", flush=True)
 hvd.shutdown()
