@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from cerar import Op, cuda_built
+from cerar.torch import _dist_exchange as _exchange
 from cerar.torch._dist_work import _Completer
 from cerar.torch.ops import _DTYPES, _view
 
@@ -108,12 +109,6 @@ def _contiguous(tensor):
     return tensor if tensor.is_contiguous() else tensor.contiguous()
 
 
-def _numpy_to_torch(array, dtype):
-    if dtype == torch.bfloat16:  # numpy has no bfloat16: its bits come back as uint16
-        return torch.from_numpy(array.view("int16")).view(torch.bfloat16)
-    return torch.from_numpy(array)
-
-
 class ProcessGroupCerar(_BASE):
     """cerar's runtime behind torch.distributed's collectives (see the module's docstring)."""
 
@@ -143,6 +138,14 @@ class ProcessGroupCerar(_BASE):
                 self._gloo_group = dist.ProcessGroupGloo(store, self.rank(), self.size(),
                                                          self._timeout)
             return self._gloo_group
+
+    def _gloo_call(self, name, *args, aliases=None):
+        """The Gloo group's `name` (or an alias of it) on `args`."""
+        gloo = self._gloo()
+        for candidate in (name, *(_ALIASES.get(name, ()) if aliases is None else aliases)):
+            if hasattr(gloo, candidate):
+                return getattr(gloo, candidate)(*args)
+        raise RuntimeError(f"cerar: {name} is not supported by this torch's Gloo either")
 
     def _submit(self, handle, finish, tensors):
         def done():
@@ -196,7 +199,7 @@ class ProcessGroupCerar(_BASE):
         handle = self._runtime.allgather(self._name("allgather"), _view(source))
 
         def finish(h):
-            flat = _numpy_to_torch(h.output(), source.dtype)
+            flat = _exchange._numpy_to_torch(h.output(), source.dtype)
             if flat.numel() != sum(o.numel() for o in outputs):
                 raise ValueError(f"cerar: all_gather of {flat.numel()} elements into outputs of "
                                  f"{sum(o.numel() for o in outputs)}: sizes differ across ranks")
@@ -225,6 +228,65 @@ class ProcessGroupCerar(_BASE):
 
     all_gather_single = _allgather_base  # the name newer torch calls it by
 
+    # --- reduce_scatter, all_to_all: the runtime's exact reducescatter and alltoall
+    def _exchanged(self, kind, submit, tensors, result, fallback):
+        """`submit(runtime, name)` -> (handle, finish) or None (then `fallback()`, Gloo's)."""
+        if not _runtime_can(tensors):
+            return fallback()
+        submitted = submit(self._runtime, self._name(kind))
+        if submitted is None:
+            return fallback()
+        handle, finish = submitted
+        return self._submit(handle, lambda h: (finish(h), result)[1], result)
+
+    def reduce_scatter(self, output_tensors, input_tensor_lists, opts=None):
+        opts = opts if opts is not None else _c10d.ReduceScatterOptions()
+        op = _op_of(opts.reduceOp, output_tensors[0].dtype) if output_tensors else None
+        if op is None or len(output_tensors) != 1 or len(input_tensor_lists) != 1:
+            return self._gloo_call("reduce_scatter", output_tensors, input_tensor_lists, opts)
+        output, inputs = output_tensors[0], input_tensor_lists[0]
+        return self._exchanged(
+            "reduce_scatter",
+            lambda rt, name: _exchange.reduce_scatter(rt, name, output, inputs, op, _view),
+            [output, *inputs], output_tensors,
+            lambda: self._gloo_call("reduce_scatter", output_tensors, input_tensor_lists, opts))
+
+    def _reduce_scatter_base(self, output, input, opts=None):  # noqa: A002 -- torch's names
+        opts = opts if opts is not None else _c10d.ReduceScatterOptions()
+        op = _op_of(opts.reduceOp, output.dtype)
+        fallback = lambda: self._gloo_call("_reduce_scatter_base", output, input, opts)  # noqa
+        if op is None:
+            return fallback()
+        return self._exchanged(
+            "reduce_scatter",
+            lambda rt, name: _exchange.reduce_scatter_flat(rt, name, output, input, op, _view),
+            [output, input], [output], fallback)
+
+    reduce_scatter_single = _reduce_scatter_base  # the name newer torch calls it by
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        opts = opts if opts is not None else _c10d.AllToAllOptions()
+        return self._exchanged(
+            "all_to_all",
+            lambda rt, name: _exchange.all_to_all(rt, name, output_tensors, input_tensors,
+                                                  _view),
+            [*output_tensors, *input_tensors], output_tensors,
+            lambda: self._gloo_call("alltoall", output_tensors, input_tensors, opts))
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes,  # noqa: A002
+                      opts=None):
+        opts = opts if opts is not None else _c10d.AllToAllOptions()
+        return self._exchanged(
+            "all_to_all",
+            lambda rt, name: _exchange.all_to_all_single(rt, name, output, input,
+                                                         output_split_sizes,
+                                                         input_split_sizes, _view),
+            [output, input], [output],
+            lambda: self._gloo_call("alltoall_base", output, input, output_split_sizes,
+                                    input_split_sizes, opts))
+
+    all_to_all_single = alltoall_base  # the name newer torch calls it by
+
     def barrier(self, opts=None):
         handle = self._runtime.barrier()
         return self._submit(handle, lambda _: [], [])
@@ -245,26 +307,24 @@ class ProcessGroupCerar(_BASE):
         self.shutdown()
 
 
+# torch renamed some collectives across versions: Gloo's of either name serves
+_ALIASES = {"_reduce_scatter_base": ("reduce_scatter_single",),
+            "alltoall_base": ("all_to_all_single",)}
+
+
 def _to_gloo(name, *names):
     """A collective cerar has no runtime operation for: the Gloo group's, first of `names` it
     has (torch renamed some across versions)."""
     def method(self, *args):
-        gloo = self._gloo()
-        for candidate in (name, *names):
-            if hasattr(gloo, candidate):
-                return getattr(gloo, candidate)(*args)
-        raise RuntimeError(f"cerar: {name} is not supported by this torch's Gloo either")
+        return self._gloo_call(name, *args, aliases=names)
     method.__name__ = name
     return method
 
 
 for _name, *_aliases in (
-        ("reduce_scatter",), ("_reduce_scatter_base", "reduce_scatter_single"),
-        ("reduce_scatter_single", "_reduce_scatter_base"),
         ("reduce_scatter_tensor_coalesced", "reduce_scatter_single_coalesced"),
         ("reduce_scatter_single_coalesced", "reduce_scatter_tensor_coalesced"),
-        ("alltoall",), ("alltoall_base", "all_to_all_single"),
-        ("all_to_all_single", "alltoall_base"), ("reduce",), ("gather",), ("scatter",),
+        ("reduce",), ("gather",), ("scatter",),
         ("send",), ("recv",), ("recv_anysource",), ("allgather_coalesced",),
         ("allgather_into_tensor_coalesced", "all_gather_single_coalesced"),
         ("all_gather_single_coalesced", "allgather_into_tensor_coalesced"),
