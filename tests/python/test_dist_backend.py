@@ -54,7 +54,8 @@ def assert_ranks(procs, output, marker, ranks=range(NP)):
 def test_collectives_match_gloo(tmp_path):
     # with c fixed, `auto` would take CERAR for the 2 MiB sum: the backend's default is exact
     procs, output = run_ranks(tmp_path, "collectives", {"CERAR_COMPONENTS": str(4 * NP)})
-    for marker in ("all_reduce", "async", "broadcast all_gather barrier", "gloo fallback"):
+    for marker in ("all_reduce", "async", "broadcast all_gather barrier",
+                   "reduce_scatter all_to_all", "gloo fallback"):
         assert_ranks(procs, output, marker)
     assert_ranks(procs, output, "pair identical", ranks=(0, 1))
 

@@ -143,8 +143,113 @@ if mode == "collectives":
     dist.barrier()
     ok("broadcast all_gather barrier")
 
-    # what goes to the Gloo group: reduce_scatter, all_to_all, reduce, other dtypes and ops;
-    # where this torch's Gloo lacks one (reduce_scatter on 1.13), cerar fails alike
+    # reduce_scatter and all_to_all: the runtime's, checked against every rank's inputs (each
+    # rank makes them all) and, where this torch's Gloo has the call, against Gloo
+    before = stats()
+
+    def gloo_agrees(name, call, got):
+        try:
+            theirs = call(gloo)
+        except RuntimeError:  # torch 1.13's Gloo has no reduce_scatter
+            return
+        check(name + " as Gloo", torch.equal(got, theirs))
+
+    def piece(seed, k, j, dtype, shape=(7, 11)):  # rank k's input for rank j
+        return data(seed + j, shape, dtype, rank=k)
+
+    def reduce_scatter(seed, dtype, op=dist.ReduceOp.SUM):
+        def call(group):
+            out = torch.empty(7, 11, dtype=dtype)
+            dist.reduce_scatter(out, [piece(seed, r, j, dtype) for j in range(n)], op=op,
+                                group=group)
+            return out
+        return call
+    scattered = 0
+    for dtype in (torch.int32, torch.int64, torch.float32):
+        for op, fold in ((dist.ReduceOp.SUM, None), (dist.ReduceOp.MIN, torch.minimum),
+                         (dist.ReduceOp.MAX, torch.maximum)):
+            got = reduce_scatter(40, dtype, op)(dist.group.WORLD)
+            scattered += 1
+            pieces = [piece(40, k, r, dtype) for k in range(n)]
+            if fold is None and dtype.is_floating_point:
+                exact = torch.stack(pieces).double().sum(0)
+                bound = (n - 1) * U[dtype] * torch.stack(pieces).double().abs().sum(0)
+                check("reduce_scatter float sum", bool(((got.double() - exact).abs()
+                                                        <= bound).all()))
+            else:
+                expected = pieces[0]
+                for p in pieces[1:]:
+                    expected = expected + p if fold is None else fold(expected, p)
+                check("reduce_scatter", torch.equal(got, expected), f"{dtype} {op}")
+                gloo_agrees(f"reduce_scatter {dtype} {op}", reduce_scatter(40, dtype, op), got)
+    if hasattr(dist.ReduceOp, "AVG"):  # on a grid: sums exact; the mean scaled by 1/N: 2 u
+        out = torch.empty(7, 11, dtype=torch.float64)
+        dist.reduce_scatter(out, [data(41 + j, (7, 11), torch.float64, grid=True)
+                                  for j in range(n)], op=dist.ReduceOp.AVG)
+        scattered += 1
+        mean = sum(data(41 + r, (7, 11), torch.float64, rank=k, grid=True)
+                   for k in range(n)) / n
+        check("reduce_scatter average", bool(((out - mean).abs() <= 2 * U[torch.float64] *
+                                              mean.abs()).all()), f"{(out - mean).abs().max()}")
+    # the flat form, into a non-contiguous output: rank r's share is rows [4r, 4r + 4)
+    flat_form = getattr(dist, "reduce_scatter_tensor", None) or dist._reduce_scatter_base
+    out = torch.empty(3, 4, dtype=torch.int64).t()
+    flat_form(out, data(42, (4 * n, 3), torch.int64))
+    scattered += 1
+    expected = sum(data(42, (4 * n, 3), torch.int64, rank=k) for k in range(n))
+    check("reduce_scatter_tensor", torch.equal(out, expected[4 * r:4 * r + 4]))
+
+    # all_to_all: pieces of rank-dependent sizes; all_to_all_single with uneven split sizes
+    def sent(seed, k, j, dtype):  # what rank k sends rank j
+        return data(seed, (k + 2 * j + 1,), dtype, rank=100 * k + j)
+    for dtype in (torch.float32, torch.int64, torch.bfloat16):
+        wide = torch.float32 if dtype == torch.bfloat16 else dtype
+        outs = [torch.empty(j + 2 * r + 1, dtype=dtype) for j in range(n)]
+        dist.all_to_all(outs, [sent(43, r, j, wide).to(dtype) for j in range(n)])
+        for j in range(n):
+            check("all_to_all", torch.equal(outs[j], sent(43, j, r, wide).to(dtype)),
+                  f"{dtype} from {j}")
+
+    def splits(k):  # rank k sends (k + j) % 3 rows to rank j: some empty, none alike
+        return [(k + j) % 3 for j in range(n)]
+
+    def rows(k):
+        return data(44, (sum(splits(k)), 5), torch.float64, rank=k)
+
+    def all_to_all_single(group):
+        out = torch.empty(sum(splits(j)[r] for j in range(n)), 5, dtype=torch.float64)
+        dist.all_to_all_single(out, rows(r), [splits(j)[r] for j in range(n)], splits(r),
+                               group=group)
+        return out
+    got = all_to_all_single(dist.group.WORLD)
+    expected = torch.cat([rows(j)[sum(splits(j)[:r]):sum(splits(j)[:r + 1])]
+                          for j in range(n)])
+    check("all_to_all_single uneven", torch.equal(got, expected))
+    gloo_agrees("all_to_all_single uneven", all_to_all_single, got)
+    out = torch.empty(2 * n, 3, dtype=torch.int32)
+    dist.all_to_all_single(out, data(45, (2 * n, 3), torch.int32))
+    check("all_to_all_single", torch.equal(out, torch.cat(
+        [data(45, (2 * n, 3), torch.int32, rank=j)[2 * r:2 * r + 2] for j in range(n)])))
+
+    # a mismatch fails on every rank with cerar's error, and the group goes on
+    for name, call in (
+            ("reduce_scatter", lambda: dist.reduce_scatter(
+                torch.empty(3 + (r == 1)), [torch.ones(3 + (r == 1)) for _ in range(n)])),
+            ("all_to_all_single", lambda: dist.all_to_all_single(
+                torch.empty(n, 2 + (r == 1)), torch.ones(n, 2 + (r == 1))))):
+        try:
+            call()
+            check(name + " mismatch", False, "no error")
+        except cerar.MismatchError as error:
+            check(name + " mismatch names the rank", "rank" in str(error), str(error))
+    after = stats()
+    check("through cerar", after["tensors_scattered"] - before["tensors_scattered"] == scattered
+          and after["bytes_sent"] > before["bytes_sent"]
+          and group_backend()._gloo_group is None, f"{before} -> {after}")
+    ok("reduce_scatter all_to_all")
+
+    # what goes to the Gloo group: reduce, other dtypes and ops (where this torch's Gloo lacks
+    # one, cerar fails alike)
     def like_gloo(name, call):
         try:
             theirs = call(gloo)
@@ -156,17 +261,6 @@ if mode == "collectives":
             check(name, False, f"Gloo raised {gloo_error} and cerar did not")
         check(name, torch.equal(call(dist.group.WORLD), theirs))
 
-    def reduce_scatter(group):
-        out = torch.empty(1000)
-        dist.reduce_scatter(out, [data(20 + k) for k in range(n)], group=group)
-        return out
-
-    def all_to_all(group):
-        out = torch.empty(4 * n)
-        dist.all_to_all_single(out, data(21, (4 * n,)), group=group)
-        return out
-    like_gloo("reduce_scatter", reduce_scatter)
-    like_gloo("all_to_all_single", all_to_all)
     for dtype, op in ((torch.int8, dist.ReduceOp.SUM), (torch.float32, dist.ReduceOp.PRODUCT),
                       (torch.bool, dist.ReduceOp.MAX)):
         def reduce(group, dtype=dtype, op=op):
