@@ -366,6 +366,19 @@ elif mode in ("dead", "frozen"):  # rank n-1 is killed, or stops (torch's timeou
         # on a neighbour first, and the agreed blame still names the victim
         check("cerar's class", isinstance(error, (cerar.PeerLostError, cerar.CerarTimeoutError)),
               type(error).__mro__)
+        # the runtime's reduce_scatter and all_to_all fail alike on the failed group
+        for name, call in (("reduce_scatter", lambda: dist.reduce_scatter(
+                torch.empty(4), [torch.ones(4) for _ in range(n)])),
+                ("all_to_all_single", lambda: dist.all_to_all_single(
+                    torch.empty(n), torch.ones(n), async_op=True).wait())):
+            try:
+                call()
+                check(name + " after the loss", False, "succeeded without rank n-1")
+            except RuntimeError as later:
+                print(f"[{r}] {name} raised {type(later).__name__}: {str(later)[:200]}",
+                      flush=True)
+                check(name + " after the loss", isinstance(later, cerar.CerarError)
+                      and isinstance(later, torch_type), type(later).__mro__)
         ok("dead peer")
     sys.stdout.flush()
     os._exit(0)  # the group has failed: nothing to shut down cleanly
