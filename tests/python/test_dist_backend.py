@@ -159,3 +159,25 @@ def test_entry_point_registers_without_the_import(tmp_path):
                             timeout=120, env=env, stdin=subprocess.DEVNULL)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "ProcessGroupCerar [1.0, 1.0, 1.0]" in result.stdout, result.stdout + result.stderr
+
+
+def test_exchange_arguments_cerar_cannot_express_or_that_do_not_add_up():
+    from types import SimpleNamespace
+
+    from cerar.torch import _dist_exchange as exchange
+    runtime = SimpleNamespace(size=3)  # nothing reaches it: every call below stops before
+    assert exchange._split_sizes([], 6, 3, "input") == [2, 2, 2]
+    assert exchange._split_sizes([0, 4, 1], 5, 3, "input") == [0, 4, 1]
+    for sizes, rows in (([], 5), ([1, 2], 3), ([1, 1, 1], 4), ([2, -1, 2], 3)):
+        with pytest.raises(ValueError, match="split sizes"):
+            exchange._split_sizes(sizes, rows, 3, "input")
+    # uneven pieces, and rows unlike the input's: Gloo's (None)
+    assert exchange.reduce_scatter(runtime, "rs", torch.empty(2),
+                                   [torch.ones(2), torch.ones(3), torch.ones(2)], None,
+                                   None) is None
+    assert exchange.all_to_all_single(runtime, "a", torch.empty(3, 2), torch.ones(3, 4), [],
+                                      [], None) is None
+    with pytest.raises(ValueError, match="size x output"):
+        exchange.reduce_scatter_flat(runtime, "rs", torch.empty(2), torch.ones(7), None, None)
+    with pytest.raises(ValueError, match="3 input and output"):
+        exchange.all_to_all(runtime, "a", [torch.empty(1)] * 2, [torch.ones(1)] * 3, None)

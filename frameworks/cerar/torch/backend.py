@@ -259,7 +259,9 @@ class ProcessGroupCerar(_BASE):
     def _reduce_scatter_base(self, output, input, opts=None):  # noqa: A002 -- torch's names
         opts = opts if opts is not None else _c10d.ReduceScatterOptions()
         op = _op_of(opts.reduceOp, output.dtype)
-        fallback = lambda: self._gloo_call("_reduce_scatter_base", output, input, opts)  # noqa
+
+        def fallback():
+            return self._gloo_call("_reduce_scatter_base", output, input, opts)
         if op is None:
             return fallback()
         return self._exchanged(
