@@ -245,6 +245,7 @@ PYBIND11_MODULE(_cerar, m) {
       .def_readwrite("components", &RuntimeConfig::components)
       .def_readwrite("eps", &RuntimeConfig::eps)
       .def_readwrite("share_correction", &RuntimeConfig::shareCorrection)
+      .def_readwrite("compression", &RuntimeConfig::compression)
       .def_readwrite("debug_error", &RuntimeConfig::debugError)
       .def_readwrite("timeline", &RuntimeConfig::timeline)
       .def_readwrite("stall_check_seconds", &RuntimeConfig::stallCheckSeconds)
