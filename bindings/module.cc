@@ -39,7 +39,8 @@ std::unique_ptr<PyHandle> makeHandle(Handle h, Keep keep, DType dtype) {
 
 std::unique_ptr<PyHandle> allreduce(Runtime& rt, const std::string& name, py::handle input,
                                     py::object output, Op op, double prescale,
-                                    double postscale) {
+                                    double postscale, const std::string& wire) {
+  const Wire format = parseWire(wire);
   bindings::pruneParked();
   Keep keep;
   const bool inPlace = output.is_none();
@@ -48,14 +49,16 @@ std::unique_ptr<PyHandle> allreduce(Runtime& rt, const std::string& name, py::ha
   Handle h;
   {
     py::gil_scoped_release release;
-    h = rt.allreduce(name, in, out, op, prescale, postscale);
+    h = rt.allreduce(name, in, out, op, prescale, postscale, {}, format);
   }
   return makeHandle(std::move(h), std::move(keep), in.dtype);
 }
 
 std::unique_ptr<PyHandle> groupedAllreduce(Runtime& rt, const std::vector<std::string>& names,
                                            const py::list& inputs, py::object outputs, Op op,
-                                           double prescale, double postscale) {
+                                           double prescale, double postscale,
+                                           const std::string& wire) {
+  const Wire format = parseWire(wire);
   bindings::pruneParked();
   Keep keep;
   const bool inPlace = outputs.is_none();
@@ -70,7 +73,8 @@ std::unique_ptr<PyHandle> groupedAllreduce(Runtime& rt, const std::vector<std::s
   Handle h;
   {
     py::gil_scoped_release release;
-    h = rt.groupedAllreduce(names, std::move(ins), std::move(outs), op, prescale, postscale);
+    h = rt.groupedAllreduce(names, std::move(ins), std::move(outs), op, prescale, postscale, {},
+                            format);
   }
   return makeHandle(std::move(h), std::move(keep), dtype);
 }
@@ -166,6 +170,7 @@ py::dict statsDict(const RuntimeStats& s) {
   d["bytes_sent"] = s.bytesSent;
   d["ring_buffers"] = s.ringBuffers;
   d["cerar_buffers"] = s.cerarBuffers;
+  d["wire_buffers"] = s.wireBuffers;
   d["non_finite_fallbacks"] = s.nonFiniteFallbacks;
   d["last_components"] = s.lastComponents;
   d["allgather_buffers"] = s.allgatherBuffers;
@@ -240,6 +245,7 @@ PYBIND11_MODULE(_cerar, m) {
       .def_readwrite("components", &RuntimeConfig::components)
       .def_readwrite("eps", &RuntimeConfig::eps)
       .def_readwrite("share_correction", &RuntimeConfig::shareCorrection)
+      .def_readwrite("compression", &RuntimeConfig::compression)
       .def_readwrite("debug_error", &RuntimeConfig::debugError)
       .def_readwrite("timeline", &RuntimeConfig::timeline)
       .def_readwrite("stall_check_seconds", &RuntimeConfig::stallCheckSeconds)
@@ -273,10 +279,11 @@ PYBIND11_MODULE(_cerar, m) {
       .def_property_readonly("local_size", &Runtime::localSize)
       .def("allreduce", &allreduce, py::arg("name"), py::arg("input"),
            py::arg("output") = py::none(), py::arg("op") = Op::kSum, py::arg("prescale") = 1.0,
-           py::arg("postscale") = 1.0, "In place when output is None.")
+           py::arg("postscale") = 1.0, py::arg("wire") = "none",
+           "In place when output is None. wire: none | fp16 | bf16 (docs/wires.md).")
       .def("grouped_allreduce", &groupedAllreduce, py::arg("names"), py::arg("inputs"),
            py::arg("outputs") = py::none(), py::arg("op") = Op::kSum,
-           py::arg("prescale") = 1.0, py::arg("postscale") = 1.0)
+           py::arg("prescale") = 1.0, py::arg("postscale") = 1.0, py::arg("wire") = "none")
       .def("reducescatter", &reducescatter, py::arg("names"), py::arg("inputs"),
            py::arg("outputs"), py::arg("op") = Op::kSum, py::arg("prescale") = 1.0,
            py::arg("postscale") = 1.0,

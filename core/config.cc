@@ -204,6 +204,7 @@ RuntimeConfig configFromEnvironment(const EnvironmentLookup& lookup) {
   c.components = int(env.integer("CERAR_COMPONENTS", 0, 0, 1 << 24));
   c.eps = env.number("CERAR_EPS", 0, 0);
   c.shareCorrection = env.flag("CERAR_SHARE_CORRECTION", c.shareCorrection);
+  c.compression = env.text("CERAR_COMPRESSION").value_or(c.compression);
   c.debugError = env.flag("CERAR_DEBUG_ERROR", c.debugError);
   c.timeline = env.text("CERAR_TIMELINE").value_or("");
   c.stallCheckSeconds = env.number("CERAR_STALL_CHECK_TIME_SECONDS", c.stallCheckSeconds, 0);
@@ -314,6 +315,10 @@ void validateConfig(const RuntimeConfig& c) {
                            c.deviceTransport == "gloo",
                        "CERAR_DEVICE_TRANSPORT must be auto, nccl or gloo, got '",
                        c.deviceTransport, "'");
+  CERAR_CHECK_ARGUMENT(c.compression == "none" || c.compression == "fp16" ||
+                           c.compression == "bf16",
+                       "CERAR_COMPRESSION must be none, fp16 or bf16, got '", c.compression,
+                       "'");
   CERAR_CHECK_ARGUMENT(c.algorithm == "auto" || c.algorithm == "ring" || c.algorithm == "cerar",
                        "CERAR_ALGORITHM must be auto, ring or cerar, got '", c.algorithm, "'");
   if (c.components != 0 && c.size > 1) {

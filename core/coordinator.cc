@@ -21,6 +21,7 @@ SelectionPolicy policyOf(const RuntimeConfig& config) {
   policy.eps = config.eps;
   policy.shareCorrection = config.shareCorrection;
   policy.measureError = config.debugError;
+  policy.wire = parseWire(config.compression);
   return policy;
 }
 

@@ -203,6 +203,7 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
   options.shareCorrection = decision.shareCorrection;
   // Adasum runs on the host: device tensors are copied in and out like a mixed unit's.
   const bool adasum = d.op == Op::kAdasum;
+  options.wire = adasum ? Wire::kNone : decision.wire;
   const bool onDevice = units.front()->reducedOnDevice() && !adasum;
   const bool cerar = decision.algorithm == Algorithm::kCerar && !adasum;
   std::string errorArgs;
@@ -215,7 +216,10 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
   const std::string args = detail::concat(
       "\"algorithm\": \"", adasum ? "adasum" : algorithmName(decision.algorithm), "\", \"c\": ",
       decision.components, ", \"eps\": ", decision.eps, ", \"bytes\": ", total * elementSize,
-      ", \"tensors\": ", units.size());
+      ", \"tensors\": ", units.size(),
+      options.wire == Wire::kNone ? "" : ", \"wire\": \"",
+      options.wire == Wire::kNone ? "" : wireName(options.wire),
+      options.wire == Wire::kNone ? "" : "\"");
 
   RunStats run;
   DeviceEvent end;
@@ -306,6 +310,7 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
   // What ran: a CERAR decision that fell back on non-finite input ran the exact ring.
   const bool ranCerar = cerar && !run.nonFiniteFallback;
   if (!adasum) (ranCerar ? stats.cerarBuffers : stats.ringBuffers) += 1;
+  if (options.wire != Wire::kNone) stats.wireBuffers += 1;
   stats.nonFiniteFallbacks += run.nonFiniteFallback ? 1 : 0;
   stats.lastComponents = ranCerar ? decision.components : N;
   return end;

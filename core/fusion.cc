@@ -25,11 +25,21 @@ size_t fusedBytes(const Response& r) {
   return bytes;
 }
 
+// A unit's wire: its own request, else the job's, where a 16-bit wire can carry it (a float32
+// sum reduced on the host); else none.
+Wire wireFor(const Response& unit, const SelectionPolicy& policy) {
+  const Description& d = unit.description;
+  const Wire wire = d.wire != Wire::kNone ? d.wire : policy.wire;
+  const bool fits = d.dtype == DType::kFloat32 && d.op != Op::kAdasum &&
+                    reduceOpOf(d.op) == ReduceOp::kSum && !unit.reducedOnDevice();
+  return fits ? wire : Wire::kNone;
+}
+
 }  // namespace
 
 std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& responses,
                                             size_t thresholdBytes) {
-  using Key = std::tuple<Kind, DType, Op, bool, double, double>;
+  using Key = std::tuple<Kind, DType, Op, bool, double, double, Wire>;
   struct Open {
     size_t group;
     size_t bytes;
@@ -48,7 +58,7 @@ std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& respons
       groups.push_back({i});
       continue;
     }
-    const Key key{d.kind, d.dtype, d.op, r.reducedOnDevice(), d.prescale, d.postscale};
+    const Key key{d.kind, d.dtype, d.op, r.reducedOnDevice(), d.prescale, d.postscale, d.wire};
     auto it = open.find(key);
     if (it != open.end() && it->second.bytes + bytes <= thresholdBytes) {
       groups[it->second.group].push_back(i);
@@ -76,6 +86,12 @@ std::vector<FusedGroup> decideGroups(const std::vector<Response>& units, int N,
     if (first.error.empty() && d.kind == Kind::kAllreduce && d.op != Op::kAdasum) {
       size_t total = 0;
       for (size_t index : members) total += units[index].description.elements();
+      const Wire wire = wireFor(first, policy);
+      if (wire != Wire::kNone) {
+        group.wire = wire;  // the exact ring, as set above
+        decided.push_back(std::move(group));
+        continue;
+      }
       const Selection choice =
           selectAlgorithm(N, d.dtype, reduceOpOf(d.op), total, link, policy);
       group.algorithm = choice.algorithm;

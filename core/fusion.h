@@ -11,8 +11,8 @@
 namespace cerar {
 
 // Groups of indices into `responses`, in execution order (by each group's first index).
-// Allreduce, reducescatter and allgather units with the same kind, dtype, op, scale factors
-// and reducing memory (Response::reducedOnDevice) are packed in order into groups of at most
+// Allreduce, reducescatter and allgather units with the same kind, dtype, op, scale factors,
+// requested wire and reducing memory (Response::reducedOnDevice) are packed in order into groups of at most
 // `thresholdBytes` (next fit, so a group's order is the response order); a unit larger than
 // the threshold (an allgather counts what it gathers), any other kind, and every error
 // response go alone. A grouped unit is never split. thresholdBytes == 0 disables fusion.
@@ -21,7 +21,8 @@ std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& respons
 
 // The coordinator rank's decisions for one cycle's units: planFusion's groups and, per
 // allreduce group, the algorithm, c, eps and decoding from the cost model (`link`, the
-// coordinator rank's probe) and the job's policy. Error units and other kinds carry no
+// coordinator rank's probe) and the job's policy. A float32 sum on the host with a 16-bit wire
+// (the unit's request, else policy.wire) takes the exact ring with that wire. Error units and other kinds carry no
 // reduction decision.
 std::vector<FusedGroup> decideGroups(const std::vector<Response>& units, int N,
                                      size_t thresholdBytes, const LinkModel& link,

@@ -21,6 +21,7 @@ void forEachJobSetting(Config& c, Visit&& visit) {
   visit("CERAR_COMPONENTS", c.components);
   visit("CERAR_EPS", c.eps);
   visit("CERAR_SHARE_CORRECTION", c.shareCorrection);
+  visit("CERAR_COMPRESSION", c.compression);
   visit("CERAR_DEBUG_ERROR", c.debugError);
   visit("CERAR_FUSION_THRESHOLD", c.fusionThresholdBytes);
   visit("CERAR_CYCLE_TIME", c.cycleTimeMs);

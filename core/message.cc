@@ -37,6 +37,7 @@ bool Description::agrees(const Description& other) const {
   }
   if (kind != other.kind || dtype != other.dtype || op != other.op ||
       root != other.root || prescale != other.prescale || postscale != other.postscale ||
+      wire != other.wire ||
       shapes.size() != other.shapes.size()) {
     return false;
   }
@@ -105,6 +106,7 @@ std::string Description::toString() const {
   }
   if (prescale != 1.0) out << " prescale " << prescale;
   if (postscale != 1.0) out << " postscale " << postscale;
+  if (wire != Wire::kNone) out << " wire " << wireName(wire);
   out << (onDevice ? " on cuda" : " on host");
   return out.str();
 }

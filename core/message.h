@@ -44,6 +44,9 @@ struct Description {
   double postscale = 1.0;
   std::vector<std::vector<int64_t>> shapes;  // one per tensor of the unit
   std::vector<int64_t> splits;  // alltoall: rows this rank sends to each rank, in rank order
+  // allreduce: the 16-bit wire asked for (kNone: the job's, CERAR_COMPRESSION); the
+  // coordinator rank decides whether it applies (FusedGroup::wire).
+  Wire wire = Wire::kNone;
 
   bool operator==(const Description& other) const = default;
   // Equal, ignoring the first dimension of an allgather's or alltoall's tensor and an
@@ -114,6 +117,7 @@ struct FusedGroup {
   double eps = 0;                 // 0 for the ring
   bool shareCorrection = false;   // share-corrected decoding of a CERAR host buffer
   bool measureError = false;      // debug error mode: also the exact ring on a copy
+  Wire wire = Wire::kNone;        // a 16-bit wire on the exact ring (float32 sums on the host)
   bool operator==(const FusedGroup& other) const = default;
 };
 

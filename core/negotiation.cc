@@ -108,6 +108,12 @@ std::vector<std::string> getNames(Reader& r) {
   return names;
 }
 
+Wire getWire(Reader& r) {
+  const uint8_t wire = r.get<uint8_t>();
+  CERAR_ENFORCE(wire <= uint8_t(Wire::kBFloat16), "malformed negotiation message: bad wire");
+  return static_cast<Wire>(wire);
+}
+
 void putDescription(Writer& w, const Description& d) {
   w.put<uint8_t>(static_cast<uint8_t>(d.kind));
   w.put<uint8_t>(static_cast<uint8_t>(d.dtype));
@@ -123,6 +129,7 @@ void putDescription(Writer& w, const Description& d) {
   }
   w.put<uint32_t>(static_cast<uint32_t>(d.splits.size()));
   for (int64_t rows : d.splits) w.put<int64_t>(rows);
+  w.put<uint8_t>(static_cast<uint8_t>(d.wire));
 }
 
 Description getDescription(Reader& r) {
@@ -151,6 +158,7 @@ Description getDescription(Reader& r) {
     rows = r.get<int64_t>();
     checkedElements({rows});  // non-negative
   }
+  d.wire = getWire(r);
   return d;
 }
 
@@ -208,6 +216,7 @@ std::vector<uint8_t> encode(const ResponseMessage& message) {
     w.put<int32_t>(group.components);
     w.put<double>(group.eps);
     w.put<uint8_t>(uint8_t(group.shareCorrection) | uint8_t(group.measureError) << 1);
+    w.put<uint8_t>(static_cast<uint8_t>(group.wire));
   }
   return std::move(w.bytes);
 }
@@ -261,6 +270,7 @@ ResponseMessage decodeResponseMessage(const std::vector<uint8_t>& bytes) {
     const uint8_t flags = r.get<uint8_t>();
     group.shareCorrection = flags & 1;
     group.measureError = flags & 2;
+    group.wire = getWire(r);
   }
   r.finish();
   return message;

@@ -118,19 +118,20 @@ class RuntimeImpl final : public Runtime {
   int localSize() const override { return config_.localSize; }
 
   Handle allreduce(const std::string& name, Tensor input, Tensor output, Op op, double prescale,
-                   double postscale, Callback callback) override {
+                   double postscale, Callback callback, Wire wire) override {
     return groupedAllreduce({name}, {std::move(input)}, {std::move(output)}, op, prescale,
-                            postscale, std::move(callback));
+                            postscale, std::move(callback), wire);
   }
 
   Handle groupedAllreduce(const std::vector<std::string>& names, std::vector<Tensor> inputs,
                           std::vector<Tensor> outputs, Op op, double prescale, double postscale,
-                          Callback callback) override {
+                          Callback callback, Wire wire) override {
     auto entry = std::make_unique<Entry>();
     entry->request.names = names;
     Description& d = entry->request.description;
     d.kind = Kind::kAllreduce;
     d.op = op;
+    d.wire = wire;
     d.prescale = prescale;
     d.postscale = postscale;
     Status invalid = checkNames(names, "allreduce");

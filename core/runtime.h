@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/codec/wire.h"
 #include "ops/common/dtype.h"
 #include "ops/common/status.h"
 
@@ -100,6 +101,9 @@ struct RuntimeConfig {
   int components = 0;                         // CERAR_COMPONENTS; 0 = cost model
   double eps = 0;                             // CERAR_EPS; 0 = the spec's default per dtype
   bool shareCorrection = false;               // CERAR_SHARE_CORRECTION: share-corrected decoding
+  // CERAR_COMPRESSION: none | fp16 | bf16, the wire of float32 sums on the host that ask for
+  // none themselves (docs/wires.md). Job-wide.
+  std::string compression = "none";
   // CERAR_DEBUG_ERROR: also reduce each CERAR buffer with the exact ring (doubles the traffic)
   // and record the measured error. Job-wide (docs/settings.md).
   bool debugError = false;
@@ -143,6 +147,7 @@ struct RuntimeStats {
   uint64_t bytesSent = 0;
   uint64_t ringBuffers = 0;
   uint64_t cerarBuffers = 0;
+  uint64_t wireBuffers = 0;       // of ringBuffers, those sent with a 16-bit wire
   // Buffers decided as CERAR that ran on the exact ring (counted in ringBuffers) because some
   // rank's input held a NaN, an Inf or a value near overflow (cerar-protocol.md).
   uint64_t nonFiniteFallbacks = 0;
@@ -182,14 +187,17 @@ class Runtime {
 
   // Every operation is matched across ranks by name; a name may be in flight only once.
   // `output` may alias `input` (in place).
+  // `wire`: fp16 or bf16 asks for that 16-bit wire on the exact ring for a float32 sum on the
+  // host (docs/wires.md); kNone leaves it to the job (CERAR_COMPRESSION). Negotiated: ranks
+  // asking differently fail with a mismatch.
   virtual Handle allreduce(const std::string& name, Tensor input, Tensor output, Op op,
                            double prescale = 1.0, double postscale = 1.0,
-                           Callback callback = {}) = 0;
+                           Callback callback = {}, Wire wire = Wire::kNone) = 0;
   // Fused as one unit: all or none are dispatched together.
   virtual Handle groupedAllreduce(const std::vector<std::string>& names,
                                   std::vector<Tensor> inputs, std::vector<Tensor> outputs, Op op,
                                   double prescale = 1.0, double postscale = 1.0,
-                                  Callback callback = {}) = 0;
+                                  Callback callback = {}, Wire wire = Wire::kNone) = 0;
   // Reduces each input across ranks and leaves this rank its share of the first dimension in
   // the output (scatterRows of it, the ranks' shares in rank order, as Horovod splits it);
   // the inputs have the same shapes on every rank, an output has the input's shape but for the

@@ -36,6 +36,8 @@ struct SelectionPolicy {
   // also runs the exact ring on a copy and records CERAR's measured error (CERAR_DEBUG_ERROR).
   bool shareCorrection = false;
   bool measureError = false;
+  // The 16-bit wire of float32 host sums that ask for none (CERAR_COMPRESSION).
+  Wire wire = Wire::kNone;
 };
 
 struct Selection {

@@ -11,7 +11,7 @@ namespace cerar {
 bool ParameterRecord::operator==(const ParameterRecord& o) const {
   return magic == o.magic && size == o.size && components == o.components &&
          algorithm == o.algorithm && dtype == o.dtype && op == o.op &&
-         exactOnNonFinite == o.exactOnNonFinite && elements == o.elements && eps == o.eps;
+         exactOnNonFinite == o.exactOnNonFinite && wire == o.wire && elements == o.elements && eps == o.eps;
 }
 
 std::string ParameterRecord::describe() const {
@@ -20,7 +20,9 @@ std::string ParameterRecord::describe() const {
                         ", N=", size, ", c=", components, ", d=", elements, ", eps=", eps,
                         ", dtype=", dtypeName(static_cast<DType>(dtype)),
                         ", op=", reduceOpName(static_cast<ReduceOp>(op)),
-                        exactOnNonFinite ? "" : ", non-finite check off", ")");
+                        exactOnNonFinite ? "" : ", non-finite check off",
+                        wire ? ", wire=" : "", wire ? wireName(static_cast<Wire>(wire)) : "",
+                        ")");
 }
 
 bool agreeOnParameters(Transport& transport, const ParameterRecord& mine) {

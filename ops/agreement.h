@@ -21,7 +21,8 @@ struct ParameterRecord {
   // This rank's verdict of the non-finite check (not compared: the ranks OR it), so that the
   // engine API needs no exchange of its own for it.
   uint8_t beyondCerarRange = 0;
-  uint8_t padding[7] = {};
+  uint8_t wire = 0;  // Wire: the format on the wire
+  uint8_t padding[6] = {};
   uint64_t elements = 0;
   double eps = 0;
 

@@ -68,6 +68,14 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
                                 ": eps must be positive and finite, got ", eps);
   }
   CERAR_CHECK_ARGUMENT(data != nullptr || count == 0, "rank ", rank(), ": null buffer");
+  if (options.wire != Wire::kNone) {
+    CERAR_CHECK_ARGUMENT(options.algorithm == Algorithm::kRing && dtype == DType::kFloat32 &&
+                             options.op == ReduceOp::kSum && runner_->hostMemory(),
+                         "rank ", rank(), ": a ", wireName(options.wire),
+                         " wire is the exact ring's sum of float32 host data, got ",
+                         algorithmName(options.algorithm), " ", dtypeName(dtype), " ",
+                         reduceOpName(options.op));
+  }
   CERAR_CHECK_ARGUMENT(!options.shareCorrection || runner_->hostMemory(), "rank ", rank(),
                        ": share-corrected decoding needs host memory");
   // CERAR mixes each element with those at its offset in the other slices of its chunk
@@ -93,6 +101,7 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
     // the verdict itself rides on the record.
     record.exactOnNonFinite = check ? 1 : 0;
     record.beyondCerarRange = mine ? 1 : 0;
+    record.wire = static_cast<uint8_t>(options.wire);
     fallback = agreeOnParameters(*transport_, record);
   } else if (check) {
     fallback = runner_->anyRank(*transport_, mine);
@@ -102,7 +111,7 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
     c = N;
   }
   const Plan& plan = planFor(cerar ? Algorithm::kCerar : Algorithm::kRing, c, count);
-  RunStats stats = runner_->run(plan, *transport_, data, CodecParams{dtype, options.op, eps});
+  RunStats stats = runner_->run(plan, *transport_, data, CodecParams{dtype, options.op, eps, options.wire});
   stats.nonFiniteFallback = fallback;
   if (cerar && options.shareCorrection) {
     applyShareCorrection(Layout(N, c, count), rank(), eps, dtype, data);

@@ -38,6 +38,9 @@ struct AllreduceOptions {
   // With exactOnNonFinite: this rank's own test result when the caller has it already (the
   // runtime tests while packing); unset, the communicator reads the buffer.
   std::optional<bool> beyondCerarRange;
+  // The exact ring's sum of float32 data with fp16 or bf16 on the wire and float32 adds at
+  // every hop (ops/wire_run.h, docs/wires.md); host memory only. Must be the same on every rank.
+  Wire wire = Wire::kNone;
 };
 
 // One rank's handle on a group. Thread safety: one operation at a time.

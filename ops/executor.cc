@@ -4,6 +4,7 @@
 #include "ops/codec/range.h"
 #include "ops/common/error.h"
 #include "ops/plan_run.h"
+#include "ops/wire_run.h"
 
 namespace cerar {
 
@@ -65,6 +66,11 @@ Executor::Executor(size_t segmentBytes) : segmentBytes_(segmentBytes) {
 
 RunStats Executor::run(const Plan& plan, Transport& transport, void* data,
                        const CodecParams& params) {
+  if (params.wire != Wire::kNone) {
+    CERAR_CHECK_ARGUMENT(params.dtype == DType::kFloat32 && params.op == ReduceOp::kSum,
+                         "a 16-bit wire sums float32 data only, got ", dtypeName(params.dtype));
+    return runWireRing(plan, transport, static_cast<float*>(data), params.wire, wire_);
+  }
   HostCodec codec(params);
   return runPlan(plan, transport, data, dtypeSize(params.dtype), segmentBytes_, codec,
                  [&](size_t bytes) {

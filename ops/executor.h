@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ops/algorithms/plan.h"
+#include "ops/codec/wire.h"
 #include "ops/common/dtype.h"
 #include "ops/transport/transport.h"
 
@@ -16,6 +17,8 @@ struct CodecParams {
   DType dtype = DType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   double eps = 0;  // only used by CERAR's encode/decode actions
+  // A 16-bit wire (ops/wire_run.h): the exact ring's sum of float32 data only.
+  Wire wire = Wire::kNone;
 };
 
 struct RunStats {
@@ -65,6 +68,7 @@ class Executor : public PlanRunner {
   size_t segmentBytes_;
   std::vector<std::byte> send_[2];
   std::vector<std::byte> recv_[2];
+  WireBuffers wire_;
 };
 
 }  // namespace cerar

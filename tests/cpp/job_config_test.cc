@@ -107,8 +107,46 @@ TEST(Decisions, GroupsArePlanFusionsWithTheSelectionOfTheirTotal) {
   const ResponseMessage decoded = decodeResponseMessage(encode(message));
   EXPECT_EQ(decoded.groups, groups);
   auto bytes = encode(message);
-  bytes[bytes.size() - 14] = 7;  // the last group's algorithm byte
+  bytes[bytes.size() - 15] = 7;  // the last group's algorithm byte
   EXPECT_THROW(decodeResponseMessage(bytes), Error);
+  bytes = encode(message);
+  bytes.back() = 3;  // the last group's wire byte
+  EXPECT_THROW(decodeResponseMessage(bytes), Error);
+}
+
+// A 16-bit wire: asked for by the unit or the job, taken by float32 sums and averages on the
+// host only, always on the exact ring, sent with the response; a unit asking apart is fused
+// apart.
+TEST(Decisions, SixteenBitWireOnlyForFloat32HostSums) {
+  std::vector<Response> units = {allreduceUnit("job", 1 << 18), allreduceUnit("asks", 1 << 18),
+                                 allreduceUnit("max", 100, Op::kMax),
+                                 allreduceUnit("avg", 100, Op::kAverage),
+                                 allreduceUnit("f64", 100), allreduceUnit("gpu", 100)};
+  units[1].description.wire = Wire::kFloat16;
+  units[4].description.dtype = DType::kFloat64;
+  units[5].description.onDevice = true;
+  SelectionPolicy policy;
+  policy.algorithm = "cerar";
+  policy.components = 8;
+  policy.wire = Wire::kBFloat16;
+  const auto groups = decideGroups(units, 4, 1 << 10, LinkModel{}, policy);
+  ASSERT_EQ(groups.size(), 6u);  // fusion threshold below every unit: one group each
+  const Wire expected[] = {Wire::kBFloat16, Wire::kFloat16, Wire::kNone,
+                           Wire::kBFloat16, Wire::kNone,    Wire::kNone};
+  for (size_t g = 0; g < groups.size(); ++g) {
+    EXPECT_EQ(groups[g].wire, expected[g]) << g;
+    if (groups[g].wire != Wire::kNone) {
+      EXPECT_EQ(groups[g].algorithm, Algorithm::kRing) << g;
+      EXPECT_EQ(groups[g].components, 4) << g;
+    }
+  }
+  EXPECT_EQ(groups[4].algorithm, Algorithm::kCerar);  // float64 still follows the policy
+  EXPECT_EQ(planFusion({units[0], units[1]}, 64 << 20).size(), 2u);
+  ResponseMessage message;
+  message.responses = units;
+  message.groups = groups;
+  EXPECT_EQ(decodeResponseMessage(encode(message)).groups, groups);
+  EXPECT_EQ(decodeResponseMessage(encode(message)).responses, units);
 }
 
 // --- one rank with different settings, 4 processes --------------------------------------------
@@ -181,6 +219,7 @@ std::vector<std::pair<std::string, std::function<void(RuntimeConfig&)>>> variati
       {"CERAR_COMPONENTS", [](RuntimeConfig& c) { c.components = 8; }},
       {"CERAR_EPS", [](RuntimeConfig& c) { c.eps = 1e-3; }},
       {"CERAR_SHARE_CORRECTION", [](RuntimeConfig& c) { c.shareCorrection = true; }},
+      {"CERAR_COMPRESSION", [](RuntimeConfig& c) { c.compression = "fp16"; }},
       {"CERAR_DEBUG_ERROR", [](RuntimeConfig& c) { c.debugError = true; }},
       {"CERAR_FUSION_THRESHOLD", [](RuntimeConfig& c) { c.fusionThresholdBytes = 50000; }},
       {"CERAR_CYCLE_TIME", [](RuntimeConfig& c) { c.cycleTimeMs = 4; }},

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/message.h"
+#include "ops/algorithms/plan.h"
 #include "ops/transport/inproc.h"
 #include "runtime_scenarios.h"
 
@@ -260,6 +261,38 @@ TEST(RuntimeInproc, ShareCorrectionAndErrorReporting) {
           "measured ", s.measuredErrorMax, " predicted ", s.predictedErrorMax);
     return std::string("ok");
   });
+}
+
+// CERAR_COMPRESSION=bf16: a float32 sum takes the exact ring with a bf16 wire (even under
+// CERAR_ALGORITHM=cerar), identical on every rank, at half the bytes; float64 keeps its own.
+TEST(RuntimeInproc, JobWideCompressionHalvesFloat32Bytes) {
+  const auto results = runThreads(3, [](int rank, const Starter& start) {
+    RuntimeConfig config = testConfig();
+    config.algorithm = "cerar";
+    config.components = 12;
+    config.compression = "bf16";
+    auto rt = start(config);
+    std::vector<float> data(3000);
+    for (size_t i = 0; i < data.size(); ++i) data[i] = 1.0f + float(i % 7) / 3.0f + rank;
+    rt->allreduce("grad", f32(data), f32(data), Op::kSum).wait();
+    RuntimeStats s = rt->stats();
+    check(s.wireBuffers == 1 && s.ringBuffers == 1 && s.cerarBuffers == 0, "wire buffers ",
+          s.wireBuffers, " ring ", s.ringBuffers);
+    check(s.bytesSent == makeRingPlan(3, data.size(), rank).elementsSent() * 2, "bytes ",
+          s.bytesSent);
+    for (size_t i = 0; i < data.size(); ++i) {
+      const float exact = 3.0f * (1.0f + float(i % 7) / 3.0f) + 3.0f;
+      check(std::abs(data[i] - exact) <= 1.01 * (3 * 0x1p-8 + 2 * 0x1p-24) * exact, "element ",
+            i, ": ", data[i], " vs ", exact);
+    }
+    std::vector<double> wide(data.begin(), data.end());  // float64: no wire
+    rt->allreduce("wide", view(wide, {int64_t(wide.size())}, DType::kFloat64),
+                  view(wide, {int64_t(wide.size())}, DType::kFloat64), Op::kSum).wait();
+    s = rt->stats();
+    check(s.wireBuffers == 1 && s.fusedBuffers == 2, "float64 took a wire");
+    return std::string(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(float));
+  });
+  for (const auto& r : results) EXPECT_EQ(r, results[0]);  // bit-identical on every rank
 }
 
 TEST(RuntimeInproc, DeadPeerFailsPendingAndLaterOperations) {

@@ -10,38 +10,40 @@ import torch
 from cerar import Average, Sum, _rt
 from cerar._handle import synchronize
 from cerar.torch import ops
+from cerar.torch.compression import runtime_wire
 
 
 class _Allreduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale, postscale):
-        ctx.args = (op, prescale, postscale)
-        return synchronize(ops.allreduce_async(tensor, None, name, op, prescale, postscale))
+    def forward(ctx, tensor, name, op, prescale, postscale, wire=None):
+        ctx.args = (op, prescale, postscale, wire)
+        return synchronize(ops.allreduce_async(tensor, None, name, op, prescale, postscale,
+                                               wire=wire))
 
     @staticmethod
     def backward(ctx, grad):
-        op, prescale, postscale = ctx.args
+        op, prescale, postscale, wire = ctx.args
         reduced = synchronize(ops.allreduce_async(grad.contiguous(), None, None, op, prescale,
-                                                  postscale))
-        return reduced, None, None, None, None
+                                                  postscale, wire=wire))
+        return reduced, None, None, None, None, None
 
 
 class _GroupedAllreduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, name, op, prescale, postscale, *tensors):
-        ctx.args = (op, prescale, postscale)
+    def forward(ctx, name, op, prescale, postscale, wire, *tensors):
+        ctx.args = (op, prescale, postscale, wire)
         ctx.shapes = [(t.shape, t.dtype, t.device) for t in tensors]
         return tuple(synchronize(ops.grouped_allreduce_async(tensors, None, name, op, prescale,
-                                                             postscale)))
+                                                             postscale, wire=wire)))
 
     @staticmethod
     def backward(ctx, *grads):
-        op, prescale, postscale = ctx.args
+        op, prescale, postscale, wire = ctx.args
         grads = [torch.zeros(s, dtype=d, device=v) if g is None else g.contiguous()
                  for g, (s, d, v) in zip(grads, ctx.shapes)]
         reduced = synchronize(ops.grouped_allreduce_async(grads, None, None, op, prescale,
-                                                          postscale))
-        return (None, None, None, None, *reduced)
+                                                          postscale, wire=wire))
+        return (None, None, None, None, None, *reduced)
 
 
 class _Allgather(torch.autograd.Function):
@@ -136,14 +138,18 @@ def _tracks_grad(*tensors):
 def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=None):
     """Reduces `tensor` across ranks (averages by default); returns a new tensor.
-    `compression`: a Compressor (e.g. Compression.fp16) applied around the reduction."""
+    `compression`: a Compressor (e.g. Compression.fp16) applied around the reduction; fp16 and
+    bf16 of a float32 CPU tensor are the runtime's 16-bit wire (float32 adds, docs/wires.md)."""
     op = ops._op(op, average)
+    fmt = runtime_wire(compression, [tensor]) if op in (Sum, Average) else None
+    if fmt:
+        compression = None
     wire, context = compression.compress(tensor) if compression else (tensor, None)
     if _tracks_grad(wire):
-        out = _Allreduce.apply(wire, name, op, prescale_factor, postscale_factor)
+        out = _Allreduce.apply(wire, name, op, prescale_factor, postscale_factor, fmt)
     else:
         out = synchronize(ops.allreduce_async(wire, None, name, op, prescale_factor,
-                                              postscale_factor))
+                                              postscale_factor, wire=fmt))
     return compression.decompress(out, context) if compression else out
 
 
@@ -151,13 +157,17 @@ def grouped_allreduce(tensors, average=None, name=None, compression=None, op=Non
                       prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     op = ops._op(op, average)
     tensors = list(tensors)
+    fmt = runtime_wire(compression, tensors) if op in (Sum, Average) else None
+    if fmt:
+        compression = None
     pairs = [compression.compress(t) if compression else (t, None) for t in tensors]
     wires = [w for w, _ in pairs]
     if _tracks_grad(*wires):
-        outs = list(_GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, *wires))
+        outs = list(_GroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, fmt,
+                                            *wires))
     else:
         outs = synchronize(ops.grouped_allreduce_async(wires, None, name, op, prescale_factor,
-                                                       postscale_factor))
+                                                       postscale_factor, wire=fmt))
     if compression:
         outs = [compression.decompress(o, c) for o, (_, c) in zip(outs, pairs)]
     return outs

@@ -120,32 +120,51 @@ def _plan(tensors, op, prescale, postscale):
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0, process_set=None):
-    """Reduces `tensor` in place across ranks; the Handle's result is `tensor`."""
+                     postscale_factor=1.0, process_set=None, wire=None):
+    """Reduces `tensor` in place across ranks; the Handle's result is `tensor`. `wire`:
+    "fp16" or "bf16" sends a float32 CPU tensor in that format, adding in float32 at every hop
+    (docs/wires.md); every rank must ask the same."""
     return _grouped_async_([tensor], average, name, op, prescale_factor, postscale_factor,
-                           single=True)
+                           single=True, wire=wire)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, process_set=None):
+                    postscale_factor=1.0, process_set=None, wire=None):
     """Reduces a copy of `tensor`; the Handle's result is the new tensor."""
-    return allreduce_async_(_fresh(tensor), average, name, op, prescale_factor, postscale_factor)
+    return allreduce_async_(_fresh(tensor), average, name, op, prescale_factor, postscale_factor,
+                            wire=wire)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0, process_set=None):
+                             postscale_factor=1.0, process_set=None, wire=None):
     """Reduces a list of tensors in place as one fused unit (names "<name>.<i>")."""
-    return _grouped_async_(list(tensors), average, name, op, prescale_factor, postscale_factor)
+    return _grouped_async_(list(tensors), average, name, op, prescale_factor, postscale_factor,
+                           wire=wire)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0, process_set=None):
+                            postscale_factor=1.0, process_set=None, wire=None):
     return grouped_allreduce_async_([_fresh(t) for t in tensors], average, name, op,
-                                    prescale_factor, postscale_factor)
+                                    prescale_factor, postscale_factor, wire=wire)
 
 
-def _grouped_async_(tensors, average, name, op, prescale, postscale, single=False):
+def _check_wire(wire, tensors, op):
+    """The runtime's name of `wire` ("none" for None); a 16-bit wire carries float32 CPU
+    sums only (Sum or Average)."""
+    if wire is None or wire == "none":
+        return "none"
+    if wire not in ("fp16", "bf16"):
+        raise ValueError(f"cerar.torch: wire must be None, 'fp16' or 'bf16', got {wire!r}")
+    if op not in (Sum, Average) or any(t.dtype != torch.float32 or t.device.type != "cpu"
+                                       for t in tensors):
+        raise TypeError(f"cerar.torch: a {wire} wire sums float32 CPU tensors only "
+                        "(Compression.fp16/bf16 cast others in Python)")
+    return wire
+
+
+def _grouped_async_(tensors, average, name, op, prescale, postscale, single=False, wire=None):
     op = _op(op, average)
+    wire = _check_wire(wire, tensors, op)
     if single:
         name = _auto_name("allreduce", name)
     else:
@@ -160,10 +179,10 @@ def _grouped_async_(tensors, average, name, op, prescale, postscale, single=Fals
     runtime_op, wires, after, pre, post = _plan(datas, op, float(prescale), float(postscale))
     views = [_view(w) for w in wires]
     if single:
-        handle = _rt().allreduce(name, views[0], None, runtime_op, pre, post)
+        handle = _rt().allreduce(name, views[0], None, runtime_op, pre, post, wire)
     else:
         names = [f"{name}.{i}" for i in range(len(views))]
-        handle = _rt().grouped_allreduce(names, views, None, runtime_op, pre, post)
+        handle = _rt().grouped_allreduce(names, views, None, runtime_op, pre, post, wire)
 
     def finish(_):
         after()

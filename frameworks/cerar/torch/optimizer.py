@@ -12,7 +12,7 @@ import torch
 from cerar import Adasum, Average, Sum
 from cerar._handle import Handle
 from cerar.torch._compat import on_gradient_ready
-from cerar.torch.compression import Compression
+from cerar.torch.compression import Compression, runtime_wire
 
 
 def _make_groups(groups, ordered):
@@ -144,16 +144,19 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             result = self._ct.sparse_allreduce_async(p.grad, self._names[p], self._op)
             return [(result, lambda reduced, p=p: setattr(p, "grad", reduced))]
         wires, finishes = [], []
-        for p in params:
+        denses = [p.grad.to_dense() if p.grad.is_sparse else p.grad for p in params]
+        # fp16/bf16 of float32 CPU gradients: the runtime's 16-bit wire instead of a cast here.
+        fmt = runtime_wire(self._compression, denses) if self._op in (Average, Sum) else None
+        compression = Compression.none if fmt else self._compression
+        for p, dense in zip(params, denses):
             grad = p.grad
             sparse = grad.is_sparse
-            dense = grad.to_dense() if sparse else grad
-            wire, context = self._compression.compress(dense)
+            wire, context = compression.compress(dense)
             wire = wire.contiguous()
             wires.append(wire)
 
             def finish(reduced, p=p, context=context, sparse=sparse, wire_in_place=wire is grad):
-                out = self._compression.decompress(reduced, context)
+                out = compression.decompress(reduced, context)
                 if sparse:  # the optimizer gets the gradient's own layout back
                     p.grad = out.to_sparse()
                 elif not wire_in_place:
@@ -162,11 +165,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if group_name is None:
             handle = self._ct.allreduce_async_(wires[0], name=self._names[params[0]],
                                                op=self._op, prescale_factor=prescale,
-                                               postscale_factor=postscale)
+                                               postscale_factor=postscale, wire=fmt)
             return [(handle, finishes[0])]
         handle = self._ct.grouped_allreduce_async_(wires, name=group_name, op=self._op,
                                                    prescale_factor=prescale,
-                                                   postscale_factor=postscale)
+                                                   postscale_factor=postscale, wire=fmt)
         return [(handle, lambda reduced, i=i, f=f: f(reduced[i]))
                 for i, f in enumerate(finishes)]
 

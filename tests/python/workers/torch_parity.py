@@ -79,6 +79,50 @@ check("compressed allreduce dtype", out.dtype == torch.float32, str(out.dtype))
 check_close("compressed allreduce", out, [n * (n - 1) / 2] * 5)
 check("none", hvd.Compression.none.compress(x)[0] is x, "")
 
+# fp16/bf16 of float32 CPU tensors: the runtime's 16-bit wire, float32 adds at every hop
+# (docs/wires.md): the same bits on every rank, within the bound of the fp64 sum, half the bytes
+import cerar  # noqa: E402
+
+g = torch.randn(4099, generator=torch.Generator().manual_seed(17 + r))
+inputs = hvd.allgather(g.double().unsqueeze(0), name="wire.inputs")
+exact, magnitude = inputs.sum(0), inputs.abs().sum(0)
+
+
+def sent_by(call):
+    before = cerar.stats()
+    out = call()
+    after = cerar.stats()
+    return out, after["bytes_sent"] - before["bytes_sent"], \
+        after["wire_buffers"] - before["wire_buffers"]
+
+
+full, full_bytes, full_wires = sent_by(lambda: hvd.allreduce(g, op=hvd.Sum, name="wire.f32"))
+check("float32 ring sends", full_bytes > 0 and full_wires == 0, f"{full_bytes} {full_wires}")
+for compressor, unit in ((hvd.Compression.fp16, 2.0 ** -11), (hvd.Compression.bf16, 2.0 ** -8)):
+    tag = compressor.runtime_wire
+    out, sent, wires = sent_by(lambda: hvd.allreduce(g, op=hvd.Sum, name=f"wire.{tag}",
+                                                     compression=compressor))
+    check(f"{tag} wire dtype", out.dtype == torch.float32, str(out.dtype))
+    check(f"{tag} wire halves the bytes", 2 * sent == full_bytes and wires == 1,
+          f"{sent} * 2 != {full_bytes} or {wires} wire buffers")
+    rows = hvd.allgather(out.unsqueeze(0), name=f"wire.{tag}.rows")
+    check(f"{tag} wire: bit-identical on every rank",
+          all(torch.equal(rows[i], rows[0]) for i in range(n)), "ranks differ")
+    bound = 1.01 * (n * unit + (n - 1) * 2.0 ** -24) * magnitude
+    error = (out.double() - exact).abs()
+    check(f"{tag} wire within bound of the fp64 sum", bool((error <= bound).all()),
+          f"max excess {float((error - bound).max())}")
+    check(f"{tag} wire rounds", bool((error > 0).any()), "no element rounded: no wire?")
+avg = hvd.allreduce(g, name="wire.avg", compression=hvd.Compression.fp16)
+check_close("fp16 wire average", avg, (exact / n).float(), atol=0.01)
+# A wire asked for differently on one rank fails on every rank, and the runtime goes on.
+try:
+    hvd.allreduce(g, name="wire.mismatch",
+                  compression=hvd.Compression.fp16 if r == 0 else hvd.Compression.none)
+    check("wire mismatch raises", False, "no error")
+except cerar.MismatchError as error:
+    check("wire mismatch names the wire", "fp16" in str(error), str(error))
+
 # elastic: present, refuses to run
 try:
     hvd.elastic.run(lambda state: None)(None)

@@ -5,6 +5,7 @@ import warnings
 
 import torch
 
+import cerar
 import cerar.torch as hvd
 from common import check, check_close
 
@@ -42,7 +43,10 @@ for label, options, tol in (("groups=2", {"groups": 2}, 1e-6),
                             ("num_groups=1", {"num_groups": 1}, 1e-6),
                             ("op=Sum", {"op": hvd.Sum}, 1e-6),
                             ("fp16", {"compression": hvd.Compression.fp16}, 1e-2)):
+    wires = cerar.stats()["wire_buffers"]
     got, expected, _ = reduced_grads(**options)
+    if label == "fp16":  # float32 CPU gradients: the runtime's fp16 wire, not a Python cast
+        check("fp16 optimizer wire", cerar.stats()["wire_buffers"] > wires, "no wire buffer")
     for i, (g, e) in enumerate(zip(got, expected)):
         check_close(f"{label} grad {i}", g, e, rtol=tol)
 # groups as lists of parameters (one group, the others one by one)

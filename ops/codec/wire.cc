@@ -1,0 +1,70 @@
+#include "ops/codec/wire.h"
+
+#include "ops/codec/half.h"
+#include "ops/common/error.h"
+
+namespace cerar {
+
+const char* wireName(Wire wire) {
+  switch (wire) {
+    case Wire::kNone: return "none";
+    case Wire::kFloat16: return "fp16";
+    case Wire::kBFloat16: return "bf16";
+  }
+  return "?";
+}
+
+Wire parseWire(const std::string& name) {
+  if (name == "none") return Wire::kNone;
+  if (name == "fp16") return Wire::kFloat16;
+  if (name == "bf16") return Wire::kBFloat16;
+  CERAR_CHECK_ARGUMENT(false, "unknown wire format '", name, "' (none, fp16 or bf16)");
+  return Wire::kNone;
+}
+
+size_t wireElementBytes(Wire wire, size_t elementBytes) {
+  return wire == Wire::kNone ? elementBytes : 2;
+}
+
+namespace codec {
+
+namespace {
+
+template <typename H>
+void encodeAs(const float* x, uint16_t* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = fromFloat<H>(x[i]).bits;
+}
+template <typename H>
+void decodeAs(const uint16_t* in, float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = toFloat(H{in[i]});
+}
+template <typename H>
+void accumulateAs(const uint16_t* y, const float* g, uint16_t* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = fromFloat<H>(toFloat(H{y[i]}) + g[i]).bits;
+}
+
+void checkWire(Wire wire) {
+  CERAR_ENFORCE(wire == Wire::kFloat16 || wire == Wire::kBFloat16, "no 16-bit wire: ",
+                wireName(wire));
+}
+
+}  // namespace
+
+void encodeWire(Wire wire, const float* x, uint16_t* out, size_t n) {
+  checkWire(wire);
+  wire == Wire::kFloat16 ? encodeAs<Half>(x, out, n) : encodeAs<BFloat16>(x, out, n);
+}
+
+void decodeWire(Wire wire, const uint16_t* in, float* out, size_t n) {
+  checkWire(wire);
+  wire == Wire::kFloat16 ? decodeAs<Half>(in, out, n) : decodeAs<BFloat16>(in, out, n);
+}
+
+void accumulateWire(Wire wire, const uint16_t* y, const float* g, uint16_t* out, size_t n) {
+  checkWire(wire);
+  wire == Wire::kFloat16 ? accumulateAs<Half>(y, g, out, n)
+                         : accumulateAs<BFloat16>(y, g, out, n);
+}
+
+}  // namespace codec
+}  // namespace cerar

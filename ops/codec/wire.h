@@ -1,0 +1,36 @@
+// 16-bit wire formats for the exact ring (docs/wires.md): float32 data travels as IEEE half or
+// bfloat16, and every hop adds in float32. Casts round to nearest even; a value beyond the
+// format's range becomes inf, as the exact ring would carry it; NaN stays NaN.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cerar {
+
+enum class Wire : uint8_t { kNone, kFloat16, kBFloat16 };
+const char* wireName(Wire wire);   // "none" | "fp16" | "bf16"
+Wire parseWire(const std::string& name);  // throws kInvalidArgument on anything else
+// Bytes of one element on the wire: 2 for a 16-bit wire, else `elementBytes`.
+size_t wireElementBytes(Wire wire, size_t elementBytes);
+
+// Buffers kept between runs: two 16-bit send and receive buffers and a float scratch.
+struct WireBuffers {
+  std::vector<uint16_t> send[2];
+  std::vector<uint16_t> recv[2];
+  std::vector<float> scratch;
+};
+
+namespace codec {
+
+// wire[i] = cast(x[i]), i < n.
+void encodeWire(Wire wire, const float* x, uint16_t* out, size_t n);
+// out[i] = float(wire[i]) (exact).
+void decodeWire(Wire wire, const uint16_t* in, float* out, size_t n);
+// out[i] = cast(float(y[i]) + g[i]): one hop of the reduce-scatter, the add in float32.
+void accumulateWire(Wire wire, const uint16_t* y, const float* g, uint16_t* out, size_t n);
+
+}  // namespace codec
+}  // namespace cerar

@@ -1,0 +1,23 @@
+// The exact ring with a 16-bit wire (docs/wires.md): runs a ring plan (makeRingPlan) on float32
+// data whose messages travel as fp16 or bf16. Each reduce-scatter hop decodes what arrived,
+// adds its own float32 slice and encodes the sum for the next; the owner of a chunk adds its
+// slice last, encodes the total once and keeps the decoded value, and the allgather forwards
+// those same 16 bits, so every rank ends with bit-identical results.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ops/algorithms/plan.h"
+#include "ops/codec/wire.h"
+#include "ops/executor.h"
+
+namespace cerar {
+
+// Runs `plan` (a ring plan: no CERAR actions, no reduce-scatter finish) in place on plan.d
+// floats at `data`, summing. bytesSent counts the 16-bit wire. One round at a time; a
+// failure is rethrown with "in round t of L" added.
+RunStats runWireRing(const Plan& plan, Transport& transport, float* data, Wire wire,
+                     WireBuffers& buffers);
+
+}  // namespace cerar
