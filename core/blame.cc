@@ -38,6 +38,11 @@ void pause(Clock::time_point deadline) {
   std::this_thread::sleep_for(std::min<Clock::duration>(milliseconds(10), deadline - Clock::now()));
 }
 
+// The key the board posts itself if `rank`'s connection to it ends without a goodbye.
+std::string lossMarkKey(const std::string& scope, int rank) {
+  return detail::concat(scope, "/gone/", rank);
+}
+
 std::string rankList(const std::vector<int>& ranks) {
   std::string out;
   for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
@@ -50,12 +55,6 @@ std::string newBlameScope() {
   std::random_device device;
   return detail::concat("cerar/failures/", std::hex, device(), device());
 }
-
-namespace {
-std::string lossMarkKey(const std::string& scope, int rank) {
-  return detail::concat(scope, "/gone/", rank);
-}
-}  // namespace
 
 void leaveLossMark(BlameBoard* board, const BlameOptions& o, milliseconds limit) {
   if (board == nullptr || o.size < 2) return;
@@ -97,8 +96,9 @@ Status verdict(const Status& observed, const std::vector<std::optional<Status>>&
   }
   std::string others;
   if (missing.size() > 1) others = " (ranks " + rankList(missing) + " did not report)";
-  const char* what = closed ? " was lost (its process ended: a link or its store connection closed)"
-                            : " stopped answering (silent past the timeout)";
+  const char* what = closed
+                         ? " was lost (its process ended: a link or its store connection closed)"
+                         : " stopped answering (silent past the timeout)";
   return Status(closed ? StatusCode::kPeerLost : StatusCode::kTimeout,
                 detail::concat("rank ", lost, what, others, "; rank ", o.rank,
                                " saw: ", observed.message),
