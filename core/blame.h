@@ -25,7 +25,9 @@
 // survivor that timed out on a rank reads that rank's mark before posting, and posts a closed
 // link if it is there. The evidence is taken into the posts, which every survivor reads the
 // same, never read again at the verdict: a launcher that kills a frozen rank once the first
-// survivor has given up cannot turn the later survivors' verdict into a different one.
+// survivor has given up cannot turn the later survivors' verdict into a different one. Some
+// survivor times out on the lost rank itself: the chain of waits ends there, and a wait on one
+// link is not ended by other links closing.
 #pragma once
 
 #include <chrono>
