@@ -38,6 +38,11 @@ void pause(Clock::time_point deadline) {
   std::this_thread::sleep_for(std::min<Clock::duration>(milliseconds(10), deadline - Clock::now()));
 }
 
+// The key the board posts itself if `rank`'s connection to it ends without a goodbye.
+std::string lossMarkKey(const std::string& scope, int rank) {
+  return detail::concat(scope, "/gone/", rank);
+}
+
 std::string rankList(const std::vector<int>& ranks) {
   std::string out;
   for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
@@ -49,6 +54,15 @@ std::string rankList(const std::vector<int>& ranks) {
 std::string newBlameScope() {
   std::random_device device;
   return detail::concat("cerar/failures/", std::hex, device(), device());
+}
+
+void leaveLossMark(BlameBoard* board, const BlameOptions& o, milliseconds limit) {
+  if (board == nullptr || o.size < 2) return;
+  try {
+    board->postOnLoss(lossMarkKey(o.scope, o.rank), limit);
+  } catch (const std::exception&) {
+    // The survivors' links are then the only evidence of this rank's death.
+  }
 }
 
 namespace {
@@ -73,32 +87,34 @@ Status verdict(const Status& observed, const std::vector<std::optional<Status>>&
   const bool named = std::count(missing.begin(), missing.end(), observed.peer) > 0;
   const int lost = named ? observed.peer : missing.front();
   // A dead process's links close at once; a frozen one's stay open and time out. A closed
-  // link is proof of death, while a rank that waited on the dead one can still time out first
-  // when it was slow to see the close (a loaded machine); so one closed link decides. Without
-  // a rank that saw a close (its detector failed first on a neighbour), it was silent.
+  // link (or the rank's loss mark, posted as one) is proof of death, while a rank that waited
+  // on the dead one can still time out first when it was slow to see the close (a loaded
+  // machine); so one such post decides. Without one, it was silent.
   bool closed = false;
   for (const auto& report : reports) {
     if (report && report->peer == lost && report->code == StatusCode::kPeerLost) closed = true;
   }
   std::string others;
   if (missing.size() > 1) others = " (ranks " + rankList(missing) + " did not report)";
+  const char* what = closed
+                         ? " was lost (its process ended: a link or its store connection closed)"
+                         : " stopped answering (silent past the timeout)";
   return Status(closed ? StatusCode::kPeerLost : StatusCode::kTimeout,
-                detail::concat("rank ", lost,
-                               closed ? " was lost (its links closed)"
-                                      : " stopped answering (silent past the timeout)",
-                               others, "; rank ", o.rank, " saw: ", observed.message),
+                detail::concat("rank ", lost, what, others, "; rank ", o.rank,
+                               " saw: ", observed.message),
                 lost);
 }
 
 }  // namespace
 
 Status agreeOnFailure(const Status& observed, BlameBoard* board, const BlameOptions& o) {
+  Status seen = observed;  // with the board's evidence, once read
   // What this rank alone can say, when it cannot learn more.
   std::function<Status(const std::string&)> ownView = [&](const std::string& why) {
-    return Status(observed.code,
-                  detail::concat("rank ", o.rank, " lost contact with rank ", observed.peer,
-                                 ": ", observed.message, why),
-                  observed.peer);
+    return Status(seen.code,
+                  detail::concat("rank ", o.rank, " lost contact with rank ", seen.peer, ": ",
+                                 seen.message, why),
+                  seen.peer);
   };
   if (board == nullptr || o.size < 2) return isLoss(observed.code) ? ownView("") : observed;
   auto deadline = Clock::now() + o.window;
@@ -114,10 +130,20 @@ Status agreeOnFailure(const Status& observed, BlameBoard* board, const BlameOpti
     return detail::concat(o.scope, "/", kind, "/", rank);
   };
   std::vector<std::optional<Status>> reports(o.size);
-  reports[o.rank] = observed;
   Status result = observed;
   try {
-    board->post(key("failed", o.rank), encodeReport(observed), limit());
+    // Timed out on a rank whose loss mark is posted: that rank's process is gone (blame.h).
+    const int peer = observed.peer;
+    if (observed.code == StatusCode::kTimeout && peer >= 0 && peer < o.size && peer != o.rank &&
+        board->read(lossMarkKey(o.scope, peer), limit())) {
+      seen = Status(StatusCode::kPeerLost,
+                    detail::concat(observed.message, " (rank ", peer,
+                                   "'s connection to the rendezvous store closed: its process "
+                                   "ended)"),
+                    peer);
+    }
+    reports[o.rank] = seen;
+    board->post(key("failed", o.rank), encodeReport(seen), limit());
     while (isLoss(observed.code)) {
       int missing = 0;
       bool cause = false;
@@ -145,7 +171,7 @@ Status agreeOnFailure(const Status& observed, BlameBoard* board, const BlameOpti
     }
     return ownView(detail::concat(" (which rank was lost is not known here: ", e.what(), ")"));
   }
-  if (isLoss(observed.code)) result = verdict(observed, reports, o, ownView);
+  if (isLoss(observed.code)) result = verdict(seen, reports, o, ownView);
 
   // The board may end with rank 0's process once rank 0 reports its failure: so rank 0 holds
   // its report back until every other survivor has read the posts and said so (or a window).

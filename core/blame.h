@@ -14,6 +14,20 @@
 // that stops answering means rank 0 itself is lost, and rank 0 returns only once the others
 // have read the posts (its process, and the board, may end right after). A rank without a
 // board, or whose board fails otherwise, names only what it saw itself, saying so.
+//
+// Killed or frozen: a dead process's links close at once and a frozen one's stay open, so a
+// survivor that saw the lost rank's link close has proof of death (kPeerLost), and without one
+// the rank was silent (kTimeout). But on a loaded machine every survivor's timeout can fire
+// before its transport has read the close. So the board holds evidence of its own: each rank
+// leaves, at start, a loss mark (`<scope>/gone/<rank>`) that the board posts itself if the
+// rank's connection to it ends without a goodbye (the store's server sees the kernel close a
+// dead process's socket; a frozen one's stays open; a clean close says goodbye first). A
+// survivor that timed out on a rank reads that rank's mark before posting, and posts a closed
+// link if it is there. The evidence is taken into the posts, which every survivor reads the
+// same, never read again at the verdict: a launcher that kills a frozen rank once the first
+// survivor has given up cannot turn the later survivors' verdict into a different one. Some
+// survivor times out on the lost rank itself: the chain of waits ends there, and a wait on one
+// link is not ended by other links closing.
 #pragma once
 
 #include <chrono>
@@ -34,6 +48,9 @@ class BlameBoard {
   // The value at `key`, or nothing if none was posted yet.
   virtual std::optional<std::string> read(const std::string& key,
                                           std::chrono::milliseconds limit) = 0;
+  // Leaves `key` for the board to post (as "") should this process's connection to it end
+  // without a goodbye. A board that cannot tell does nothing.
+  virtual void postOnLoss(const std::string& /*key*/, std::chrono::milliseconds /*limit*/) {}
 };
 
 struct BlameOptions {
@@ -49,6 +66,11 @@ struct BlameOptions {
 // closed or it failed on its own); any other failure is posted and returned unchanged.
 // Returns within options.window (rank 0 hosting the board: twice that); never throws.
 Status agreeOnFailure(const Status& observed, BlameBoard* board, const BlameOptions& options);
+
+// Leaves this rank's loss mark with the board (see above), once options.scope is agreed; gives
+// up after `limit`. Never throws: without a mark only the survivors' links can tell a death.
+void leaveLossMark(BlameBoard* board, const BlameOptions& options,
+                   std::chrono::milliseconds limit);
 
 // A fresh scope for one runtime instance (random), to be agreed on by rank 0's choice.
 std::string newBlameScope();

@@ -65,6 +65,7 @@ void Coordinator::setBlameBoard(std::shared_ptr<BlameBoard> board, bool hostedBy
   // more than one rank is missing, and must stay short next to the timeout.
   blame_.window = std::clamp(timeoutOf(config_) / 2, std::chrono::milliseconds(200),
                              std::chrono::milliseconds(5000));
+  leaveLossMark(board_.get(), blame_, timeoutOf(config_));
 }
 
 RuntimeStats Coordinator::stats() const {

@@ -532,6 +532,9 @@ class StoreBoard final : public BlameBoard {
     auto value = store_->get(key, limit);
     return std::string(value.begin(), value.end());
   }
+  void postOnLoss(const std::string& key, std::chrono::milliseconds limit) override {
+    store_->setOnLoss(key, {}, limit);
+  }
 
  private:
   std::shared_ptr<TcpStore> store_;

@@ -129,20 +129,32 @@ struct Session : std::enable_shared_from_this<Session> {
     readHeader();
   }
 
-  void close() {
-    if (!closed) --server.open;
+  // `peerGone`: the client's side ended (end of stream, reset), not a rule of this server; the
+  // key it left with kOnLoss is then set, unless it said goodbye.
+  void close(bool peerGone = false) {
+    if (closed) return;
     closed = true;
     error_code ignored;
     socket.close(ignored);
     helloTimer.cancel();
     server.unpark(this);
+    if (peerGone && onLoss) {
+      {
+        std::lock_guard<std::mutex> lock(server.mutex);
+        server.data[onLoss->first] = std::move(onLoss->second);
+      }
+      server.notify();
+    }
+    onLoss.reset();
+    --server.open;  // last: once the count drops, the key above is set (tests wait on it)
   }
 
   void readHeader() {
     asio::async_read(socket, asio::buffer(header), [self = shared_from_this()](error_code ec,
                                                                              size_t) {
       // A request while parked breaks the protocol; end of stream is the usual case.
-      if (ec || self->parked) return self->close();
+      if (ec) return self->close(true);
+      if (self->parked) return self->close();
       const uint32_t length = decodeLength(self->header);
       // A stranger gets no room before presenting the secret; a client no more than its quota
       // per request (what a request stores is charged to the quota as well, see charge()).
@@ -162,7 +174,7 @@ struct Session : std::enable_shared_from_this<Session> {
     body.resize(have + next);
     asio::async_read(socket, asio::buffer(body.data() + have, next),
                      [self = shared_from_this()](error_code ec, size_t) {
-                       if (ec) return self->close();
+                       if (ec) return self->close(true);
                        if (self->body.size() < self->length) return self->readBody();
                        self->handle();
                      });
@@ -173,7 +185,7 @@ struct Session : std::enable_shared_from_this<Session> {
     out = frame(status, payload);
     asio::async_write(socket, asio::buffer(out),
                       [self = shared_from_this(), then](error_code ec, size_t) {
-                        if (ec || then == Then::kClose) return self->close();
+                        if (ec || then == Then::kClose) return self->close(bool(ec));
                         if (then == Then::kRead) self->readHeader();
                       });
   }
@@ -261,6 +273,20 @@ struct Session : std::enable_shared_from_this<Session> {
           for (const auto& key : keys) checkKey(key);
           return reply(ReplyStatus::kOk, {static_cast<char>(server.has(keys) ? 1 : 0)});
         }
+        case Op::kOnLoss: {
+          std::string key = in.str();
+          std::vector<char> value = in.bytes();
+          checkKey(key);
+          if (value.size() > server.limits.maxValueBytes) {
+            throw std::runtime_error("value exceeds the limit (CERAR_STORE_MAX_VALUE_BYTES)");
+          }
+          charge(key.size() + value.size());
+          onLoss.emplace(std::move(key), std::move(value));
+          return reply(ReplyStatus::kOk);
+        }
+        case Op::kGoodbye:
+          onLoss.reset();
+          return close();  // no reply: the client closes its side at once
         default:
           throw std::runtime_error("unknown request");
       }
@@ -277,6 +303,7 @@ struct Session : std::enable_shared_from_this<Session> {
   bool authenticated = false;
   bool parked = false;
   bool closed = false;
+  std::optional<std::pair<std::string, std::vector<char>>> onLoss;  // see kOnLoss in wire.h
   size_t stored = 0;  // bytes of keys and values this connection put in the map
   size_t length = 0;  // of the body being read
   std::array<unsigned char, 4> header{};

@@ -96,6 +96,17 @@ class TcpStore : public gloo::rendezvous::Store {
            std::chrono::milliseconds limit);
   bool check(const std::vector<std::string>& keys, std::chrono::milliseconds limit);
 
+  // Leaves the server `key` to set to `value` should this connection end without goodbye():
+  // the kernel closes a dead process's socket at once, so the key is the store's evidence that
+  // this process is gone (a frozen one keeps its socket open, and the key stays unset). A
+  // connection broken by a failed request (a timeout closes it) counts as ended. One key per
+  // connection; a later call replaces it.
+  void setOnLoss(const std::string& key, const std::vector<char>& value,
+                 std::chrono::milliseconds limit);
+  // The clean close, which the destructor does: the server forgets the key of setOnLoss(), and
+  // the connection ends. Waits for nothing (no reply); never throws.
+  void goodbye();
+
   std::string address() const;  // "host:port"
 
   struct Conn;

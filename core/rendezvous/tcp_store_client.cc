@@ -114,7 +114,22 @@ error_code TcpStore::connect(std::chrono::milliseconds limit) {
   return ec;
 }
 
-TcpStore::~TcpStore() = default;
+TcpStore::~TcpStore() { goodbye(); }
+
+void TcpStore::goodbye() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (conn_->broken) return;
+  conn_->broken = true;  // no request follows
+  Writer w;
+  w.u32(1);
+  w.u8(static_cast<uint8_t>(Op::kGoodbye));
+  // Five bytes into an idle socket's buffer: done at once, unless the server is gone.
+  conn_->run(std::chrono::milliseconds(1000), [&](auto handler) {
+    asio::async_write(conn_->socket, asio::buffer(w.data), handler);
+  });
+  error_code ignored;
+  conn_->socket.close(ignored);
+}
 
 std::string TcpStore::address() const {
   return isUnixAddress(host_) ? host_ : detail::concat(host_, ":", port_);
@@ -187,6 +202,15 @@ void TcpStore::set(const std::string& key, const std::vector<char>& data,
   w.str(key);
   w.bytes(data.data(), data.size());
   request(w.data, limit, detail::concat("set '", key, "'"));
+}
+
+void TcpStore::setOnLoss(const std::string& key, const std::vector<char>& value,
+                         std::chrono::milliseconds limit) {
+  Writer w;
+  w.u8(static_cast<uint8_t>(Op::kOnLoss));
+  w.str(key);
+  w.bytes(value.data(), value.size());
+  request(w.data, limit, detail::concat("leave '", key, "' to set on loss"));
 }
 
 std::vector<char> TcpStore::get(const std::string& key) { return get(key, timeout_); }

@@ -4,6 +4,11 @@
 // an op byte and its fields; a response body is a status byte and its payload. Integers are
 // little-endian, strings and byte strings carry a 4-byte length. The first request of a
 // connection must be kHello with the job secret.
+//
+// kOnLoss (key, value) leaves the server a key to set should this connection end without a
+// goodbye: when the client's process dies the kernel closes its socket, so the key is
+// independent evidence of death (a frozen process keeps its socket open). kGoodbye, the last
+// request of a clean close, gets no reply: the client sends it and closes.
 #pragma once
 
 #include <array>
@@ -15,7 +20,7 @@
 
 namespace cerar::rendezvous_wire {
 
-enum class Op : uint8_t { kHello = 1, kSet, kGet, kWait, kAdd, kCheck };
+enum class Op : uint8_t { kHello = 1, kSet, kGet, kWait, kAdd, kCheck, kOnLoss, kGoodbye };
 enum class ReplyStatus : uint8_t { kOk = 0, kTimeout, kRejected, kError };
 
 constexpr uint32_t kMaxHello = 4096;        // before the secret is checked

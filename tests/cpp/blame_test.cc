@@ -3,6 +3,7 @@
 
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "core/blame.h"
@@ -25,10 +26,20 @@ class MemoryBoard : public BlameBoard {
     if (it == values_.end()) return std::nullopt;
     return it->second;
   }
+  void postOnLoss(const std::string& key, std::chrono::milliseconds) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    onLoss_.insert(key);
+  }
+  // What the store's server does when a connection that left `key` closes without a goodbye.
+  void connectionClosed(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (onLoss_.erase(key)) values_[key] = "";
+  }
 
  private:
   std::mutex mutex_;
   std::map<std::string, std::string> values_;
+  std::set<std::string> onLoss_;
 };
 
 // A board in a process that is gone (throws at once) or frozen (blocks until the limit).
@@ -100,6 +111,54 @@ TEST(Blame, AFrozenRankIsATimeoutEverywhere) {
                                   {0, Status(StatusCode::kPeerLost, "recv from 1", 1)},
                                   {3, Status(StatusCode::kPeerLost, "send to 0", 0)}});
   for (const auto& [rank, status] : results) {
+    EXPECT_EQ(status.code, StatusCode::kTimeout) << rank << ": " << status.message;
+    EXPECT_EQ(status.peer, 2) << rank << ": " << status.message;
+  }
+}
+
+// Every rank leaves its loss mark, as the runtime does at start.
+void leaveMarks(MemoryBoard& board, int size) {
+  for (int rank = 0; rank < size; ++rank) leaveLossMark(&board, optionsFor(rank, size), 1000ms);
+}
+
+// Survivors of rank 2 that all timed out: none saw a link close (a loaded machine).
+const std::map<int, Status> kAllTimedOut = {{3, Status(StatusCode::kTimeout, "recv from 2", 2)},
+                                            {1, Status(StatusCode::kTimeout, "send to 2", 2)},
+                                            {0, Status(StatusCode::kTimeout, "recv from 3", 3)}};
+
+TEST(Blame, AClosedStoreConnectionProvesTheDeathThatEverySurvivorTimedOutOn) {
+  MemoryBoard board;
+  leaveMarks(board, 4);
+  board.connectionClosed("test/gone/2");  // killed: the kernel closed its store connection
+  auto results = agree(board, 4, kAllTimedOut);
+  for (const auto& [rank, status] : results) {
+    EXPECT_EQ(status.code, StatusCode::kPeerLost) << rank << ": " << status.message;
+    EXPECT_EQ(status.peer, 2) << rank << ": " << status.message;
+    EXPECT_NE(status.message.find("rank 2 was lost"), std::string::npos) << status.message;
+  }
+  // A survivor that named the dead rank says why it knows.
+  EXPECT_NE(results[3].message.find("connection to the rendezvous store closed"),
+            std::string::npos)
+      << results[3].message;
+}
+
+TEST(Blame, WithoutTheMarkEveryTimeoutIsSilence) {
+  MemoryBoard board;  // frozen (SIGSTOP): its store connection stays open, no mark
+  leaveMarks(board, 4);
+  for (const auto& [rank, status] : agree(board, 4, kAllTimedOut)) {
+    EXPECT_EQ(status.code, StatusCode::kTimeout) << rank << ": " << status.message;
+    EXPECT_EQ(status.peer, 2) << rank << ": " << status.message;
+    EXPECT_NE(status.message.find("rank 2 stopped answering"), std::string::npos)
+        << status.message;
+  }
+}
+
+TEST(Blame, AMarkProvesOnlyTheDeathOfItsOwnRank) {
+  MemoryBoard board;
+  leaveMarks(board, 4);
+  board.connectionClosed("test/gone/1");  // another rank's mark (a survivor's broken store)
+  board.post("other/gone/2", "", 0ms);      // rank 2's mark of another runtime instance
+  for (const auto& [rank, status] : agree(board, 4, kAllTimedOut)) {
     EXPECT_EQ(status.code, StatusCode::kTimeout) << rank << ": " << status.message;
     EXPECT_EQ(status.peer, 2) << rank << ": " << status.message;
   }

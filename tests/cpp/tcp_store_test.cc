@@ -1,4 +1,10 @@
-// The rendezvous store: set/get, blocking get, timeouts, counters, the job secret.
+// The rendezvous store: set/get, blocking get, timeouts, counters, the job secret, the key a
+// connection leaves for its loss.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <thread>
 
@@ -6,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "core/rendezvous/tcp_store.h"
+#include "core/rendezvous/wire.h"
 #include "ops/common/error.h"
 
 namespace cerar {
@@ -149,6 +156,55 @@ TEST(TcpStore, NoServerFailsWithinTheTimeoutNamingTheAddress) {
         << e.what();
   }
   EXPECT_LT(msSince(start), 2000);
+}
+
+// A client as a process that is killed: it says hello, leaves `key`, and its socket closes
+// (as the kernel closes a dead process's sockets), with no goodbye.
+void connectLeaveKeyAndDie(uint16_t port, const std::string& secret, const std::string& key) {
+  using namespace rendezvous_wire;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  Writer hello, onLoss;
+  hello.str(secret);
+  onLoss.str(key);
+  onLoss.bytes("", 0);
+  for (const auto& request : {frame(uint8_t(Op::kHello), hello.data),
+                              frame(uint8_t(Op::kOnLoss), onLoss.data)}) {
+    ASSERT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL), ssize_t(request.size()));
+    char reply[5];  // length 1, then the status
+    ASSERT_EQ(recv(fd, reply, sizeof reply, MSG_WAITALL), ssize_t(sizeof reply));
+    ASSERT_EQ(reply[4], char(ReplyStatus::kOk));
+  }
+  close(fd);
+}
+
+TEST(TcpStore, AConnectionThatEndsWithoutGoodbyeLeavesItsKey) {
+  TcpStoreServer server("127.0.0.1", 0, "k");
+  server.start();
+  TcpStore survivor("127.0.0.1", server.port(), "k", 30s);
+  connectLeaveKeyAndDie(server.port(), "k", "job/gone/2");
+  EXPECT_TRUE(survivor.get("job/gone/2").empty());  // blocks until the server has seen it close
+}
+
+TEST(TcpStore, AGoodbyeTakesTheKeyBack) {
+  TcpStoreServer server("127.0.0.1", 0, "k");
+  server.start();
+  TcpStore survivor("127.0.0.1", server.port(), "k", 30s);
+  {
+    TcpStore leaving("127.0.0.1", server.port(), "k", 30s);
+    leaving.setOnLoss("job/gone/1", bytes("dead"), 30s);
+    leaving.setOnLoss("job/gone/3", bytes("dead"), 30s);  // replaces the first
+  }  // the destructor says goodbye
+  const auto deadline = Clock::now() + 60s;
+  while (server.connections() > 1 && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(server.connections(), 1u);  // the goodbye is handled
+  EXPECT_FALSE(survivor.check({"job/gone/1"}));
+  EXPECT_FALSE(survivor.check({"job/gone/3"}));
 }
 
 TEST(TcpStore, ServerRefusesABusyPort) {
