@@ -245,11 +245,18 @@ def test_cerarrun_remote_failure_stops_the_job_with_its_code(hosts):
     assert_no_ranks_left(hosts)
 
 
+def _interruptible():
+    # A launcher started from a terminal takes Ctrl-C; one started by a background job (`cmd &`
+    # in a script, as CI runners may) inherits SIGINT ignored, and Python keeps it ignored.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_cerarrun_interrupted_leaves_no_rank_on_any_host(hosts):
     proc = hosts.popen(0, cerarrun("-np", "6", "-H", ",".join(f"{n}:2" for n in hosts.names[:3]),
                                    sys.executable, JOB, "hang"),
                        env=hosts.client_env(clean_env()), cwd=str(WORKERS),
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       preexec_fn=_interruptible)
     lines, ready = [], threading.Event()
 
     def read():
