@@ -144,7 +144,8 @@ TEST(LostRank, EverySurvivorNamesTheKilledRank) {
   for (int rank : {0, 1, 3}) {
     EXPECT_EQ(results[rank], std::to_string(int(StatusCode::kPeerLost)) + " 2") << rank;
   }
-  EXPECT_LT(seconds, 3 + 1.5 + 2);  // the timeout, the agreement's window and slack
+  // The timeout, the agreement's window and slack for a loaded machine's late wake-ups.
+  EXPECT_LT(seconds, 3 + 1.5 + 5);
 }
 
 // What a loaded machine can do by chance, made certain: every survivor times out before its
