@@ -11,6 +11,7 @@ APT_PACKAGES=(
   python3-torch python3-matplotlib python3-sklearn
   iproute2 procps openmpi-bin libopenmpi-dev
   openssh-server  # sshd of the emulated hosts in the multi-host tests (not started as a service)
+  fortunes  # English text for the time-to-accuracy language model (bench/tta_model.py)
   clang libclang-rt-dev  # clang with libFuzzer, for scripts/fuzz.sh
 )
 

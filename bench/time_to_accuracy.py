@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Time to accuracy: the language model of tta_model.py trained data-parallel to a fixed
+validation loss with each communication variant, N ranks on emulated slow links.
+
+  sudo python3 bench/time_to_accuracy.py --ranks 4 --rate-mbit 100 --seeds 3 \\
+       --out bench/results/tta-n4-100
+  python3 bench/time_to_accuracy.py --loopback --ranks 2 --seeds 1 --tiny --out /tmp/tta  # smoke
+
+Each (variant, seed) is one job (bench/runner.py, ranks in namespaces made by bench/netem.sh;
+--loopback: all on 127.0.0.1, no root). The variants interleave (seed-major) so that drift
+of a noisy machine spreads over all of them. Writes OUT/results.json (every run with its
+validation log), OUT/report.md (the table) and OUT/loss_vs_time.png when matplotlib is there.
+"""
+import argparse, json, os, socket, statistics, subprocess, sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import runner  # noqa: E402
+
+PREFIX = "cerartta"
+VENV_PY = os.path.join(os.path.dirname(HERE), ".venv", "bin", "python")
+TINY = ["--d-model", "32", "--layers", "1", "--heads", "2", "--seq", "16", "--max-steps", "4",
+        "--eval-every", "2", "--val-batches", "2"]
+
+
+class Lines:
+    """A file-like sink keeping rank 0's TTA_RESULT line (runner prefixes lines with "[i] ")."""
+
+    def __init__(self, echo):
+        self.result, self.echo = None, echo
+
+    def write(self, text):
+        for line in text.splitlines():
+            if line.startswith("[0] TTA_RESULT "):
+                self.result = json.loads(line[len("[0] TTA_RESULT "):])
+            elif self.echo and line.startswith("[0] TTA "):
+                print("   ", line[4:], flush=True)
+            elif self.echo and "rror" in line:
+                print("   ", line, flush=True)
+
+    def flush(self):
+        pass
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_one(a, variant, seed, port):
+    cmd = [a.python, os.path.join(HERE, "tta_rank.py"), "--variant", variant, "--seed", str(seed),
+           "--target-loss", str(a.target_loss), "--max-seconds", str(a.max_seconds),
+           "--max-error", str(a.max_error)] + (TINY if a.tiny else []) + a.rank_args
+    sink = Lines(echo=not a.quiet)
+    status = runner.run(cmd, a.ranks, "" if a.loopback else PREFIX, port,
+                        timeout=a.max_seconds * 3 + 300, out=sink, log=open(os.devnull, "w"))
+    if status != 0 or sink.result is None:
+        return dict(variant=variant, seed=seed, failed=status)
+    return sink.result
+
+
+def summarize(runs, baseline):
+    """Per variant: seeds, median and range of time to target, final loss, link bytes."""
+    rows, by = [], {}
+    for r in runs:
+        by.setdefault(r["variant"], []).append(r)
+    base = None
+    for variant, rs in by.items():
+        ok = [r for r in rs if "failed" not in r]
+        times = sorted(r["seconds_to_target"] for r in ok if r["reached"])
+        row = dict(variant=variant, runs=len(rs), reached=len(times),
+                   median_s=statistics.median(times) if times else None,
+                   min_s=times[0] if times else None, max_s=times[-1] if times else None,
+                   final_loss=statistics.median(r["final_val_loss"] for r in ok) if ok else None,
+                   tx_mib=statistics.median(r["tx_bytes_rank0"] / 2**20 for r in ok)
+                   if ok and ok[0]["tx_bytes_rank0"] is not None else None,
+                   steps=statistics.median(r["steps"] for r in ok) if ok else None)
+        rows.append(row)
+        if variant == baseline:
+            base = row
+    for row in rows:
+        row["vs_baseline"] = (row["median_s"] / base["median_s"]
+                              if base and base["median_s"] and row["median_s"] else None)
+        # A difference is claimed only where two or more seeds each give ranges that do not
+        # overlap (one seed has no spread to compare with).
+        row["beyond_spread"] = bool(base and row is not base and row["reached"] >= 2 and
+                                    base["reached"] >= 2 and (row["max_s"] < base["min_s"] or
+                                                              row["min_s"] > base["max_s"]))
+    return rows
+
+
+def fmt(x, spec):
+    return "-" if x is None else format(x, spec)
+
+
+def report(rows, a):
+    lines = [f"Time to validation loss {a.target_loss}, {a.ranks} ranks "
+             + ("on loopback" if a.loopback else f"@ {a.rate_mbit} Mbit/s") +
+             f", {a.seeds} seed(s); times are training seconds (validation excluded)", "",
+             f"| variant | reached | median s | range s | vs {a.baseline} | beyond spread "
+             "| final loss | MiB sent (rank 0) | steps |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        rng = "-" if r["min_s"] is None else f"{r['min_s']:.1f}-{r['max_s']:.1f}"
+        lines.append(f"| {r['variant']} | {r['reached']}/{r['runs']} | {fmt(r['median_s'], '.1f')} "
+                     f"| {rng} | {fmt(r['vs_baseline'], '.3f')} | {'yes' if r['beyond_spread'] else 'no'} "
+                     f"| {fmt(r['final_loss'], '.3f')} | {fmt(r['tx_mib'], '.0f')} | {fmt(r['steps'], '.0f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(runs, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    colors = {}
+    for r in runs:
+        if "failed" in r:
+            continue
+        color = colors.setdefault(r["variant"], f"C{len(colors)}")
+        ax.plot([p["train_s"] for p in r["log"]], [p["val_loss"] for p in r["log"]], color=color,
+                alpha=0.8, label=r["variant"] if r["seed"] == min(
+                    x["seed"] for x in runs if x["variant"] == r["variant"]) else None)
+    ax.axhline(runs[0].get("target_loss", 0), color="gray", linestyle="--", linewidth=0.8)
+    ax.set_xlabel("training seconds")
+    ax.set_ylabel("validation loss")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--rate-mbit", type=float, default=100)
+    p.add_argument("--loopback", action="store_true", help="no namespaces, no shaping, no root")
+    p.add_argument("--variants", default="ddp,ddp-fp16,cerar-ring,cerar-auto")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--target-loss", type=float, default=2.2)
+    p.add_argument("--max-seconds", type=float, default=600)
+    p.add_argument("--max-error", type=float, default=1e-3, help="cerar-budget's error budget")
+    p.add_argument("--baseline", default="ddp")
+    p.add_argument("--tiny", action="store_true", help="a 4-step toy model (smoke test)")
+    p.add_argument("--port", type=int, default=0,
+                   help="rendezvous port (0: a free one per job, found on loopback)")
+    p.add_argument("--python", default=VENV_PY, help="interpreter of the ranks")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--out", required=True)
+    p.add_argument("rank_args", nargs=argparse.REMAINDER, help="-- more tta_rank.py arguments")
+    a = p.parse_args(argv)
+    a.rank_args = a.rank_args[1:] if a.rank_args[:1] == ["--"] else a.rank_args
+    a.variants = [v for v in a.variants.split(",") if v]
+    if not a.loopback and os.geteuid() != 0:
+        p.error("emulated links need root (or use --loopback)")
+    return a
+
+
+def main(argv=None):
+    a = parse(argv)
+    os.makedirs(a.out, exist_ok=True)
+    if not a.loopback:
+        subprocess.run([os.path.join(HERE, "netem.sh"), "up", "--ranks", str(a.ranks),
+                        "--rate-mbit", str(a.rate_mbit), "--name", PREFIX], check=True)
+    runs = []
+    try:
+        for seed in range(a.seeds):
+            for variant in a.variants:
+                print(f"== {variant} seed {seed}", flush=True)
+                runs.append(run_one(a, variant, seed, a.port or free_port()))
+                with open(os.path.join(a.out, "results.json"), "w") as f:
+                    json.dump(dict(args=vars(a), runs=runs), f, indent=1)
+    finally:
+        if not a.loopback:
+            subprocess.run([os.path.join(HERE, "netem.sh"), "down", "--name", PREFIX])
+    table = report(summarize(runs, a.baseline), a)
+    with open(os.path.join(a.out, "report.md"), "w") as f:
+        f.write(table)
+    print(table)
+    if not plot(runs, os.path.join(a.out, "loss_vs_time.png")):
+        print("(no matplotlib: no plot)")
+    return 1 if any("failed" in r for r in runs) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
