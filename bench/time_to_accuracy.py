@@ -2,7 +2,7 @@
 """Time to accuracy: the language model of tta_model.py trained data-parallel to a fixed
 validation loss with each communication variant, N ranks on emulated slow links.
 
-  sudo python3 bench/time_to_accuracy.py --ranks 4 --rate-mbit 100 --seeds 3 \\
+  sudo /usr/bin/python3 bench/time_to_accuracy.py --ranks 4 --rate-mbit 100 --seeds 3 \\
        --out bench/results/tta-n4-100
   python3 bench/time_to_accuracy.py --loopback --ranks 2 --seeds 1 --tiny --out /tmp/tta  # smoke
 
@@ -137,7 +137,7 @@ def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ranks", type=int, default=4)
-    p.add_argument("--rate-mbit", type=float, default=100)
+    p.add_argument("--rate-mbit", type=int, default=100)
     p.add_argument("--loopback", action="store_true", help="no namespaces, no shaping, no root")
     p.add_argument("--variants", default="ddp,ddp-fp16,cerar-ring,cerar-auto")
     p.add_argument("--seeds", type=int, default=3)
