@@ -109,6 +109,16 @@ class TcpStore : public gloo::rendezvous::Store {
 
   std::string address() const;  // "host:port"
 
+  // What this connection has exchanged with the server: requests sent (the hello included, the
+  // goodbye not) and the bytes of their frames each way. Cheap counters for the scale checks
+  // (docs/scale.md).
+  struct Traffic {
+    uint64_t requests = 0;
+    uint64_t bytesSent = 0;
+    uint64_t bytesReceived = 0;
+  };
+  Traffic traffic() const;
+
   struct Conn;
 
  private:
@@ -116,8 +126,9 @@ class TcpStore : public gloo::rendezvous::Store {
                             const std::string& what);
   boost::system::error_code connect(std::chrono::milliseconds limit);
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::unique_ptr<Conn> conn_;
+  Traffic traffic_;
   std::string host_;
   uint16_t port_;
   std::chrono::milliseconds timeout_;

@@ -131,6 +131,11 @@ void TcpStore::goodbye() {
   conn_->socket.close(ignored);
 }
 
+TcpStore::Traffic TcpStore::traffic() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return traffic_;
+}
+
 std::string TcpStore::address() const {
   return isUnixAddress(host_) ? host_ : detail::concat(host_, ":", port_);
 }
@@ -157,6 +162,8 @@ std::vector<char> TcpStore::request(const std::vector<char>& body,
   error_code ec = conn_->run(left(), [&](auto handler) {
     asio::async_write(conn_->socket, asio::buffer(w.data), handler);
   });
+  ++traffic_.requests;
+  traffic_.bytesSent += w.data.size();
   if (!ec) {
     ec = conn_->run(left(), [&](auto handler) {
       asio::async_read(conn_->socket, asio::buffer(header), handler);
@@ -169,6 +176,7 @@ std::vector<char> TcpStore::request(const std::vector<char>& body,
     ec = conn_->run(left(), [&](auto handler) {
       asio::async_read(conn_->socket, asio::buffer(reply), handler);
     });
+    traffic_.bytesReceived += header.size() + length;
   }
   if (ec) {
     conn_->broken = true;
