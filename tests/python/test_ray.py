@@ -1,0 +1,116 @@
+"""cerar.ray: ranks as Ray actors on a local single-node Ray cluster (docs/ray.md)."""
+import _thread
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from conftest import WORKERS, needs_runtime
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'cerar[ray]')")
+cerar_ray = pytest.importorskip("cerar.ray")
+sys.path.insert(0, str(WORKERS))
+from ray_jobs import allreduce_job, blocking_job, failing_job  # noqa: E402
+
+pytestmark = needs_runtime
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # Small: four CPUs for four one-CPU actors, a 100 MB object store, no dashboard; the
+    # actors import the jobs from workers/ray_jobs.py, so they get that folder on their path.
+    temp = tempfile.mkdtemp(prefix="cerar-ray-")
+    path = os.pathsep.join(filter(None, [str(WORKERS), os.environ.get("PYTHONPATH")]))
+    env = {"PYTHONPATH": path, "CERAR_LOG_LEVEL": "error", "CERAR_TIMEOUT_SECONDS": "60"}
+    ray.init(num_cpus=4, object_store_memory=100 * 1024 * 1024, include_dashboard=False,
+             log_to_driver=False, _temp_dir=temp, runtime_env={"env_vars": env})
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def actors_alive(workers):
+    alive = 0
+    for worker in workers:
+        try:
+            ray.get(worker.node.remote(), timeout=30)
+            alive += 1
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            pass
+    return alive
+
+
+def assert_gone(pids):
+    """The processes have ended (polled: a killed process takes a moment to go)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        left = [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
+        if not left:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"actor processes left running: {left}")
+
+
+def test_placement_arguments_are_checked():
+    with pytest.raises(ValueError, match="either num_workers"):
+        cerar_ray.RayExecutor(num_workers=2, num_hosts=2)
+    with pytest.raises(ValueError, match="num_workers must be a positive integer"):
+        cerar_ray.RayExecutor(num_workers=0)
+    assert cerar_ray.plan_ranks(["b", "a", "b", "a"]) == [(0, 0, 2), (2, 0, 2), (1, 1, 2),
+                                                          (3, 1, 2)]
+
+
+def test_four_actors_allreduce(cluster):
+    with cerar_ray.RayExecutor(num_workers=4, cpus_per_worker=1) as executor:
+        executor.start()
+        workers = list(executor.workers)
+        results = executor.run(allreduce_job, args=[1000])
+        expected = np.arange(1000, dtype=np.float64) * (1 + 2 + 3 + 4)
+        assert [r[:4] for r in results] == [(rank, 4, rank, 4) for rank in range(4)]
+        for result in results:
+            np.testing.assert_array_equal(result[4], expected)
+        assert len({r[5] for r in results}) == 4  # four processes
+        assert os.getpid() not in {r[5] for r in results}
+    assert actors_alive(workers) == 0
+    assert_gone([r[5] for r in results])
+
+
+def test_a_failing_actor_stops_the_job(cluster):
+    executor = cerar_ray.RayExecutor(num_workers=4)
+    executor.start()
+    workers = list(executor.workers)
+    with pytest.raises(cerar_ray.WorkerError, match="rank 2 failed: ValueError: rank 2 refuses") \
+            as caught:
+        executor.run(failing_job, args=[2])
+    assert caught.value.rank == 2
+    assert isinstance(caught.value.cause, ValueError)
+    assert "failing_job" in str(caught.value)  # the worker's traceback
+    assert actors_alive(workers) == 0  # the others were stopped, not left in the collective
+    with pytest.raises(RuntimeError, match="not running"):
+        executor.run(allreduce_job, args=[4])
+    executor.shutdown()  # idempotent
+
+
+def test_ctrl_c_in_the_driver_stops_every_actor(cluster, tmp_path):
+    executor = cerar_ray.RayExecutor(num_workers=2)
+    executor.start()
+    workers = list(executor.workers)
+
+    def interrupt_once_running():  # Ctrl-C while run() waits on both workers
+        while len(list(tmp_path.iterdir())) < 2:
+            threading.Event().wait(0.05)
+        _thread.interrupt_main()
+
+    with pytest.raises(KeyboardInterrupt):
+        threading.Thread(target=interrupt_once_running, daemon=True).start()
+        executor.run(blocking_job, args=[str(tmp_path)])
+    assert not executor.workers
+    assert actors_alive(workers) == 0
+    assert_gone([int(p.name) for p in tmp_path.iterdir()])
