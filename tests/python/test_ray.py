@@ -15,7 +15,8 @@ from conftest import WORKERS, needs_runtime
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'cerar[ray]')")
 cerar_ray = pytest.importorskip("cerar.ray")
 sys.path.insert(0, str(WORKERS))
-from ray_jobs import allreduce_job, blocking_job, failing_job  # noqa: E402
+from ray_jobs import (Trainer, allreduce_job, blocking_job, dying_job,  # noqa: E402
+                      failing_job)
 
 pytestmark = needs_runtime
 
@@ -69,9 +70,11 @@ def test_placement_arguments_are_checked():
 
 def test_four_actors_allreduce(cluster):
     with cerar_ray.RayExecutor(num_workers=4, cpus_per_worker=1) as executor:
-        executor.start()
+        executor.start(executable_cls=Trainer, executable_args=[10])
         workers = list(executor.workers)
         results = executor.run(allreduce_job, args=[1000])
+        assert executor.execute(Trainer.scaled_rank) == [0, 10, 20, 30]
+        assert executor.execute_single(Trainer.scaled_rank) == 0
         expected = np.arange(1000, dtype=np.float64) * (1 + 2 + 3 + 4)
         assert [r[:4] for r in results] == [(rank, 4, rank, 4) for rank in range(4)]
         for result in results:
@@ -96,6 +99,17 @@ def test_a_failing_actor_stops_the_job(cluster):
     with pytest.raises(RuntimeError, match="not running"):
         executor.run(allreduce_job, args=[4])
     executor.shutdown()  # idempotent
+
+
+def test_a_dying_actor_stops_the_job(cluster):
+    executor = cerar_ray.RayExecutor(num_workers=2)
+    executor.start()
+    workers = list(executor.workers)
+    with pytest.raises(cerar_ray.WorkerError, match="rank 1 failed") as caught:
+        executor.run(dying_job, args=[1])
+    assert caught.value.rank == 1
+    assert isinstance(caught.value.cause, ray.exceptions.RayActorError)
+    assert actors_alive(workers) == 0
 
 
 def test_ctrl_c_in_the_driver_stops_every_actor(cluster, tmp_path):

@@ -31,3 +31,24 @@ def blocking_job(folder):
     with open(os.path.join(folder, str(os.getpid())), "w"):
         pass
     time.sleep(600)
+
+
+def dying_job(bad_rank):
+    """Rank bad_rank's process ends abruptly (as if killed) after the job has started."""
+    import cerar
+    cerar.init()
+    if cerar.rank() == bad_rank:
+        os._exit(3)
+    time.sleep(600)
+
+
+class Trainer:
+    """An executable class: one instance per actor, for RayExecutor.execute."""
+
+    def __init__(self, scale):
+        self.scale = scale
+
+    def scaled_rank(self):
+        import cerar
+        cerar.init()
+        return self.scale * cerar.rank()
