@@ -1,11 +1,15 @@
 """Control traffic as a function of the number of ranks (docs/scale.md): the counters of
 tests/python/workers/scale_job.py at N = 2, 4, 8 against the design's formulas."""
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from conftest import assert_ok, needs_runtime, run_job
 
+ROOT = Path(__file__).resolve().parents[2]
 # Frame of a control message (ops/control_frame.h): a message costs at least this much.
 FRAME_BYTES = 256
 # The largest average control message this workload may produce: a cycle carries at most one
@@ -56,3 +60,17 @@ def test_control_and_rendezvous_traffic_grow_as_designed(n):
     assert stats[0]["control_bytes_received"] == sum(w["control_bytes_sent"] for w in workers)
     for w in workers:
         assert w["control_bytes_received"] * (n - 1) == stats[0]["control_bytes_sent"]
+
+
+@needs_runtime
+def test_bench_command_runs_on_loopback(tmp_path):
+    """bench/scale.py, the documented 32-rank command, here with 2 ranks on loopback."""
+    out = tmp_path / "scale.json"
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "scale.py"), "--hosts", "0",
+                             "--ranks", "2", "--count", "10", "--json", str(out)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    row = json.loads(out.read_text())["rows"][0]
+    assert row["ranks"] == 2 and row["coord_msgs_per_cycle"] == 2
+    assert row["rdv_requests_min"] == rendezvous_requests(0, 2)
+    assert row["rdv_requests_max"] == rendezvous_requests(1, 2)
