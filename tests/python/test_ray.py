@@ -2,6 +2,7 @@
 import _thread
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -122,9 +123,15 @@ def test_ctrl_c_in_the_driver_stops_every_actor(cluster, tmp_path):
             threading.Event().wait(0.05)
         _thread.interrupt_main()
 
-    with pytest.raises(KeyboardInterrupt):
-        threading.Thread(target=interrupt_once_running, daemon=True).start()
-        executor.run(blocking_job, args=[str(tmp_path)])
+    # A run started as a background job inherits SIGINT ignored, and then interrupt_main()
+    # does nothing: take Ctrl-C as a terminal's Python would, for this test.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            threading.Thread(target=interrupt_once_running, daemon=True).start()
+            executor.run(blocking_job, args=[str(tmp_path)])
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert not executor.workers
     assert actors_alive(workers) == 0
     assert_gone([int(p.name) for p in tmp_path.iterdir()])
