@@ -35,7 +35,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
     raise ImportError("cerar.ray needs Ray: pip install 'cerar[ray]' (or pip install ray)") \
         from error
 
-__all__ = ["RayExecutor", "WorkerError", "plan_ranks"]
+__all__ = ["RayExecutor", "Settings", "WorkerError", "plan_ranks"]
 
 # How often the driver looks at the workers' results; between looks Ctrl-C is handled.
 _POLL_SECONDS = 0.2
@@ -110,20 +110,47 @@ def _guarded(fn, *args, **kwargs):
         raise
 
 
+class Settings:
+    """Job settings, as Horovod's ``RayExecutor.create_settings`` makes them."""
+
+    def __init__(self, timeout_s=None, placement_group_timeout_s=100, nics=None):
+        self.timeout_s = timeout_s
+        self.placement_group_timeout_s = placement_group_timeout_s
+        self.nics = nics
+
+    def env(self):
+        """The ranks' variables these settings stand for."""
+        env = {}
+        if self.timeout_s is not None:
+            env["CERAR_RENDEZVOUS_TIMEOUT_SECONDS"] = repr(float(self.timeout_s))
+        if self.nics:
+            env["CERAR_IFACE"] = ",".join(sorted(self.nics))
+        return env
+
+
 class RayExecutor:
     """Starts a cerar job whose ranks are Ray actors, runs functions on every rank, stops it.
 
     Placement (Horovod's two forms): ``num_workers`` actors anywhere, packed onto as few nodes
     as fit; or ``num_hosts`` nodes with ``num_workers_per_host`` actors each (one placement
     bundle per node, strictly spread). Each actor reserves ``cpus_per_worker`` CPUs (and
-    ``gpus_per_worker`` GPUs when ``use_gpu``). ``env`` adds variables to every rank (cerar's
-    knobs, e.g. ``{"CERAR_ALGORITHM": "ring"}``). ``placement_timeout_s`` bounds the wait for
-    the resources.
+    ``gpus_per_worker`` GPUs when ``use_gpu``). ``settings`` (``create_settings``): the ranks'
+    rendezvous timeout, their network interfaces, and how long to wait for the resources.
+    ``env`` adds variables to every rank (cerar's knobs, e.g. ``{"CERAR_ALGORITHM": "ring"}``).
     """
 
-    def __init__(self, num_workers=None, num_hosts=None, num_workers_per_host=1,
-                 cpus_per_worker=1, use_gpu=False, gpus_per_worker=None, env=None,
-                 placement_timeout_s=100):
+    @classmethod
+    def create_settings(cls, timeout_s=None, ssh_identity_file=None, ssh_str=None,
+                        placement_group_timeout_s=100, nics=None):
+        """Horovod's signature. ``timeout_s``: the ranks' rendezvous timeout
+        (CERAR_RENDEZVOUS_TIMEOUT_SECONDS; None: cerar's default); ``nics``: the interfaces of the data links
+        (CERAR_IFACE; the first is used); ``placement_group_timeout_s``: the wait for the
+        cluster's resources. The ssh arguments are accepted and unused: Ray starts the ranks."""
+        del ssh_identity_file, ssh_str
+        return Settings(timeout_s, placement_group_timeout_s, nics)
+
+    def __init__(self, settings=None, num_workers=None, num_hosts=None, num_workers_per_host=1,
+                 cpus_per_worker=1, use_gpu=False, gpus_per_worker=None, env=None):
         if (num_workers is None) == (num_hosts is None):
             raise ValueError("cerar.ray: give either num_workers, or num_hosts with "
                              "num_workers_per_host")
@@ -134,6 +161,7 @@ class RayExecutor:
         if cpus_per_worker <= 0:
             raise ValueError(f"cerar.ray: cpus_per_worker must be positive, got "
                              f"{cpus_per_worker!r}")
+        self.settings = settings if settings is not None else Settings()
         self.num_hosts = num_hosts
         self.num_workers_per_host = num_workers_per_host
         self.num_workers = num_workers if num_workers is not None \
@@ -141,11 +169,15 @@ class RayExecutor:
         self.cpus_per_worker = cpus_per_worker
         self.gpus_per_worker = (gpus_per_worker or 1) if use_gpu else 0
         self.env = dict(env or {})
-        self.placement_timeout_s = placement_timeout_s
         self.workers = []  # in rank order once started
         self._hosts = []
         self._placement = None
         self._server = None
+
+    def job_env(self, extra_env_vars=None):
+        """The variables every rank gets besides its identity and the rendezvous: the
+        settings', then ``env``'s, then ``extra_env_vars``' (later ones win)."""
+        return {**self.settings.env(), **self.env, **(extra_env_vars or {})}
 
     # --- life cycle ---------------------------------------------------------------------------
     def start(self, executable_cls=None, executable_args=None, executable_kwargs=None,
@@ -178,11 +210,12 @@ class RayExecutor:
 
         bundles, strategy, bundle_of = self._bundles()
         self._placement = placement_group(bundles, strategy=strategy)
-        ready, _ = ray.wait([self._placement.ready()], timeout=self.placement_timeout_s)
+        limit = self.settings.placement_group_timeout_s
+        ready, _ = ray.wait([self._placement.ready()], timeout=limit)
         if not ready:
             raise TimeoutError(
                 f"cerar.ray: the cluster did not grant {len(bundles)} bundles of {bundles[0]} "
-                f"({strategy}) within {self.placement_timeout_s} s; ray.cluster_resources() "
+                f"({strategy}) within {limit} s; ray.cluster_resources() "
                 f"says {ray.cluster_resources()}")
         actor_class = ray.remote(_Worker)
         actors = [actor_class.options(
@@ -210,7 +243,7 @@ class RayExecutor:
         address = "127.0.0.1" if local else ray.util.get_node_ip_address()
         setups = []
         for actor, (rank, local_rank, local_size) in zip(actors, plan):
-            env = {**self.env, **(extra_env_vars or {}),
+            env = {**self.job_env(extra_env_vars),
                    "CERAR_RANK": str(rank), "CERAR_SIZE": str(len(actors)),
                    "CERAR_LOCAL_RANK": str(local_rank), "CERAR_LOCAL_SIZE": str(local_size),
                    "CERAR_RENDEZVOUS_ADDR": address,

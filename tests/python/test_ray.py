@@ -65,6 +65,14 @@ def test_placement_arguments_are_checked():
         cerar_ray.RayExecutor(num_workers=2, num_hosts=2)
     with pytest.raises(ValueError, match="num_workers must be a positive integer"):
         cerar_ray.RayExecutor(num_workers=0)
+    settings = cerar_ray.RayExecutor.create_settings(timeout_s=7, nics={"eth1"},
+                                                     placement_group_timeout_s=5)
+    executor = cerar_ray.RayExecutor(settings, num_hosts=2, num_workers_per_host=3,
+                                     env={"CERAR_ALGORITHM": "ring"})
+    assert executor.num_workers == 6
+    assert executor.job_env({"CERAR_ALGORITHM": "cerar"}) == {
+        "CERAR_RENDEZVOUS_TIMEOUT_SECONDS": "7.0", "CERAR_IFACE": "eth1",
+        "CERAR_ALGORITHM": "cerar"}
     assert cerar_ray.plan_ranks(["b", "a", "b", "a"]) == [(0, 0, 2), (2, 0, 2), (1, 1, 2),
                                                           (3, 1, 2)]
 
