@@ -132,8 +132,11 @@ void TcpStore::goodbye() {
 }
 
 TcpStore::Traffic TcpStore::traffic() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return traffic_;
+  Traffic traffic;
+  traffic.requests = requests_.load(std::memory_order_relaxed);
+  traffic.bytesSent = bytesSent_.load(std::memory_order_relaxed);
+  traffic.bytesReceived = bytesReceived_.load(std::memory_order_relaxed);
+  return traffic;
 }
 
 std::string TcpStore::address() const {
@@ -162,8 +165,8 @@ std::vector<char> TcpStore::request(const std::vector<char>& body,
   error_code ec = conn_->run(left(), [&](auto handler) {
     asio::async_write(conn_->socket, asio::buffer(w.data), handler);
   });
-  ++traffic_.requests;
-  traffic_.bytesSent += w.data.size();
+  requests_.fetch_add(1, std::memory_order_relaxed);
+  bytesSent_.fetch_add(w.data.size(), std::memory_order_relaxed);
   if (!ec) {
     ec = conn_->run(left(), [&](auto handler) {
       asio::async_read(conn_->socket, asio::buffer(header), handler);
@@ -176,7 +179,7 @@ std::vector<char> TcpStore::request(const std::vector<char>& body,
     ec = conn_->run(left(), [&](auto handler) {
       asio::async_read(conn_->socket, asio::buffer(reply), handler);
     });
-    traffic_.bytesReceived += header.size() + length;
+    bytesReceived_.fetch_add(header.size() + length, std::memory_order_relaxed);
   }
   if (ec) {
     conn_->broken = true;
