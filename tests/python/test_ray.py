@@ -64,6 +64,76 @@ def assert_gone(pids):
     pytest.fail(f"actor processes left running: {left}")
 
 
+def ray_node_env():
+    # Every node and the driver share one cluster token (Ray's token authentication), given
+    # in the environment rather than in the user's ~/.ray.
+    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": secrets.token_hex(32), "PYTHONPATH": str(WORKERS)}
+
+
+@pytest.mark.skipif(unavailable() is not None, reason=f"emulated hosts: {unavailable()}")
+def test_one_ray_node_per_emulated_host(tmp_path):
+    """Two emulated hosts (namespaces; emulated_hosts.py), a Ray node on each, two ranks per
+    host: the store on the driver's node address, the ranks' local ranks per node. First in
+    the file, so that the local cluster of the other tests is not up meanwhile."""
+    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    env = ray_node_env()
+    short = tempfile.mkdtemp(prefix="crh-")  # Ray's socket paths must stay under 108 bytes
+    with EmulatedHosts(2) as hosts:
+        head = f"{hosts.addresses[0]}:6379"  # a port in this run's namespace
+        nodes = []
+        try:
+            for host in range(2):
+                role = ["--head", "--port", "6379", "--include-dashboard", "false"] \
+                    if host == 0 else ["--address", head]
+                log = open(tmp_path / f"node{host}.log", "wb")
+                nodes.append(hosts.popen(host, [
+                    ray_cli, "start", "--block", "--node-ip-address", hosts.addresses[host],
+                    "--num-cpus", "2", "--object-store-memory", str(100 << 20),
+                    "--temp-dir", os.path.join(short, str(host)), "--disable-usage-stats", *role],
+                    env=env, stdout=log, stderr=log))
+                if host == 0:
+                    wait_for_head(hosts, nodes[0], ray_cli, head, env, tmp_path)
+            result = hosts.run(0, [sys.executable, str(WORKERS / "ray_hosts_driver.py"), head,
+                                   "2", "2"], env=env, timeout=300)
+        finally:
+            for node in nodes:
+                try:
+                    os.killpg(node.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            for node in nodes:
+                try:
+                    node.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(node.pid, signal.SIGKILL)
+                    node.wait()
+            shutil.rmtree(short, ignore_errors=True)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    line = next(l for l in result.stdout.splitlines() if l.startswith("RAYHOSTS "))
+    seen = json.loads(line[len("RAYHOSTS "):])
+    # One bundle per node: each node's two ranks are consecutive (which node comes first is
+    # the scheduler's choice).
+    names = seen["hosts"]
+    assert names[0] == names[1] and names[2] == names[3], seen
+    assert sorted(set(names)) == sorted(hosts.names), seen
+    assert seen["ranks"] == [[0, 4, 0, 2], [1, 4, 1, 2], [2, 4, 0, 2], [3, 4, 1, 2]], seen
+    assert seen["correct"], seen
+
+
+def wait_for_head(hosts, node, ray_cli, head, env, logs):
+    deadline = time.monotonic() + 120
+    while True:
+        check = hosts.run(0, [ray_cli, "health-check", "--address", head], env=env, timeout=60)
+        if check.returncode == 0:
+            return
+        if node.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"the Ray head did not come up: {check.stdout}{check.stderr}\n"
+                        f"{(logs / 'node0.log').read_text(errors='replace')}")
+        time.sleep(0.5)
+
+
 def test_placement_arguments_are_checked():
     with pytest.raises(ValueError, match="either num_workers"):
         cerar_ray.RayExecutor(num_workers=2, num_hosts=2)
@@ -147,72 +217,3 @@ def test_ctrl_c_in_the_driver_stops_every_actor(cluster, tmp_path):
     assert not executor.workers
     assert actors_alive(workers) == 0
     assert_gone([int(p.name) for p in tmp_path.iterdir()])
-
-
-def ray_node_env():
-    # Every node and the driver share one cluster token (Ray's token authentication), given
-    # in the environment rather than in the user's ~/.ray.
-    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN": secrets.token_hex(32), "PYTHONPATH": str(WORKERS)}
-
-
-@pytest.mark.skipif(unavailable() is not None, reason=f"emulated hosts: {unavailable()}")
-def test_one_ray_node_per_emulated_host(tmp_path):
-    """Two emulated hosts (namespaces; emulated_hosts.py), a Ray node on each, two ranks per
-    host: the store on the driver's node address, the ranks' local ranks per node."""
-    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
-    env = ray_node_env()
-    short = tempfile.mkdtemp(prefix="crh-")  # Ray's socket paths must stay under 108 bytes
-    with EmulatedHosts(2) as hosts:
-        head = f"{hosts.addresses[0]}:6379"  # a port in this run's namespace
-        nodes = []
-        try:
-            for host in range(2):
-                role = ["--head", "--port", "6379", "--include-dashboard", "false"] \
-                    if host == 0 else ["--address", head]
-                log = open(tmp_path / f"node{host}.log", "wb")
-                nodes.append(hosts.popen(host, [
-                    ray_cli, "start", "--block", "--node-ip-address", hosts.addresses[host],
-                    "--num-cpus", "2", "--object-store-memory", str(100 << 20),
-                    "--temp-dir", os.path.join(short, str(host)), "--disable-usage-stats", *role],
-                    env=env, stdout=log, stderr=log))
-                if host == 0:
-                    wait_for_head(hosts, nodes[0], ray_cli, head, env, tmp_path)
-            result = hosts.run(0, [sys.executable, str(WORKERS / "ray_hosts_driver.py"), head,
-                                   "2", "2"], env=env, timeout=300)
-        finally:
-            for node in nodes:
-                try:
-                    os.killpg(node.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-            for node in nodes:
-                try:
-                    node.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(node.pid, signal.SIGKILL)
-                    node.wait()
-            shutil.rmtree(short, ignore_errors=True)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output
-    line = next(l for l in result.stdout.splitlines() if l.startswith("RAYHOSTS "))
-    seen = json.loads(line[len("RAYHOSTS "):])
-    # One bundle per node: each node's two ranks are consecutive (which node comes first is
-    # the scheduler's choice).
-    names = seen["hosts"]
-    assert names[0] == names[1] and names[2] == names[3], seen
-    assert sorted(set(names)) == sorted(hosts.names), seen
-    assert seen["ranks"] == [[0, 4, 0, 2], [1, 4, 1, 2], [2, 4, 0, 2], [3, 4, 1, 2]], seen
-    assert seen["correct"], seen
-
-
-def wait_for_head(hosts, node, ray_cli, head, env, logs):
-    deadline = time.monotonic() + 120
-    while True:
-        check = hosts.run(0, [ray_cli, "health-check", "--address", head], env=env, timeout=60)
-        if check.returncode == 0:
-            return
-        if node.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"the Ray head did not come up: {check.stdout}{check.stderr}\n"
-                        f"{(logs / 'node0.log').read_text(errors='replace')}")
-        time.sleep(0.5)
