@@ -143,9 +143,10 @@ class RayExecutor:
     def create_settings(cls, timeout_s=None, ssh_identity_file=None, ssh_str=None,
                         placement_group_timeout_s=100, nics=None):
         """Horovod's signature. ``timeout_s``: the ranks' rendezvous timeout
-        (CERAR_RENDEZVOUS_TIMEOUT_SECONDS; None: cerar's default); ``nics``: the interfaces of the data links
-        (CERAR_IFACE; the first is used); ``placement_group_timeout_s``: the wait for the
-        cluster's resources. The ssh arguments are accepted and unused: Ray starts the ranks."""
+        (CERAR_RENDEZVOUS_TIMEOUT_SECONDS; None: cerar's default); ``nics``: the interfaces of
+        the data links (CERAR_IFACE; the first is used); ``placement_group_timeout_s``: the
+        wait for the cluster's resources. The ssh arguments are accepted and unused: Ray
+        starts the ranks."""
         del ssh_identity_file, ssh_str
         return Settings(timeout_s, placement_group_timeout_s, nics)
 
