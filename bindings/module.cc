@@ -181,6 +181,13 @@ py::dict statsDict(const RuntimeStats& s) {
   d["measured_error_max"] = s.measuredErrorMax;
   d["measured_error_sum"] = s.measuredErrorSum;
   d["measured_buffers"] = s.measuredBuffers;
+  d["control_messages_sent"] = s.controlMessagesSent;
+  d["control_messages_received"] = s.controlMessagesReceived;
+  d["control_bytes_sent"] = s.controlBytesSent;
+  d["control_bytes_received"] = s.controlBytesReceived;
+  d["rendezvous_requests"] = s.rendezvousRequests;
+  d["rendezvous_bytes_sent"] = s.rendezvousBytesSent;
+  d["rendezvous_bytes_received"] = s.rendezvousBytesReceived;
   return d;
 }
 

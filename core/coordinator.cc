@@ -131,14 +131,19 @@ RequestMessage Coordinator::collectRequests() {
 ResponseMessage Coordinator::negotiate(const RequestMessage& request) {
   Transport& t = *transport_;
   if (t.rank() != kCoordinatorRank) {
-    gatherBytes(t, encode(request), kCoordinatorRank);
-    return decodeResponseMessage(broadcastBytes(t, {}, kCoordinatorRank));
+    const std::vector<uint8_t> mine = encode(request);
+    gatherBytes(t, mine, kCoordinatorRank);
+    countControl(mine.size(), true);
+    const std::vector<uint8_t> answer = broadcastBytes(t, {}, kCoordinatorRank);
+    countControl(answer.size(), false);
+    return decodeResponseMessage(answer);
   }
   std::vector<uint8_t> answer;
   try {
     auto gathered = gatherBytes(t, encode(request), kCoordinatorRank);
     const auto now = Clock::now();
     for (int rank = 0; rank < t.size(); ++rank) {
+      if (rank != kCoordinatorRank) countControl(gathered[rank].size(), false);
       table_->receive(rank, decodeRequestMessage(gathered[rank]), cache_, now);
     }
     // The table can be long; a stall is judged in seconds, so a glance every 50 ms suffices.
@@ -167,7 +172,20 @@ ResponseMessage Coordinator::negotiate(const RequestMessage& request) {
     }
     throw;
   }
-  return decodeResponseMessage(broadcastBytes(t, answer, kCoordinatorRank));
+  broadcastBytes(t, answer, kCoordinatorRank);
+  for (int peer = 1; peer < t.size(); ++peer) countControl(answer.size(), true);  // each but root
+  return decodeResponseMessage(answer);
+}
+
+void Coordinator::countControl(size_t messageBytes, bool sent) {
+  const uint64_t onWire = control_frame::wireBytes(messageBytes);
+  if (sent) {
+    ++working_.controlMessagesSent;
+    working_.controlBytesSent += onWire;
+  } else {
+    ++working_.controlMessagesReceived;
+    working_.controlBytesReceived += onWire;
+  }
 }
 
 std::vector<Response> Coordinator::unitsOf(const ResponseMessage& message) const {

@@ -47,6 +47,8 @@ class Coordinator {
   // The cycle's units: the cached ones in slot order, then the full responses.
   std::vector<Response> unitsOf(const ResponseMessage& message) const;
   ResponseMessage negotiate(const RequestMessage& request);
+  // One control message of `messageBytes` bytes sent or received, in the stats.
+  void countControl(size_t messageBytes, bool sent);
   void process(const ResponseMessage& message);
   void complete(const std::string& key, const Status& status);
   // Hands the group's entries to the finalizer, which completes them once `end` is reached.

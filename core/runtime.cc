@@ -318,7 +318,15 @@ class RuntimeImpl final : public Runtime {
     if (!mine.empty()) timeline_.start(mine);
   }
   void stopTimeline() override { timeline_.stop(); }
-  RuntimeStats stats() const override { return coordinator_.stats(); }
+  RuntimeStats stats() const override {
+    RuntimeStats stats = coordinator_.stats();
+    if (storeTraffic_) storeTraffic_(stats);
+    return stats;
+  }
+  // Adds the rendezvous store's counters to stats(); set once, before any thread reads them.
+  void setStoreTraffic(std::function<void(RuntimeStats&)> traffic) {
+    storeTraffic_ = std::move(traffic);
+  }
 
  private:
   // Validation: ok, or kInvalidArgument with the reason.
@@ -445,6 +453,7 @@ class RuntimeImpl final : public Runtime {
   RuntimeConfig config_;
   std::shared_ptr<Transport> transport_;
   std::shared_ptr<void> rendezvous_;  // the store (and rank 0's server), kept for the job
+  std::function<void(RuntimeStats&)> storeTraffic_;
   Logger logger_;
   Timeline timeline_;
   Queue queue_;
@@ -594,8 +603,17 @@ std::unique_ptr<Runtime> Runtime::start(const RuntimeConfig& config) {
   // Rank 0 closes the store it hosts before any rank leaves the shutdown handshake: a rank
   // that starts again then reaches only the next incarnation's store.
   Rendezvous* hosted = rendezvous.get();
-  return std::make_unique<RuntimeImpl>(agreed, std::move(transport), std::move(rendezvous),
-                                       std::move(board), [hosted] { hosted->server.reset(); });
+  const TcpStore* client = rendezvous->store.get();  // lives as long as the runtime
+  auto runtime = std::make_unique<RuntimeImpl>(agreed, std::move(transport),
+                                               std::move(rendezvous), std::move(board),
+                                               [hosted] { hosted->server.reset(); });
+  runtime->setStoreTraffic([client](RuntimeStats& stats) {
+    const TcpStore::Traffic traffic = client->traffic();
+    stats.rendezvousRequests = traffic.requests;
+    stats.rendezvousBytesSent = traffic.bytesSent;
+    stats.rendezvousBytesReceived = traffic.bytesReceived;
+  });
+  return runtime;
 #endif
 }
 

@@ -164,6 +164,18 @@ struct RuntimeStats {
   double measuredErrorMax = 0;
   double measuredErrorSum = 0;
   uint64_t measuredBuffers = 0;
+  // The negotiation's control messages (one gather to rank 0 and one broadcast from it per
+  // cycle) and their bytes on the links, frames included (ops/control_frame.h): per cycle a
+  // worker sends and receives one message, rank 0 receives and sends size-1 (docs/scale.md).
+  uint64_t controlMessagesSent = 0;
+  uint64_t controlMessagesReceived = 0;
+  uint64_t controlBytesSent = 0;
+  uint64_t controlBytesReceived = 0;
+  // This rank's requests to the rendezvous store and their bytes each way (hello, job
+  // settings, the links' addresses, the loss mark); fixed after start unless a rank is lost.
+  uint64_t rendezvousRequests = 0;
+  uint64_t rendezvousBytesSent = 0;
+  uint64_t rendezvousBytesReceived = 0;
 };
 
 class Runtime {

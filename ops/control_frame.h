@@ -23,6 +23,11 @@ constexpr uint64_t kMaxMessageBytes = uint64_t{64} << 20;
 
 enum class Type : uint8_t { kGather = 1, kBroadcast = 2, kAbort = 3 };
 
+// Bytes on the link for a message of `length` bytes: its frame, and the rest if longer.
+constexpr uint64_t wireBytes(uint64_t length) {
+  return kFrameBytes + (length > kInlineBytes ? length - kInlineBytes : 0);
+}
+
 // A frame holding `message`'s length and its first kInlineBytes bytes.
 std::vector<uint8_t> encode(Type type, const std::vector<uint8_t>& message);
 

@@ -52,6 +52,12 @@ setup_python() {
     # jax 0.5+ needs numpy >= 1.25; Debian 12 has 1.24.
     "$py" -m pip install -q -c "$constraints" "scikit-build-core>=0.10" "jax[cpu]<0.5" pytest
   fi
+  # Ray, for cerar.ray and its tests (the optional extra cerar[ray]; docs/ray.md): about 45 s
+  # and 260 MB on a fresh machine. CERAR_NO_RAY=1 leaves it out (its tests then skip).
+  if [ "${CERAR_NO_RAY:-0}" != 1 ] && ! "$py" -c 'import ray' 2>/dev/null; then
+    echo "setup: pip-installing ray into $venv"
+    "$py" -m pip install -q -c "$constraints" "ray>=2.10,<3"
+  fi
   local stamp=$venv/cerar-build.stamp hash
   hash=$(find pyproject.toml CMakeLists.txt cmake bindings frameworks core ops -type f \
       \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.py' -o -name '*.txt' \

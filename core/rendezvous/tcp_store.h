@@ -7,6 +7,7 @@
 // socket instead of a TCP address (the port is then ignored): the file's directory guards it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -109,6 +110,16 @@ class TcpStore : public gloo::rendezvous::Store {
 
   std::string address() const;  // "host:port"
 
+  // What this connection has exchanged with the server: requests sent (the hello included, the
+  // goodbye not) and the bytes of their frames each way. Cheap counters for the scale checks
+  // (docs/scale.md); atomics, so reading them never waits behind a blocking get.
+  struct Traffic {
+    uint64_t requests = 0;
+    uint64_t bytesSent = 0;
+    uint64_t bytesReceived = 0;
+  };
+  Traffic traffic() const;
+
   struct Conn;
 
  private:
@@ -118,6 +129,7 @@ class TcpStore : public gloo::rendezvous::Store {
 
   std::mutex mutex_;
   std::unique_ptr<Conn> conn_;
+  std::atomic<uint64_t> requests_{0}, bytesSent_{0}, bytesReceived_{0};
   std::string host_;
   uint16_t port_;
   std::chrono::milliseconds timeout_;

@@ -131,6 +131,14 @@ void TcpStore::goodbye() {
   conn_->socket.close(ignored);
 }
 
+TcpStore::Traffic TcpStore::traffic() const {
+  Traffic traffic;
+  traffic.requests = requests_.load(std::memory_order_relaxed);
+  traffic.bytesSent = bytesSent_.load(std::memory_order_relaxed);
+  traffic.bytesReceived = bytesReceived_.load(std::memory_order_relaxed);
+  return traffic;
+}
+
 std::string TcpStore::address() const {
   return isUnixAddress(host_) ? host_ : detail::concat(host_, ":", port_);
 }
@@ -157,6 +165,8 @@ std::vector<char> TcpStore::request(const std::vector<char>& body,
   error_code ec = conn_->run(left(), [&](auto handler) {
     asio::async_write(conn_->socket, asio::buffer(w.data), handler);
   });
+  requests_.fetch_add(1, std::memory_order_relaxed);
+  bytesSent_.fetch_add(w.data.size(), std::memory_order_relaxed);
   if (!ec) {
     ec = conn_->run(left(), [&](auto handler) {
       asio::async_read(conn_->socket, asio::buffer(header), handler);
@@ -169,6 +179,7 @@ std::vector<char> TcpStore::request(const std::vector<char>& body,
     ec = conn_->run(left(), [&](auto handler) {
       asio::async_read(conn_->socket, asio::buffer(reply), handler);
     });
+    bytesReceived_.fetch_add(header.size() + length, std::memory_order_relaxed);
   }
   if (ec) {
     conn_->broken = true;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/message.h"
+#include "ops/control_frame.h"
 #include "ops/algorithms/plan.h"
 #include "ops/transport/inproc.h"
 #include "runtime_scenarios.h"
@@ -81,6 +82,39 @@ TEST(RuntimeInproc, StatsIncludeEveryCompletedOperation) {
     }
     return std::string("ok");
   });
+}
+
+// Per negotiation cycle a worker sends one control message and receives one; rank 0 receives
+// and sends size-1; what rank 0 receives is what the workers sent (docs/scale.md).
+TEST(RuntimeInproc, ControlMessagesPerCycle) {
+  constexpr int N = 4;
+  std::vector<RuntimeStats> all(N);
+  runThreads(N, [&](int rank, const Starter& start) {
+    auto rt = start(testConfig());
+    for (int i = 0; i < 10; ++i) {
+      std::vector<float> mine(50 + i, float(rank));
+      rt->allreduce("c" + std::to_string(i), f32(mine), f32(mine), Op::kSum).wait();
+    }
+    rt->shutdown();  // every rank has run the same cycles now
+    all[rank] = rt->stats();
+    return std::string("ok");
+  });
+  uint64_t workersSent = 0;
+  for (int rank = 0; rank < N; ++rank) {
+    const RuntimeStats& s = all[rank];
+    const uint64_t perCycle = rank == 0 ? N - 1 : 1;
+    EXPECT_EQ(s.cycles, all[0].cycles) << "rank " << rank;
+    EXPECT_EQ(s.controlMessagesSent, perCycle * s.cycles) << "rank " << rank;
+    EXPECT_EQ(s.controlMessagesReceived, perCycle * s.cycles) << "rank " << rank;
+    EXPECT_GE(s.controlBytesSent, control_frame::kFrameBytes * s.controlMessagesSent);
+    EXPECT_GE(s.controlBytesReceived, control_frame::kFrameBytes * s.controlMessagesReceived);
+    if (rank > 0) {
+      workersSent += s.controlBytesSent;
+      EXPECT_EQ(s.controlBytesReceived * (N - 1), all[0].controlBytesSent) << "rank " << rank;
+    }
+    EXPECT_EQ(s.rendezvousRequests, 0u);  // threads meet without a store
+  }
+  EXPECT_EQ(all[0].controlBytesReceived, workersSent);
 }
 
 TEST(RuntimeInproc, CacheHitsInSteadyLoop) { runThreads(4, cacheHits); }

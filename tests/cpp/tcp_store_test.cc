@@ -48,6 +48,24 @@ TEST(TcpStore, SetGetCheckAndLocalRead) {
   EXPECT_EQ(store.get("big"), big);
 }
 
+TEST(TcpStore, TrafficCountsEveryRequestAndItsBytes) {
+  TcpStoreServer server("127.0.0.1", 0, "s3cret");
+  server.start();
+  TcpStore store("127.0.0.1", server.port(), "s3cret", 2s);
+  const TcpStore::Traffic hello = store.traffic();
+  EXPECT_EQ(hello.requests, 1u);  // the secret
+  EXPECT_EQ(hello.bytesSent, 4u + 1 + 4 + 6);  // length, op, the secret as a string
+  EXPECT_EQ(hello.bytesReceived, 4u + 1);      // length, status
+  store.set("key", bytes("value"));
+  EXPECT_EQ(store.get("key"), bytes("value"));
+  EXPECT_TRUE(store.check({"key"}));
+  const TcpStore::Traffic after = store.traffic();
+  EXPECT_EQ(after.requests, 4u);
+  // set: length, op, key, value; its reply is a status alone
+  EXPECT_GE(after.bytesSent - hello.bytesSent, 4u + 1 + (4 + 3) + (4 + 5));
+  EXPECT_GE(after.bytesReceived - hello.bytesReceived, 3 * 5u + 5);  // get's reply holds "value"
+}
+
 TEST(TcpStore, GetBlocksUntilAnotherClientSets) {
   TcpStoreServer server("127.0.0.1", 0, "k");
   server.start();

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Control traffic and times at scale: N numpy ranks run 100 all-reduces of mixed small sizes
+(checked against numpy) and report their control and rendezvous counters (docs/scale.md).
+
+  .venv/bin/python bench/scale.py                       # 32 ranks, 8 on each of 4 emulated hosts
+  .venv/bin/python bench/scale.py --hosts 0 --ranks 2,4,8,16,32   # loopback, one host
+  .venv/bin/python bench/scale.py --json out.json       # also the per-rank counters
+
+Emulated hosts (tests/python/emulated_hosts.py: namespaces, host names, sshd) need root; the
+job is started by cerarrun on the first host, which reaches the others over ssh. Run it with
+the interpreter that has cerar installed (the same path on every emulated host). Times on a
+shared machine mostly measure CPU contention; the counts do not depend on it.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKERS = ROOT / "tests" / "python" / "workers"
+sys.path.insert(0, str(ROOT / "tests" / "python"))
+
+JOB_ENV = {"CERAR_LOG_LEVEL": "warning", "CERAR_TIMEOUT_SECONDS": "300",
+           "CERAR_RENDEZVOUS_TIMEOUT_SECONDS": "300", "PYTHONUNBUFFERED": "1"}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ranks", default="32", help="comma-separated job sizes (default 32)")
+    parser.add_argument("--hosts", type=int, default=4,
+                        help="emulated hosts, ranks spread evenly (0: all on loopback here)")
+    parser.add_argument("--count", type=int, default=100, help="all-reduces per job")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per job")
+    parser.add_argument("--json", help="write every rank's counters here")
+    return parser.parse_args(argv)
+
+
+def parse_output(text, n):
+    """{rank: counters} from the ranks' "SCALE <json>" lines."""
+    stats = {}
+    for line in text.splitlines():
+        if "SCALE " in line:
+            entry = json.loads(line.split("SCALE ", 1)[1])
+            stats[entry["rank"]] = entry
+    if sorted(stats) != list(range(n)):
+        raise RuntimeError(f"{n - len(stats)} of {n} ranks reported no counters:\n{text}")
+    return stats
+
+
+def summary(stats, wall_s):
+    """One row: the coordinator's and the workers' traffic per cycle, rendezvous, times."""
+    n = len(stats)
+    coordinator, workers = stats[0], [stats[r] for r in range(1, n)]
+    cycles = coordinator["cycles"]
+    per_worker = lambda key: sum(w[key] for w in workers) / len(workers)  # noqa: E731
+    return {
+        "ranks": n, "cycles": cycles,
+        "coord_msgs_per_cycle": (coordinator["control_messages_sent"]
+                                 + coordinator["control_messages_received"]) / cycles,
+        "coord_bytes_per_cycle": (coordinator["control_bytes_sent"]
+                                  + coordinator["control_bytes_received"]) / cycles,
+        "worker_msgs_per_cycle": (per_worker("control_messages_sent")
+                                  + per_worker("control_messages_received")) / cycles,
+        "worker_bytes_per_cycle": (per_worker("control_bytes_sent")
+                                   + per_worker("control_bytes_received")) / cycles,
+        "rdv_requests_min": min(s["rendezvous_requests"] for s in stats.values()),
+        "rdv_requests_max": max(s["rendezvous_requests"] for s in stats.values()),
+        "rdv_requests_total": sum(s["rendezvous_requests"] for s in stats.values()),
+        "rdv_bytes_total": sum(s["rendezvous_bytes_sent"] + s["rendezvous_bytes_received"]
+                               for s in stats.values()),
+        "init_s_max": max(s["init_s"] for s in stats.values()),
+        "allreduce_s_max": max(s["allreduce_s"] for s in stats.values()),
+        "wall_s": wall_s,
+    }
+
+
+def run_job(n, args, hosts=None):
+    command = [sys.executable, "-m", "cerar.run", "-np", str(n)]
+    if hosts is not None:
+        per_host = -(-n // hosts.count)
+        command += ["-H", ",".join(f"{name}:{per_host}" for name in hosts.names)]
+    command += [sys.executable, str(WORKERS / "scale_job.py"), str(args.count), "ring"]
+    env = {**os.environ, **JOB_ENV}
+    started = time.perf_counter()
+    if hosts is None:
+        result = subprocess.run(command, capture_output=True, text=True, env=env,
+                                timeout=args.timeout, stdin=subprocess.DEVNULL, cwd=WORKERS)
+    else:
+        result = hosts.run(0, command, env=hosts.client_env(env), timeout=args.timeout,
+                           cwd=str(WORKERS))
+    wall = time.perf_counter() - started
+    if result.returncode != 0:
+        raise RuntimeError(f"{n} ranks: exit {result.returncode}\n{result.stdout}{result.stderr}")
+    return parse_output(result.stdout, n), wall
+
+
+COLUMNS = ("ranks", "cycles", "coord_msgs_per_cycle", "coord_bytes_per_cycle",
+           "worker_msgs_per_cycle", "worker_bytes_per_cycle", "rdv_requests_min",
+           "rdv_requests_max", "rdv_requests_total", "rdv_bytes_total", "init_s_max",
+           "allreduce_s_max", "wall_s")
+
+
+def print_row(row):
+    print(" | ".join(f"{row[c]:.3g}" if isinstance(row[c], float) else str(row[c])
+                     for c in COLUMNS), flush=True)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    sizes = [int(n) for n in args.ranks.split(",")]
+    load = os.getloadavg()
+    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
+          f"on {os.cpu_count()} CPUs", flush=True)
+    rows, everything = [], {}
+    print(" | ".join(COLUMNS), flush=True)
+
+    def sweep(hosts=None):
+        for n in sizes:
+            stats, wall = run_job(n, args, hosts)
+            rows.append(summary(stats, wall))
+            everything[n] = stats
+            print_row(rows[-1])
+
+    if args.hosts:
+        from emulated_hosts import EmulatedHosts, unavailable
+        why = unavailable()
+        if why:
+            sys.exit(f"scale.py: emulated hosts unavailable ({why}); use --hosts 0")
+        with EmulatedHosts(args.hosts) as hosts:
+            sweep(hosts)
+    else:
+        sweep()
+    load = os.getloadavg()
+    print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "ranks": everything}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
