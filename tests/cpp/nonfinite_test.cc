@@ -259,10 +259,22 @@ void streamingCopyExact() {
     const T bad[] = {std::numeric_limits<T>::infinity(), std::numeric_limits<T>::quiet_NaN(),
                      -std::numeric_limits<T>::max()};
     int k = 0;
-    for (size_t at : {size_t(0), size_t(1), n / 2, n - 2, n - 1}) {
+    for (size_t at : {size_t(0), size_t(1), n / 2, n / 2 + 9, n - 2, n - 1}) {
       const T saved = in[at];
       in[at] = bad[k++ % 3];
       EXPECT_TRUE(scaledCopyChecked(dtype, in.data(), dst, n, 1.0, 4)) << at;
+      EXPECT_EQ(std::memcmp(dst, in.data(), n * sizeof(T)), 0);
+      in[at] = saved;
+    }
+    // In the vector body, the limit itself is flagged and the value just below it is not.
+    const T limit =
+        std::ldexp(T(1), std::numeric_limits<T>::max_exponent - codec::rangeGuardBits(4));
+    for (size_t at : {n / 3, n / 3 + 5}) {
+      const T saved = in[at];
+      in[at] = -limit;
+      EXPECT_TRUE(scaledCopyChecked(dtype, in.data(), dst, n, 1.0, 4)) << at;
+      in[at] = std::nextafter(limit, T(0));
+      EXPECT_FALSE(scaledCopyChecked(dtype, in.data(), dst, n, 1.0, 4)) << at;
       EXPECT_EQ(std::memcmp(dst, in.data(), n * sizeof(T)), 0);
       in[at] = saved;
     }
