@@ -115,6 +115,45 @@ TEST(NonFinite, FiniteDataBitIdenticalWithAndWithoutCheck) {
   }
 }
 
+// Without the parameter agreement (as the runtime calls it), the verdict rides in band on
+// CERAR's first N-1 rounds: a NaN on any one rank stops every rank before round N and the
+// output is the exact ring's bit for bit; finite data run CERAR unchanged. Short buffers (empty
+// messages) and small segments (many per round) included.
+TEST(NonFinite, InBandVerdictMatchesExactRingBitForBit) {
+  for (int N : {2, 3, 4}) {
+    for (int c : {2 * N, 16 * N}) {
+      for (size_t d : {size_t(1), size_t(c - 1), size_t(4099)}) {
+        for (size_t segmentBytes : {size_t(64), Executor::kDefaultSegmentBytes}) {
+          AllreduceOptions inBand = options(Algorithm::kCerar, c);
+          inBand.verifyParameters = false;
+          AllreduceOptions unchecked = inBand;
+          unchecked.exactOnNonFinite = false;
+          const auto inputs = correlatedInputs<float>(N, d, unsigned(N * c + d));
+          auto finite = inputs, reference = inputs;
+          const auto stats = simulate(finite, inBand, segmentBytes).stats;
+          simulate(reference, unchecked, segmentBytes);
+          for (int rank = 0; rank < N; ++rank) {
+            ASSERT_FALSE(stats[rank].nonFiniteFallback);
+            ASSERT_EQ(std::memcmp(finite[rank].data(), reference[rank].data(), d * 4), 0);
+          }
+          for (int bad = 0; bad < N; ++bad) {
+            auto planted = inputs;
+            planted[bad][(d * 7) / 11] = std::numeric_limits<float>::quiet_NaN();
+            auto ring = planted;
+            simulate(ring, options(Algorithm::kRing, 0), segmentBytes);
+            const auto fellBack = simulate(planted, inBand, segmentBytes).stats;
+            for (int rank = 0; rank < N; ++rank) {
+              ASSERT_TRUE(fellBack[rank].nonFiniteFallback) << "N=" << N << " c=" << c;
+              ASSERT_EQ(std::memcmp(planted[rank].data(), ring[rank].data(), d * 4), 0)
+                  << "N=" << N << " c=" << c << " d=" << d << " rank " << rank;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Ranks that disagree on the check would post different transfers: parameter agreement
 // fails every rank first, naming the setting.
 TEST(NonFinite, RanksDisagreeingOnTheCheckFailTogether) {
