@@ -43,11 +43,6 @@ double quantile(std::vector<double> v, double q) {
 }
 double median(const std::vector<double>& v) { return quantile(v, 0.5); }
 
-struct Settings {
-  size_t elements = 16u << 20;  // 64 MiB of f32
-  int repeats = 21;
-  int components = 0;  // 0: the engine's default, 4N
-};
 
 struct Variant {
   const char* name;
@@ -68,6 +63,14 @@ const Variant kVariants[] = {
     {"engine path, checked (reads the buffer)", false, false, true, false, 5},
 };
 constexpr int kCount = sizeof(kVariants) / sizeof(kVariants[0]);
+constexpr int kRuntimeVariants = 5;  // the first ones
+
+struct Settings {
+  size_t elements = 16u << 20;  // 64 MiB of f32
+  int repeats = 21;
+  int components = 0;  // 0: the engine's default, 4N
+  int variants = kCount;  // kRuntimeVariants: the runtime path only
+};
 
 struct Sample {
   double wall = 0, cpu = 0, pack = 0;
@@ -113,12 +116,12 @@ std::string rankMain(int rank, std::shared_ptr<Transport> transport, const Setti
   std::normal_distribution<float> normal(0, 1);
   std::vector<float> gradient(s.elements), buffer(s.elements);
   for (auto& x : gradient) x = normal(rng);
-  for (const Variant& v : kVariants)  // warm-up: buffers, plans, connections
-    once(communicator, gradient, buffer, v, s.components, *transport);
+  for (int v = 0; v < s.variants; ++v)  // warm-up: buffers, plans, connections
+    once(communicator, gradient, buffer, kVariants[v], s.components, *transport);
   std::vector<Sample> samples[kCount];
   for (int r = 0; r < s.repeats; ++r) {
-    for (int k = 0; k < kCount; ++k) {
-      const int v = (k + r) % kCount;
+    for (int k = 0; k < s.variants; ++k) {
+      const int v = (k + r) % s.variants;
       samples[v].push_back(
           once(communicator, gradient, buffer, kVariants[v], s.components, *transport));
     }
@@ -131,11 +134,11 @@ std::string rankMain(int rank, std::shared_ptr<Transport> transport, const Setti
 }
 
 // Rank 0's wall and packing times; CPU time summed over the ranks.
-std::string report(const std::vector<std::string>& ranks, int repeats) {
+std::string report(const std::vector<std::string>& ranks, int repeats, int variants) {
   std::vector<Sample> samples[kCount];
   for (size_t rank = 0; rank < ranks.size(); ++rank) {
     const char* at = ranks[rank].c_str();
-    for (int v = 0; v < kCount; ++v) {
+    for (int v = 0; v < variants; ++v) {
       samples[v].resize(repeats);
       for (Sample& x : samples[v]) {
         char* end = nullptr;
@@ -164,7 +167,7 @@ std::string report(const std::vector<std::string>& ranks, int repeats) {
     return out;
   };
   std::string out;
-  for (int v = 0; v < kCount; ++v) {
+  for (int v = 0; v < variants; ++v) {
     const auto wall = ratios(v, &Sample::wall), cpu = ratios(v, &Sample::cpu);
     out += detail::concat("  ", kVariants[v].name, ": ",
                           median(field(samples[v], &Sample::wall)) * 1e3, " ms, CPU ",
@@ -197,9 +200,10 @@ int main(int argc, char** argv) {
     else if (flag == "--mib") settings.elements = std::strtoull(value.c_str(), nullptr, 10) << 18;
     else if (flag == "--repeats") settings.repeats = std::atoi(value.c_str());
     else if (flag == "--components") settings.components = std::atoi(value.c_str());
+    else if (flag == "--engine") settings.variants = std::atoi(value.c_str()) ? kCount : kRuntimeVariants;
     else {
       std::fprintf(stderr, "usage: cerar-bench-nonfinite [--np N] [--mib MiB] [--repeats R] "
-                           "[--components c]\n");
+                           "[--components c] [--engine 0|1]\n");
       return 2;
     }
   }
@@ -217,7 +221,7 @@ int main(int argc, char** argv) {
                 "path [quartiles]\n%s",
                 options.size, settings.elements >> 18,
                 settings.components ? settings.components : 4 * options.size,
-                settings.repeats, report(results, settings.repeats).c_str());
+                settings.repeats, report(results, settings.repeats, settings.variants).c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cerar-bench-nonfinite: %s\n", e.what());
     return 1;
