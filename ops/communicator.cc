@@ -88,6 +88,8 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
                                   ? *options.beyondCerarRange
                                   : runner_->beyondCerarRange(*transport_, data, count, dtype));
   bool fallback = false;
+  // Without a parameter agreement to ride on, the verdict rides on the run itself.
+  const bool inBand = check && !options.verifyParameters;
   if (options.verifyParameters) {
     ParameterRecord record;
     record.size = N;
@@ -103,15 +105,26 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
     record.beyondCerarRange = mine ? 1 : 0;
     record.wire = static_cast<uint8_t>(options.wire);
     fallback = agreeOnParameters(*transport_, record);
-  } else if (check) {
-    fallback = runner_->anyRank(*transport_, mine);
+  }
+  const CodecParams params{dtype, options.op, eps, options.wire};
+  RunStats stats;
+  if (inBand) {
+    stats = runner_->runUnlessAnyRank(planFor(Algorithm::kCerar, c, count), *transport_, data,
+                                      params, mine);
+    fallback = stats.nonFiniteFallback;
   }
   if (fallback) {
     cerar = false;
     c = N;
   }
-  const Plan& plan = planFor(cerar ? Algorithm::kCerar : Algorithm::kRing, c, count);
-  RunStats stats = runner_->run(plan, *transport_, data, CodecParams{dtype, options.op, eps, options.wire});
+  if (!inBand || fallback) {
+    // A stopped CERAR run sent its first rounds: they count.
+    const RunStats stopped = stats;
+    stats = runner_->run(planFor(cerar ? Algorithm::kCerar : Algorithm::kRing, c, count),
+                         *transport_, data, params);
+    stats.bytesSent += stopped.bytesSent;
+    stats.bytesReceived += stopped.bytesReceived;
+  }
   stats.nonFiniteFallback = fallback;
   if (cerar && options.shareCorrection) {
     applyShareCorrection(Layout(N, c, count), rank(), eps, dtype, data);

@@ -28,12 +28,12 @@ struct AllreduceOptions {
   // CERAR only: share-corrected decoding of positions j >= 2 (ops/algorithms/share_correction.h),
   // a local post-pass; off by default (docs/fidelity.md has the measurements).
   bool shareCorrection = false;
-  // CERAR only: before the counted rounds, ranks agree whether any rank's buffer holds a NaN,
-  // an Inf or a value near overflow (ops/codec/range.h), and if one does, every rank runs the
-  // exact ring instead, so such values stay in their own elements as with the ring
-  // (cerar-protocol.md, "Non-finite and near-overflow inputs"). Costs a read of the buffer;
-  // the verdict rides on the parameter agreement (or, without it, a one-byte exchange). false
-  // only for data known to be finite, or to measure the cost. Must be the same on every rank.
+  // CERAR only: ranks agree whether any rank's buffer holds a NaN, an Inf or a value near
+  // overflow (ops/codec/range.h), and if one does, every rank runs the exact ring instead, so
+  // such values stay in their own elements as with the ring (cerar-protocol.md, "Non-finite
+  // and near-overflow inputs"). Costs a read of the buffer; the verdict rides on the parameter
+  // agreement, or without it on CERAR's first N-1 rounds. false only for data known to be
+  // finite, or to measure the cost. Must be the same on every rank.
   bool exactOnNonFinite = true;
   // With exactOnNonFinite: this rank's own test result when the caller has it already (the
   // runtime tests while packing); unset, the communicator reads the buffer.

@@ -60,12 +60,37 @@ bool PlanRunner::anyRank(Transport& transport, bool mine) {
   return false;
 }
 
+RunStats PlanRunner::runUnlessAnyRank(const Plan& plan, Transport& transport, void* data,
+                                      const CodecParams& params, bool mine) {
+  if (anyRank(transport, mine)) {
+    RunStats stats;
+    stats.nonFiniteFallback = true;
+    return stats;
+  }
+  return run(plan, transport, data, params);
+}
+
 Executor::Executor(size_t segmentBytes) : segmentBytes_(segmentBytes) {
   CERAR_ENFORCE(segmentBytes > 0, "segment size must be positive");
 }
 
+Executor::~Executor() = default;
+
 RunStats Executor::run(const Plan& plan, Transport& transport, void* data,
                        const CodecParams& params) {
+  return runHost(plan, transport, data, params, nullptr);
+}
+
+RunStats Executor::runUnlessAnyRank(const Plan& plan, Transport& transport, void* data,
+                                    const CodecParams& params, bool mine) {
+  if (!verdict_) verdict_ = std::make_unique<InBandVerdict>();
+  verdict_->mine = mine;
+  verdict_->any = false;
+  return runHost(plan, transport, data, params, verdict_.get());
+}
+
+RunStats Executor::runHost(const Plan& plan, Transport& transport, void* data,
+                           const CodecParams& params, InBandVerdict* verdict) {
   if (params.wire != Wire::kNone) {
     CERAR_CHECK_ARGUMENT(params.dtype == DType::kFloat32 && params.op == ReduceOp::kSum,
                          "a 16-bit wire sums float32 data only, got ", dtypeName(params.dtype));
@@ -80,7 +105,8 @@ RunStats Executor::run(const Plan& plan, Transport& transport, void* data,
                    }
                    return RunBuffers{{send_[0].data(), send_[1].data()},
                                      {recv_[0].data(), recv_[1].data()}};
-                 });
+                 },
+                 {}, verdict);
 }
 
 }  // namespace cerar

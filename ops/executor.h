@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "ops/algorithms/plan.h"
@@ -11,6 +12,8 @@
 #include "ops/transport/transport.h"
 
 namespace cerar {
+
+struct InBandVerdict;  // ops/plan_run.h
 
 // Arithmetic parameters of one all-reduce.
 struct CodecParams {
@@ -48,6 +51,12 @@ class PlanRunner {
   // Whether `mine` holds on any rank: one byte from every rank to every other, in memory as
   // run() takes it. Collective.
   virtual bool anyRank(Transport& transport, bool mine);
+  // CERAR's fallback test (cerar-protocol.md, "Non-finite and near-overflow inputs"): runs
+  // `plan` (CERAR, c > N > 1) unless `mine` holds on some rank; then it returns on every rank
+  // with nonFiniteFallback set and the buffer untouched. Collective. This default agrees by
+  // anyRank() first; the host executor carries the flag in band, ahead of the first rounds.
+  virtual RunStats runUnlessAnyRank(const Plan& plan, Transport& transport, void* data,
+                                    const CodecParams& params, bool mine);
 };
 
 // Streams each round in segments: segment k of round t+1 is computed and sent as soon as
@@ -58,17 +67,25 @@ class Executor : public PlanRunner {
   static constexpr size_t kDefaultSegmentBytes = 256 * 1024;
 
   explicit Executor(size_t segmentBytes = kDefaultSegmentBytes);
+  ~Executor() override;
 
   // Runs `plan` in place on `data` (plan.d elements of params.dtype). The transport's rank and
   // size must match the plan's.
   RunStats run(const Plan& plan, Transport& transport, void* data,
                const CodecParams& params) override;
+  // No exchange of its own: the flag rides ahead of the messages of rounds 1..N-1.
+  RunStats runUnlessAnyRank(const Plan& plan, Transport& transport, void* data,
+                            const CodecParams& params, bool mine) override;
 
  private:
+  RunStats runHost(const Plan& plan, Transport& transport, void* data, const CodecParams& params,
+                   InBandVerdict* verdict);
+
   size_t segmentBytes_;
   std::vector<std::byte> send_[2];
   std::vector<std::byte> recv_[2];
   WireBuffers wire_;
+  std::unique_ptr<InBandVerdict> verdict_;
 };
 
 }  // namespace cerar

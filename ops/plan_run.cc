@@ -9,20 +9,50 @@ namespace cerar {
 
 PlanRun::PlanRun(const Plan& plan, Transport& transport, std::byte* data, size_t elementBytes,
                  size_t segmentElements, void* const* send, void* const* recv,
-                 SegmentCodec& codec)
+                 SegmentCodec& codec, InBandVerdict* verdict)
     : plan_(plan), transport_(transport), data_(data), elementBytes_(elementBytes),
-      segment_(segmentElements), send_(send), recv_(recv), codec_(codec) {}
+      segment_(segmentElements), send_(send), recv_(recv), codec_(codec), verdict_(verdict) {
+  if (verdict_ != nullptr) {
+    // Rounds 1..N-1 are loop 0 of CERAR: they read the buffer and write only the message
+    // buffers; round N (the homes' first finish) is the first to write the buffer.
+    CERAR_ENFORCE(plan_.N > 1 && plan_.numRounds() > plan_.N && plan_.rounds[0].action ==
+                      Action::kSendGradient && plan_.rounds[plan_.N - 1].action ==
+                      Action::kFinishFirst,
+                  "an in-band verdict needs a CERAR plan with c > N > 1");
+    flagRounds_ = plan_.N - 1;
+    verdict_->flags.assign(2 * plan_.N, 0);
+  }
+}
 
-void PlanRun::execute(RunStats& stats) {
+bool PlanRun::execute(RunStats& stats) {
   const int L = plan_.numRounds();
+  const int decide = flagRounds_ + 1;  // with a verdict, the step that reads it: N
   round_ = 1;
-  for (size_t k = 0; k < segments(plan_.rounds[0].receive); ++k)
-    postReceive(1, plan_.rounds[0].receive, k);
+  postReceives(1);
   for (int t = 1; t <= L + 1; ++t) {
     const Round* round = t <= L ? &plan_.rounds[t - 1] : nullptr;
     const size_t sendSegments = round ? segments(round->message) : 0;
     const size_t arrivedSegments = t > 1 ? segments(plan_.rounds[t - 2].receive) : 0;
-    const size_t nextSegments = t < L ? segments(plan_.rounds[t].receive) : 0;
+    // With a verdict, round N's receives wait for it (step N), so that a stop leaves none.
+    const size_t nextSegments =
+        t < L && !(verdict_ && t + 1 == decide) ? segments(plan_.rounds[t].receive) : 0;
+    if (t >= 2 && t - 1 <= flagRounds_) receiveFlag(t - 1);
+    if (verdict_ && t == decide) {
+      if (verdict_->any) {
+        // Every rank got the same flag: all stop here, with round t-1's message in flight.
+        round_ = t - 1;
+        for (size_t k = 0; k < arrivedSegments; ++k) transport_.waitRecv(transport_.prev());
+        waitSendsThrough(L + 1, 0);
+        stats.rounds = t - 1;
+        return false;
+      }
+      postReceives(t);
+    }
+    if (t <= flagRounds_) sendFlag(t);
+    if (t + 1 <= flagRounds_) {  // ahead of round t+1's receives, posted below
+      round_ = t + 1;
+      transport_.postRecv(transport_.prev(), &verdict_->flags[plan_.N + t + 1], 1);
+    }
     const size_t count = std::max({sendSegments, arrivedSegments, nextSegments});
     for (size_t k = 0; k < count; ++k) {
       if (k < arrivedSegments) {
@@ -44,6 +74,31 @@ void PlanRun::execute(RunStats& stats) {
   }
   waitSendsThrough(L + 1, 0);
   stats.rounds = L;
+  return true;
+}
+
+// All receives of round t, its flag first (rounds 1..flagRounds_).
+void PlanRun::postReceives(int t) {
+  round_ = t;
+  if (t <= flagRounds_) transport_.postRecv(transport_.prev(), &verdict_->flags[plan_.N + t], 1);
+  const size_t elements = plan_.rounds[t - 1].receive;
+  for (size_t k = 0; k < segments(elements); ++k) postReceive(t, elements, k);
+}
+
+// Round t's flag: this rank's verdict or any that arrived, ahead of round t's message. It is
+// tracked as a send of segment 0 so that sends are waited for in posting order.
+void PlanRun::sendFlag(int t) {
+  round_ = t;
+  verdict_->flags[t] = verdict_->any || verdict_->mine ? 1 : 0;
+  verdict_->any = verdict_->flags[t] != 0;
+  transport_.postSend(transport_.next(), &verdict_->flags[t], 1);
+  pendingSends_.emplace_back(t, 0);
+}
+
+void PlanRun::receiveFlag(int t) {
+  round_ = t;
+  transport_.waitRecv(transport_.prev());
+  if (verdict_->flags[plan_.N + t] != 0) verdict_->any = true;
 }
 
 size_t PlanRun::segmentLength(size_t elements, size_t k) const {
@@ -159,7 +214,7 @@ void checkPlanFits(const Plan& plan, const Transport& transport) {
 RunStats runPlan(const Plan& plan, Transport& transport, void* data, size_t elementBytes,
                  size_t segmentBytes, SegmentCodec& codec,
                  const std::function<RunBuffers(size_t bytes)>& prepare,
-                 const std::function<void()>& finish) {
+                 const std::function<void()>& finish, InBandVerdict* verdict) {
   checkPlanFits(plan, transport);
   const auto start = std::chrono::steady_clock::now();
   RunStats stats;
@@ -167,10 +222,13 @@ RunStats runPlan(const Plan& plan, Transport& transport, void* data, size_t elem
   const RunBuffers buffers = prepare(plan.maxMessage * elementBytes);
   PlanRun run(plan, transport, static_cast<std::byte*>(data), elementBytes,
               std::max<size_t>(1, segmentBytes / elementBytes), buffers.send, buffers.recv,
-              codec);
+              codec, verdict);
   try {
-    run.execute(stats);
-    if (finish) finish();
+    if (run.execute(stats)) {
+      if (finish) finish();
+    } else {
+      stats.nonFiniteFallback = true;
+    }
   } catch (const Error& e) {
     rethrowInRound(e, run.round(), plan.numRounds());
   }

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <utility>
+#include <vector>
 
 #include "ops/algorithms/plan.h"
 #include "ops/executor.h"
@@ -25,17 +27,30 @@ class SegmentCodec {
   virtual void store(const void* y, void* out, size_t n) = 0;
 };
 
+// CERAR's non-finite verdict carried in band (cerar-protocol.md, "Non-finite and near-overflow
+// inputs"): `mine` is this rank's; after a run, `any` says whether some rank's was set, in which
+// case the run stopped before round N with the buffer untouched. Kept by the executor: the
+// transport may still write `flags` after a failed run.
+struct InBandVerdict {
+  bool mine = false;
+  bool any = false;
+  std::vector<uint8_t> flags;  // [t]: the flag sent in round t; [N + t]: the one received
+};
+
 // Streams each round in segments: segment k of round t+1 is computed and sent as soon as
 // segment k of round t has arrived. `send` and `recv` are two buffers each of at least
 // plan.maxMessage elements: round t sends from send[t % 2] and receives into recv[t % 2].
 class PlanRun {
  public:
   PlanRun(const Plan& plan, Transport& transport, std::byte* data, size_t elementBytes,
-          size_t segmentElements, void* const* send, void* const* recv, SegmentCodec& codec);
+          size_t segmentElements, void* const* send, void* const* recv, SegmentCodec& codec,
+          InBandVerdict* verdict = nullptr);
 
   // Rounds t = 1..L, then a virtual round L+1 that only stores the last message received (or,
-  // for a reduce-scatter, adds it to this rank's own slice).
-  void execute(RunStats& stats);
+  // for a reduce-scatter, adds it to this rank's own slice). With a verdict, rounds 1..N-1 (which
+  // only read the buffer) each carry one flag byte ahead of their message; returns false, having
+  // drained every transfer posted, when the verdict says to stop before round N.
+  bool execute(RunStats& stats);
   // The round (1..L) whose message the last transfer posted or waited for carries.
   int round() const { return round_; }
 
@@ -50,6 +65,9 @@ class PlanRun {
   void waitSendsThrough(int t, size_t k);
   void sendSegment(int t, const Round& round, size_t k);
   void storeFinal(size_t k);
+  void postReceives(int t);
+  void sendFlag(int t);
+  void receiveFlag(int t);
 
   const Plan& plan_;
   Transport& transport_;
@@ -59,6 +77,8 @@ class PlanRun {
   void* const* send_;
   void* const* recv_;
   SegmentCodec& codec_;
+  InBandVerdict* verdict_;
+  int flagRounds_ = 0;  // rounds 1..flagRounds_ carry the verdict's flag byte
   std::deque<std::pair<int, size_t>> pendingSends_;
   int round_ = 0;
 };
@@ -72,10 +92,12 @@ struct RunBuffers {
 // One run as both executors make it: checks that the plan was made for this transport's rank
 // and size, skips a plan without rounds, gets buffers of at least `bytes` from `prepare`,
 // streams the rounds, calls `finish` after the last one, and times the run. A failure in the
-// rounds or in `finish` is rethrown with "in round t of L" added, keeping its type.
+// rounds or in `finish` is rethrown with "in round t of L" added, keeping its type. With a
+// verdict (a CERAR plan with c > N > 1, host memory): see PlanRun::execute; a run stopped by it
+// returns with nonFiniteFallback set and calls no `finish`.
 RunStats runPlan(const Plan& plan, Transport& transport, void* data, size_t elementBytes,
                  size_t segmentBytes, SegmentCodec& codec,
                  const std::function<RunBuffers(size_t bytes)>& prepare,
-                 const std::function<void()>& finish = {});
+                 const std::function<void()>& finish = {}, InBandVerdict* verdict = nullptr);
 
 }  // namespace cerar

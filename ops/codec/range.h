@@ -38,6 +38,10 @@ class RangeCheck {
   Bits term(T x) const { return (std::bit_cast<Bits>(x) & kExponent) + bias_; }
   // For hand-vectorised loops: term(x) = (bits of x & kExponent) + bias().
   Bits bias() const { return bias_; }
+  // Equivalently, x is flagged iff (bits of x & kExponent) >= limit(); a loop may keep the
+  // maximum of the masked bits and fold it in with term-like `flagged(max)`.
+  Bits limit() const { return kSign - bias_; }
+  Bits flagged(Bits maskedMax) const { return maskedMax >= limit() ? kSign : 0; }
   // `accumulated`: the OR of term() over the values.
   static bool beyond(Bits accumulated) { return (accumulated & kSign) != 0; }
 

@@ -115,6 +115,45 @@ TEST(NonFinite, FiniteDataBitIdenticalWithAndWithoutCheck) {
   }
 }
 
+// Without the parameter agreement (as the runtime calls it), the verdict rides in band on
+// CERAR's first N-1 rounds: a NaN on any one rank stops every rank before round N and the
+// output is the exact ring's bit for bit; finite data run CERAR unchanged. Short buffers (empty
+// messages) and small segments (many per round) included.
+TEST(NonFinite, InBandVerdictMatchesExactRingBitForBit) {
+  for (int N : {2, 3, 4}) {
+    for (int c : {2 * N, 16 * N}) {
+      for (size_t d : {size_t(1), size_t(c - 1), size_t(4099)}) {
+        for (size_t segmentBytes : {size_t(64), Executor::kDefaultSegmentBytes}) {
+          AllreduceOptions inBand = options(Algorithm::kCerar, c);
+          inBand.verifyParameters = false;
+          AllreduceOptions unchecked = inBand;
+          unchecked.exactOnNonFinite = false;
+          const auto inputs = correlatedInputs<float>(N, d, unsigned(N * c + d));
+          auto finite = inputs, reference = inputs;
+          const auto stats = simulate(finite, inBand, segmentBytes).stats;
+          simulate(reference, unchecked, segmentBytes);
+          for (int rank = 0; rank < N; ++rank) {
+            ASSERT_FALSE(stats[rank].nonFiniteFallback);
+            ASSERT_EQ(std::memcmp(finite[rank].data(), reference[rank].data(), d * 4), 0);
+          }
+          for (int bad = 0; bad < N; ++bad) {
+            auto planted = inputs;
+            planted[bad][(d * 7) / 11] = std::numeric_limits<float>::quiet_NaN();
+            auto ring = planted;
+            simulate(ring, options(Algorithm::kRing, 0), segmentBytes);
+            const auto fellBack = simulate(planted, inBand, segmentBytes).stats;
+            for (int rank = 0; rank < N; ++rank) {
+              ASSERT_TRUE(fellBack[rank].nonFiniteFallback) << "N=" << N << " c=" << c;
+              ASSERT_EQ(std::memcmp(planted[rank].data(), ring[rank].data(), d * 4), 0)
+                  << "N=" << N << " c=" << c << " d=" << d << " rank " << rank;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // Ranks that disagree on the check would post different transfers: parameter agreement
 // fails every rank first, naming the setting.
 TEST(NonFinite, RanksDisagreeingOnTheCheckFailTogether) {
@@ -259,10 +298,22 @@ void streamingCopyExact() {
     const T bad[] = {std::numeric_limits<T>::infinity(), std::numeric_limits<T>::quiet_NaN(),
                      -std::numeric_limits<T>::max()};
     int k = 0;
-    for (size_t at : {size_t(0), size_t(1), n / 2, n - 2, n - 1}) {
+    for (size_t at : {size_t(0), size_t(1), n / 2, n / 2 + 9, n - 2, n - 1}) {
       const T saved = in[at];
       in[at] = bad[k++ % 3];
       EXPECT_TRUE(scaledCopyChecked(dtype, in.data(), dst, n, 1.0, 4)) << at;
+      EXPECT_EQ(std::memcmp(dst, in.data(), n * sizeof(T)), 0);
+      in[at] = saved;
+    }
+    // In the vector body, the limit itself is flagged and the value just below it is not.
+    const T limit =
+        std::ldexp(T(1), std::numeric_limits<T>::max_exponent - codec::rangeGuardBits(4));
+    for (size_t at : {n / 3, n / 3 + 5}) {
+      const T saved = in[at];
+      in[at] = -limit;
+      EXPECT_TRUE(scaledCopyChecked(dtype, in.data(), dst, n, 1.0, 4)) << at;
+      in[at] = std::nextafter(limit, T(0));
+      EXPECT_FALSE(scaledCopyChecked(dtype, in.data(), dst, n, 1.0, 4)) << at;
       EXPECT_EQ(std::memcmp(dst, in.data(), n * sizeof(T)), 0);
       in[at] = saved;
     }
