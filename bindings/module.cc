@@ -181,6 +181,11 @@ py::dict statsDict(const RuntimeStats& s) {
   d["measured_error_max"] = s.measuredErrorMax;
   d["measured_error_sum"] = s.measuredErrorSum;
   d["measured_buffers"] = s.measuredBuffers;
+  d["fusion_threshold_bytes"] = s.fusionThresholdBytes;
+  d["cycle_time_ms"] = s.cycleTimeMs;
+  d["components_scale"] = s.componentsScale;
+  d["autotuning"] = s.autotuning;
+  d["autotune_frozen"] = s.autotuneFrozen;
   return d;
 }
 
@@ -247,6 +252,10 @@ PYBIND11_MODULE(_cerar, m) {
       .def_readwrite("share_correction", &RuntimeConfig::shareCorrection)
       .def_readwrite("compression", &RuntimeConfig::compression)
       .def_readwrite("debug_error", &RuntimeConfig::debugError)
+      .def_readwrite("autotune", &RuntimeConfig::autotune)
+      .def_readwrite("autotune_log", &RuntimeConfig::autotuneLog)
+      .def_readwrite("autotune_warmup_samples", &RuntimeConfig::autotuneWarmupSamples)
+      .def_readwrite("autotune_steps_per_sample", &RuntimeConfig::autotuneStepsPerSample)
       .def_readwrite("timeline", &RuntimeConfig::timeline)
       .def_readwrite("stall_check_seconds", &RuntimeConfig::stallCheckSeconds)
       .def_readwrite("stall_shutdown_seconds", &RuntimeConfig::stallShutdownSeconds)

@@ -206,6 +206,12 @@ RuntimeConfig configFromEnvironment(const EnvironmentLookup& lookup) {
   c.shareCorrection = env.flag("CERAR_SHARE_CORRECTION", c.shareCorrection);
   c.compression = env.text("CERAR_COMPRESSION").value_or(c.compression);
   c.debugError = env.flag("CERAR_DEBUG_ERROR", c.debugError);
+  c.autotune = env.flag("CERAR_AUTOTUNE", c.autotune);
+  c.autotuneLog = env.text("CERAR_AUTOTUNE_LOG").value_or("");
+  c.autotuneWarmupSamples = int(env.integer("CERAR_AUTOTUNE_WARMUP_SAMPLES",
+                                            c.autotuneWarmupSamples, 0, 1 << 20));
+  c.autotuneStepsPerSample = int(env.integer("CERAR_AUTOTUNE_STEPS_PER_SAMPLE",
+                                             c.autotuneStepsPerSample, 1, 1 << 20));
   c.timeline = env.text("CERAR_TIMELINE").value_or("");
   c.stallCheckSeconds = env.number("CERAR_STALL_CHECK_TIME_SECONDS", c.stallCheckSeconds, 0);
   c.stallShutdownSeconds =
@@ -334,6 +340,11 @@ void validateConfig(const RuntimeConfig& c) {
   CERAR_CHECK_ARGUMENT(c.rendezvousTimeoutSeconds >= 0 && std::isfinite(c.rendezvousTimeoutSeconds),
                        "CERAR_RENDEZVOUS_TIMEOUT_SECONDS must be >= 0, got ",
                        c.rendezvousTimeoutSeconds);
+  CERAR_CHECK_ARGUMENT(c.autotuneWarmupSamples >= 0,
+                       "CERAR_AUTOTUNE_WARMUP_SAMPLES must be >= 0, got ", c.autotuneWarmupSamples);
+  CERAR_CHECK_ARGUMENT(c.autotuneStepsPerSample >= 1,
+                       "CERAR_AUTOTUNE_STEPS_PER_SAMPLE must be >= 1, got ",
+                       c.autotuneStepsPerSample);
   parseLogLevel(c.logLevel);
 }
 

@@ -107,6 +107,13 @@ struct RuntimeConfig {
   // CERAR_DEBUG_ERROR: also reduce each CERAR buffer with the exact ring (doubles the traffic)
   // and record the measured error. Job-wide (docs/settings.md).
   bool debugError = false;
+  // CERAR_AUTOTUNE: the coordinator rank tunes the fusion threshold, the cycle time and
+  // CERAR's c while the job runs, then freezes the best (docs/autotune.md). Job-wide, as its
+  // log path (written by rank 0 only: one CSV line per sample) and its sample counts.
+  bool autotune = false;
+  std::string autotuneLog;                    // CERAR_AUTOTUNE_LOG
+  int autotuneWarmupSamples = 3;              // CERAR_AUTOTUNE_WARMUP_SAMPLES
+  int autotuneStepsPerSample = 10;            // CERAR_AUTOTUNE_STEPS_PER_SAMPLE
   std::string timeline;                       // CERAR_TIMELINE
   double stallCheckSeconds = 60;              // CERAR_STALL_CHECK_TIME_SECONDS
   double stallShutdownSeconds = 0;            // CERAR_STALL_SHUTDOWN_TIME_SECONDS; 0 = never
@@ -164,6 +171,13 @@ struct RuntimeStats {
   double measuredErrorMax = 0;
   double measuredErrorSum = 0;
   uint64_t measuredBuffers = 0;
+  // The parameters in force, as the coordinator rank's last response set them (the same on
+  // every rank), and where autotuning stands (docs/autotune.md).
+  uint64_t fusionThresholdBytes = 0;
+  double cycleTimeMs = 0;
+  double componentsScale = 1.0;   // the factor on the cost model's c
+  bool autotuning = false;        // CERAR_AUTOTUNE and still sampling
+  bool autotuneFrozen = false;    // sampling done; the parameters are its best
 };
 
 class Runtime {
