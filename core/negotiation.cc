@@ -241,6 +241,7 @@ ResponseMessage decodeResponseMessage(const std::vector<uint8_t>& bytes) {
   CERAR_ENFORCE(std::isfinite(point.cycleTimeMs) && point.cycleTimeMs > 0 &&
                     std::isfinite(point.componentsScale) && point.componentsScale > 0,
                 "malformed negotiation message: bad cycle time or scale of c");
+  message.cacheBits = r.getBytes();
   message.responses.resize(r.getCount(8));
   for (auto& response : message.responses) {
     response.names = getNames(r);
