@@ -42,3 +42,18 @@ def test_ranks_with_different_tuning_settings_end_identical(tmp_path):
     top = max(scored, key=lambda r: float(r["score_bytes_per_second"]))
     assert (top["fusion_threshold_bytes"], top["cycle_time_ms"], top["components_scale"]) == \
         (best["fusion_threshold_bytes"], best["cycle_time_ms"], best["components_scale"])
+
+    # The timelines of rank 0 and rank 3 (a rank that does not tune) show the same periods of
+    # parameters and the freeze at the final point.
+    final = {k: params[0][k] for k in ("fusion_threshold_bytes", "cycle_time_ms",
+                                       "components_scale")}
+    seen = []
+    for rank in (0, 3):
+        events = json.load(open(tmp_path / f"timeline{rank}.json"))
+        tuning = [e for e in events if e.get("cat") == "cerar.autotune"]
+        periods = [{k: e["args"][k] for k in final} for e in tuning if e["name"] == "PARAMETERS"]
+        frozen = [e["args"] for e in tuning if e["name"] == "FROZEN"]
+        assert len(frozen) == 1 and {k: frozen[0][k] for k in final} == final, tuning
+        assert len(periods) >= 1 + 9 + 5 + 4 - 1, periods
+        seen.append(periods)
+    assert seen[0] == seen[1]

@@ -14,11 +14,12 @@ rank = int(os.environ["CERAR_RANK"])
 folder = sys.argv[1]
 local = [
     dict(autotune=True, autotune_warmup_samples=1, autotune_steps_per_sample=2,
-         autotune_log=os.path.join(folder, "rank0.csv")),
+         autotune_log=os.path.join(folder, "rank0.csv"),
+         timeline=os.path.join(folder, "timeline{rank}.json")),
     dict(autotune=False, fusion_threshold_bytes=4096, cycle_time_ms=7.0),
     dict(autotune=True, autotune_warmup_samples=5, autotune_steps_per_sample=9,
          autotune_log=os.path.join(folder, "rank2.csv"), cycle_time_ms=0.25),
-    dict(),
+    dict(timeline=os.path.join(folder, "timeline{rank}.json")),
 ][rank]
 cerar.init(algorithm="cerar", **local)
 size = cerar.size()
