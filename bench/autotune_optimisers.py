@@ -32,7 +32,8 @@ START_CYCLE_MS = 1.0  # CERAR_CYCLE_TIME's default, where the walk sweeps the th
 
 def load(path):
     sweep = json.load(open(path))["sweep"]
-    table = {(r["threshold_mb"], r["cycle_ms"]): r["times"] for r in sweep}
+    table = {(r["threshold_mb"], r["cycle_ms"]): r["times"] for r in sweep
+             if r.get("components_scale", 1.0) == 1.0}
     thresholds = sorted({t for t, _ in table})
     cycles = sorted({c for _, c in table})
     return table, thresholds, cycles

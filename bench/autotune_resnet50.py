@@ -8,7 +8,8 @@ first as backward produces them, then waits for all. In that one job (the runtim
 with init() overrides for each setting; a restart is a new rendezvous, not a new process):
 
 1. the sweep: every fusion threshold x cycle time of the autotuner's grid (core/autotune.h),
-   `--steps` measured steps each after `--warmup`;
+   then every scale of c at the best of those (CERAR_COMPONENTS_SCALE), `--steps` measured
+   steps each after `--warmup`;
 2. autotuning: CERAR_AUTOTUNE from the default settings until it freezes (steps counted), then
    `--steps` measured steps at the frozen point;
 3. the spread: the sweep's best point and the frozen point re-measured `--repeats` times,
@@ -29,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MiB = 1 << 20
 THRESHOLDS_MB = [0, 1, 2, 4, 8, 16, 32, 64, 128]  # as AutotuneOptions
 CYCLES_MS = [0.5, 1, 2, 5, 10, 20]
+SCALES = [0.25, 0.5, 1, 2, 4]
 
 
 def worker(args):
@@ -64,10 +66,27 @@ def worker(args):
         if rank == 0:
             print("RESULT " + json.dumps({"kind": kind, **fields}), flush=True)
 
+    sweep = []
     for t in args.thresholds_mb:
         for c in args.cycles_ms:
             r = measure(fusion_threshold_bytes=int(t * MiB), cycle_time_ms=c)
-            report("sweep", threshold_mb=t, cycle_ms=c, **r)
+            sweep.append((r["step_s"], t, c, r["cerar_buffers"]))
+            report("sweep", threshold_mb=t, cycle_ms=c, components_scale=1.0, **r)
+    # c's scales at the best threshold and cycle time: every rank must pick the same point,
+    # so rank 0's measurement decides (broadcast).
+    _, t, c, cerar_buffers = min(sweep)
+    choice = np.array([t, c, cerar_buffers], dtype=np.float64)
+    cerar.init()
+    cn.broadcast_(choice, root_rank=0, name="sweep.best")
+    cerar.shutdown()
+    t, c, cerar_buffers = choice
+    if cerar_buffers > 0:
+        for s in SCALES:
+            if s == 1.0:
+                continue
+            r = measure(fusion_threshold_bytes=int(t * MiB), cycle_time_ms=c,
+                        components_scale=s)
+            report("sweep", threshold_mb=t, cycle_ms=c, components_scale=s, **r)
 
     # Autotuning from the defaults; the ranks agree when to stop (they may see the freeze in
     # different steps), at the cost of one 4-byte all-reduce per step.
@@ -121,7 +140,7 @@ def spread_worker(args):
     for repeat in range(args.repeats):
         for label, s in settings.items():
             cerar.init(fusion_threshold_bytes=int(s["threshold_mb"] * MiB),
-                       cycle_time_ms=s["cycle_ms"])
+                       cycle_time_ms=s["cycle_ms"], components_scale=s["components_scale"])
             for _ in range(args.warmup):
                 step()
             times = [step() for _ in range(args.steps)]
@@ -176,22 +195,24 @@ def main():
     results = run(args, common)
     sweep = [r for r in results if r["kind"] == "sweep"]
     tuned = next(r for r in results if r["kind"] == "tuned")
-    print(f"{'threshold MiB':>13} {'cycle ms':>8} {'step ms':>8} {'min-max ms':>15} "
-          f"{'CERAR bufs':>10}")
+    print(f"{'threshold MiB':>13} {'cycle ms':>8} {'c scale':>7} {'step ms':>8} "
+          f"{'min-max ms':>15} {'CERAR bufs':>10}")
     for r in sweep:
-        print(f"{r['threshold_mb']:>13g} {r['cycle_ms']:>8g} {1e3 * r['step_s']:>8.1f} "
+        print(f"{r['threshold_mb']:>13g} {r['cycle_ms']:>8g} {r['components_scale']:>7g} "
+              f"{1e3 * r['step_s']:>8.1f} "
               f"{1e3 * min(r['times']):>7.1f}-{1e3 * max(r['times']):<7.1f} "
               f"{r['cerar_buffers']:>10}", flush=True)
     best = agreed_best(sweep)
-    print(f"sweep best: {best['threshold_mb']:g} MiB, {best['cycle_ms']:g} ms: "
-          f"{1e3 * best['step_s']:.1f} ms/step ({len(sweep)} points)")
+    print(f"sweep best: {best['threshold_mb']:g} MiB, {best['cycle_ms']:g} ms, c scale "
+          f"{best['components_scale']:g}: {1e3 * best['step_s']:.1f} ms/step "
+          f"({len(sweep)} points)")
     print(f"autotune: frozen after {tuned['steps']} steps ({tuned['tuning_s']:.0f} s) at "
           f"{tuned['threshold_mb']:g} MiB, {tuned['cycle_ms']:g} ms, c scale "
           f"{tuned['components_scale']:g}: {1e3 * tuned['step_s']:.1f} ms/step "
           f"({pct(tuned['step_s'], best['step_s']):+.1f}% against the sweep's best)", flush=True)
 
-    pair = {"sweep best": {"threshold_mb": best["threshold_mb"], "cycle_ms": best["cycle_ms"]},
-            "frozen": {"threshold_mb": tuned["threshold_mb"], "cycle_ms": tuned["cycle_ms"]}}
+    keys = ("threshold_mb", "cycle_ms", "components_scale")
+    pair = {"sweep best": {k: best[k] for k in keys}, "frozen": {k: tuned[k] for k in keys}}
     repeats = run(args, common + ["--spread", json.dumps(pair)])
     print(f"re-measured alternately, {args.repeats} fresh starts each:")
     medians = {}

@@ -249,6 +249,7 @@ PYBIND11_MODULE(_cerar, m) {
       .def_readwrite("algorithm", &RuntimeConfig::algorithm)
       .def_readwrite("components", &RuntimeConfig::components)
       .def_readwrite("eps", &RuntimeConfig::eps)
+      .def_readwrite("components_scale", &RuntimeConfig::componentsScale)
       .def_readwrite("share_correction", &RuntimeConfig::shareCorrection)
       .def_readwrite("compression", &RuntimeConfig::compression)
       .def_readwrite("debug_error", &RuntimeConfig::debugError)

@@ -203,6 +203,7 @@ RuntimeConfig configFromEnvironment(const EnvironmentLookup& lookup) {
   c.algorithm = env.text("CERAR_ALGORITHM").value_or(c.algorithm);
   c.components = int(env.integer("CERAR_COMPONENTS", 0, 0, 1 << 24));
   c.eps = env.number("CERAR_EPS", 0, 0);
+  c.componentsScale = env.number("CERAR_COMPONENTS_SCALE", c.componentsScale, 0);
   c.shareCorrection = env.flag("CERAR_SHARE_CORRECTION", c.shareCorrection);
   c.compression = env.text("CERAR_COMPRESSION").value_or(c.compression);
   c.debugError = env.flag("CERAR_DEBUG_ERROR", c.debugError);
@@ -333,6 +334,8 @@ void validateConfig(const RuntimeConfig& c) {
   }
   CERAR_CHECK_ARGUMENT(c.components >= 0, "CERAR_COMPONENTS must be >= 0, got ", c.components);
   CERAR_CHECK_ARGUMENT(c.eps >= 0 && std::isfinite(c.eps), "CERAR_EPS must be >= 0, got ", c.eps);
+  CERAR_CHECK_ARGUMENT(c.componentsScale > 0 && std::isfinite(c.componentsScale),
+                       "CERAR_COMPONENTS_SCALE must be positive, got ", c.componentsScale);
   CERAR_CHECK_ARGUMENT(c.stallCheckSeconds >= 0 && c.stallShutdownSeconds >= 0,
                        "stall times must be >= 0");
   CERAR_CHECK_ARGUMENT(c.timeoutSeconds > 0 && std::isfinite(c.timeoutSeconds),

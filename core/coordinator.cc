@@ -60,7 +60,7 @@ Coordinator::Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport>
       stallInspector_(config.stallCheckSeconds, config.stallShutdownSeconds), devices_(devices),
       dispatcher_(std::move(transport), timeline, devices),
       finalizer_(timeoutOf(config)) {
-  const TuningPoint start{config.fusionThresholdBytes, config.cycleTimeMs, 1.0};
+  const TuningPoint start{config.fusionThresholdBytes, config.cycleTimeMs, config.componentsScale};
   tuning_.point = applied_.point = start;
   if (transport_->rank() == kCoordinatorRank) {
     table_ = std::make_unique<NegotiationTable>(transport_->size());
@@ -83,6 +83,7 @@ Coordinator::Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport>
   appliedSince_ = Clock::now();
   working_.fusionThresholdBytes = start.thresholdBytes;
   working_.cycleTimeMs = start.cycleTimeMs;
+  working_.componentsScale = start.componentsScale;
   working_.autotuning = config.autotune;
   published_ = working_;
 }

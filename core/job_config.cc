@@ -31,6 +31,7 @@ void forEachJobSetting(Config& c, Visit&& visit) {
   visit("CERAR_TIMEOUT_SECONDS", c.timeoutSeconds);
   visit("CERAR_MEASURE_LINK", c.measureLink);
   visit("CERAR_DEVICE_TRANSPORT", c.deviceTransport);
+  visit("CERAR_COMPONENTS_SCALE", c.componentsScale);
   visit("CERAR_AUTOTUNE", c.autotune);
   visit("CERAR_AUTOTUNE_LOG", c.autotuneLog);
   visit("CERAR_AUTOTUNE_WARMUP_SAMPLES", c.autotuneWarmupSamples);

@@ -99,6 +99,9 @@ struct RuntimeConfig {
   size_t cacheCapacity = 1024;                // CERAR_CACHE_CAPACITY; 0 disables the cache
   std::string algorithm = "auto";             // CERAR_ALGORITHM: auto | ring | cerar
   int components = 0;                         // CERAR_COMPONENTS; 0 = cost model
+  // CERAR_COMPONENTS_SCALE: a factor on the cost model's c (rounded to a multiple of N); the
+  // autotuner's third knob, settable to keep a tuned value in later jobs.
+  double componentsScale = 1.0;
   double eps = 0;                             // CERAR_EPS; 0 = the spec's default per dtype
   bool shareCorrection = false;               // CERAR_SHARE_CORRECTION: share-corrected decoding
   // CERAR_COMPRESSION: none | fp16 | bf16, the wire of float32 sums on the host that ask for

@@ -134,6 +134,9 @@ TEST(RuntimeConfig, AutotuneKnobs) {
   EXPECT_EQ(on.autotuneLog, "/tmp/t.csv");
   EXPECT_EQ(on.autotuneWarmupSamples, 0);
   EXPECT_EQ(on.autotuneStepsPerSample, 4);
+  EXPECT_EQ(fromMap({{"CERAR_COMPONENTS_SCALE", "0.5"}}).componentsScale, 0.5);
+  EXPECT_NE(errorOf({{"CERAR_COMPONENTS_SCALE", "0"}}).find("CERAR_COMPONENTS_SCALE"),
+            std::string::npos);
 }
 
 // The parameters in force travel in every response; a corrupt cycle time is refused.
