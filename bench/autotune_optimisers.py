@@ -9,7 +9,9 @@ their median, so both optimisers see the noise this machine really had. Compared
 `--trials` replays:
 
 - walk: the runtime's coordinate descent (core/autotune.h): every threshold at the starting
-  cycle time, then every cycle time at the best threshold; 9 + 5 samples.
+  cycle time, every cycle time at the best threshold, every threshold again at the best
+  cycle time; 9 + 5 + 8 samples (fewer where points repeat). `--single-pass` drops the
+  second threshold sweep.
 - bayes: Horovod's scheme (horovod/common/optim/bayesian_optimization.cc, read for its
   semantics): four fixed test points, then a Gaussian process (RBF kernel, noise 0.2 on
   standardised scores) with expected improvement picks the next point, 20 samples in all;
@@ -46,15 +48,23 @@ def make_sampler(table, steps, rng):
     return sample
 
 
-def walk(thresholds, cycles, sample):
+def walk(thresholds, cycles, sample, second_pass=True):
     scores = {}
+
+    def measure(point):
+        if point not in scores:
+            scores[point] = sample(point)
+
     cycle = min(cycles, key=lambda c: abs(c - START_CYCLE_MS))
     for t in thresholds:
-        scores[(t, cycle)] = sample((t, cycle))
+        measure((t, cycle))
     best_t = max(scores, key=scores.get)[0]
     for c in cycles:
-        if (best_t, c) not in scores:
-            scores[(best_t, c)] = sample((best_t, c))
+        measure((best_t, c))
+    if second_pass:
+        best_c = max(scores, key=scores.get)[1]
+        for t in thresholds:
+            measure((t, best_c))
     return max(scores, key=scores.get), len(scores)
 
 
@@ -99,6 +109,8 @@ def main():
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--steps-per-sample", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--single-pass", action="store_true",
+                        help="also replay the walk without its second threshold sweep")
     args = parser.parse_args()
     table, thresholds, cycles = load(args.sweep)
     truth = {p: statistics.median(v) for p, v in table.items()}
@@ -108,7 +120,10 @@ def main():
           f"{args.steps_per_sample} steps per sample")
     print(f"{'optimiser':>9} {'samples':>7} {'median ratio':>12} {'p90 ratio':>9} "
           f"{'within 5%':>9}")
-    for name, optimiser in (("walk", walk), ("bayes", bayes)):
+    optimisers = [("walk", walk), ("bayes", bayes)]
+    if args.single_pass:
+        optimisers.insert(1, ("walk-1", lambda *a: walk(*a, second_pass=False)))
+    for name, optimiser in optimisers:
         rng = random.Random(args.seed)
         ratios, used = [], []
         for _ in range(args.trials):

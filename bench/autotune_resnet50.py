@@ -91,7 +91,8 @@ def worker(args):
     # Autotuning from the defaults; the ranks agree when to stop (they may see the freeze in
     # different steps), at the cost of one 4-byte all-reduce per step.
     cerar.init(autotune=True, autotune_warmup_samples=args.autotune_warmup,
-               autotune_steps_per_sample=args.autotune_steps)
+               autotune_steps_per_sample=args.autotune_steps,
+               autotune_log=args.autotune_log or "")
     steps, tuning_s = 0, time.perf_counter()
     while True:
         step()
@@ -177,6 +178,7 @@ def main():
     parser.add_argument("--autotune-steps", type=int, default=5)
     parser.add_argument("--max-steps", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--autotune-log", default=None, help="CERAR_AUTOTUNE_LOG of the tuning")
     parser.add_argument("--json", default=None, help="write every result here")
     parser.add_argument("--job-timeout", type=float, default=7200)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -188,7 +190,10 @@ def main():
     common = ["--worker", "--steps", str(args.steps), "--warmup", str(args.warmup),
               "--autotune-warmup", str(args.autotune_warmup),
               "--autotune-steps", str(args.autotune_steps), "--max-steps", str(args.max_steps),
-              "--repeats", str(args.repeats), "--thresholds-mb",
+              "--repeats", str(args.repeats),
+              *(["--autotune-log", os.path.abspath(args.autotune_log)] if args.autotune_log
+                else []),
+              "--thresholds-mb",
               *map(str, args.thresholds_mb), "--cycles-ms", *map(str, args.cycles_ms)]
     print(f"{args.np} ranks, ResNet-50 gradients (161 float32 tensors, 97.5 MiB), loopback",
           flush=True)

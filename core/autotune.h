@@ -36,7 +36,8 @@ struct TuningState {
 struct AutotuneOptions {
   int warmupSamples = 3;    // samples at the start point, discarded (CERAR_AUTOTUNE_WARMUP_SAMPLES)
   int stepsPerSample = 10;  // steps scored per point (CERAR_AUTOTUNE_STEPS_PER_SAMPLE)
-  // The grids walked one coordinate at a time, in this order. An empty grid is not tuned.
+  // The grids walked one coordinate at a time: thresholds, cycle times, thresholds again (at
+  // the best cycle time), scales of c. An empty grid is not tuned.
   std::vector<uint64_t> thresholds = defaultThresholds();
   std::vector<double> cycleTimesMs = {0.5, 1, 2, 5, 10, 20};
   std::vector<double> componentsScales = {0.25, 0.5, 1, 2, 4};
@@ -101,7 +102,8 @@ class Autotuner {
   bool settling_ = true;  // the running step began under another point: not scored
   std::vector<double> stepScores_;  // of the running sample
   bool cerarRan_ = false;           // some CERAR buffer ran while sampling
-  // The walk: the dimension being swept and the next index in its grid.
+  // The walk: the sweep under way (an index into the order above) and the next index in its
+  // grid.
   size_t dimension_ = 0, next_ = 0;
   std::map<TuningPoint, double> scores_;
 };

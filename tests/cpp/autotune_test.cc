@@ -55,9 +55,10 @@ TEST(Autotune, FindsTheOptimumAndFreezesThere) {
   EXPECT_EQ(tuner.state(), (TuningState{optimum, false, true}));
   EXPECT_NEAR(tuner.bestScore(), kStepBytes / bowl(optimum), 1e-6 * kStepBytes);
 
-  // Warm-up at the start point first, then one sample per distinct grid point of the three
-  // sweeps (9 thresholds, 6 cycle times, 5 scales; each sweep's best is measured once).
-  ASSERT_EQ(samples.size(), size_t(2 + 9 + 5 + 4));
+  // Warm-up at the start point first, then one sample per distinct grid point of the four
+  // sweeps (9 thresholds at 1 ms, 6 cycle times, 9 thresholds at 2 ms, 5 scales; each
+  // sweep's best is measured once).
+  ASSERT_EQ(samples.size(), size_t(2 + 9 + 5 + 8 + 4));
   EXPECT_TRUE(samples[0].warmup && samples[1].warmup);
   EXPECT_EQ(samples[0].point, start);
   std::set<TuningPoint> scored;
@@ -99,7 +100,7 @@ TEST(Autotune, WithoutCerarTheScaleIsNotSwept) {
   const auto samples =
       train(tuner, 200, [](const TuningPoint& p, int) { return bowl(p); }, /*cerarRan=*/false);
   ASSERT_TRUE(tuner.frozen());
-  EXPECT_EQ(samples.size(), size_t(1 + 9 + 5));
+  EXPECT_EQ(samples.size(), size_t(1 + 9 + 5 + 8));
   for (const auto& s : samples) EXPECT_EQ(s.point.componentsScale, 1.0);
   EXPECT_EQ(tuner.best(), (TuningPoint{16 * kMiB, 2.0, 1.0}));
 }
