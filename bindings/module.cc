@@ -188,6 +188,11 @@ py::dict statsDict(const RuntimeStats& s) {
   d["rendezvous_requests"] = s.rendezvousRequests;
   d["rendezvous_bytes_sent"] = s.rendezvousBytesSent;
   d["rendezvous_bytes_received"] = s.rendezvousBytesReceived;
+  d["fusion_threshold_bytes"] = s.fusionThresholdBytes;
+  d["cycle_time_ms"] = s.cycleTimeMs;
+  d["components_scale"] = s.componentsScale;
+  d["autotuning"] = s.autotuning;
+  d["autotune_frozen"] = s.autotuneFrozen;
   return d;
 }
 
@@ -251,9 +256,14 @@ PYBIND11_MODULE(_cerar, m) {
       .def_readwrite("algorithm", &RuntimeConfig::algorithm)
       .def_readwrite("components", &RuntimeConfig::components)
       .def_readwrite("eps", &RuntimeConfig::eps)
+      .def_readwrite("components_scale", &RuntimeConfig::componentsScale)
       .def_readwrite("share_correction", &RuntimeConfig::shareCorrection)
       .def_readwrite("compression", &RuntimeConfig::compression)
       .def_readwrite("debug_error", &RuntimeConfig::debugError)
+      .def_readwrite("autotune", &RuntimeConfig::autotune)
+      .def_readwrite("autotune_log", &RuntimeConfig::autotuneLog)
+      .def_readwrite("autotune_warmup_samples", &RuntimeConfig::autotuneWarmupSamples)
+      .def_readwrite("autotune_steps_per_sample", &RuntimeConfig::autotuneStepsPerSample)
       .def_readwrite("timeline", &RuntimeConfig::timeline)
       .def_readwrite("stall_check_seconds", &RuntimeConfig::stallCheckSeconds)
       .def_readwrite("stall_shutdown_seconds", &RuntimeConfig::stallShutdownSeconds)

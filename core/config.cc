@@ -203,9 +203,16 @@ RuntimeConfig configFromEnvironment(const EnvironmentLookup& lookup) {
   c.algorithm = env.text("CERAR_ALGORITHM").value_or(c.algorithm);
   c.components = int(env.integer("CERAR_COMPONENTS", 0, 0, 1 << 24));
   c.eps = env.number("CERAR_EPS", 0, 0);
+  c.componentsScale = env.number("CERAR_COMPONENTS_SCALE", c.componentsScale, 0);
   c.shareCorrection = env.flag("CERAR_SHARE_CORRECTION", c.shareCorrection);
   c.compression = env.text("CERAR_COMPRESSION").value_or(c.compression);
   c.debugError = env.flag("CERAR_DEBUG_ERROR", c.debugError);
+  c.autotune = env.flag("CERAR_AUTOTUNE", c.autotune);
+  c.autotuneLog = env.text("CERAR_AUTOTUNE_LOG").value_or("");
+  c.autotuneWarmupSamples = int(env.integer("CERAR_AUTOTUNE_WARMUP_SAMPLES",
+                                            c.autotuneWarmupSamples, 0, 1 << 20));
+  c.autotuneStepsPerSample = int(env.integer("CERAR_AUTOTUNE_STEPS_PER_SAMPLE",
+                                             c.autotuneStepsPerSample, 1, 1 << 20));
   c.timeline = env.text("CERAR_TIMELINE").value_or("");
   c.stallCheckSeconds = env.number("CERAR_STALL_CHECK_TIME_SECONDS", c.stallCheckSeconds, 0);
   c.stallShutdownSeconds =
@@ -327,6 +334,8 @@ void validateConfig(const RuntimeConfig& c) {
   }
   CERAR_CHECK_ARGUMENT(c.components >= 0, "CERAR_COMPONENTS must be >= 0, got ", c.components);
   CERAR_CHECK_ARGUMENT(c.eps >= 0 && std::isfinite(c.eps), "CERAR_EPS must be >= 0, got ", c.eps);
+  CERAR_CHECK_ARGUMENT(c.componentsScale > 0 && std::isfinite(c.componentsScale),
+                       "CERAR_COMPONENTS_SCALE must be positive, got ", c.componentsScale);
   CERAR_CHECK_ARGUMENT(c.stallCheckSeconds >= 0 && c.stallShutdownSeconds >= 0,
                        "stall times must be >= 0");
   CERAR_CHECK_ARGUMENT(c.timeoutSeconds > 0 && std::isfinite(c.timeoutSeconds),
@@ -334,6 +343,11 @@ void validateConfig(const RuntimeConfig& c) {
   CERAR_CHECK_ARGUMENT(c.rendezvousTimeoutSeconds >= 0 && std::isfinite(c.rendezvousTimeoutSeconds),
                        "CERAR_RENDEZVOUS_TIMEOUT_SECONDS must be >= 0, got ",
                        c.rendezvousTimeoutSeconds);
+  CERAR_CHECK_ARGUMENT(c.autotuneWarmupSamples >= 0,
+                       "CERAR_AUTOTUNE_WARMUP_SAMPLES must be >= 0, got ", c.autotuneWarmupSamples);
+  CERAR_CHECK_ARGUMENT(c.autotuneStepsPerSample >= 1,
+                       "CERAR_AUTOTUNE_STEPS_PER_SAMPLE must be >= 1, got ",
+                       c.autotuneStepsPerSample);
   parseLogLevel(c.logLevel);
 }
 

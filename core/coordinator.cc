@@ -25,6 +25,30 @@ SelectionPolicy policyOf(const RuntimeConfig& config) {
   return policy;
 }
 
+AutotuneOptions autotuneOptionsOf(const RuntimeConfig& config) {
+  AutotuneOptions options;
+  options.warmupSamples = config.autotuneWarmupSamples;
+  options.stepsPerSample = config.autotuneStepsPerSample;
+  // c is the user's where forced, and does not exist on the ring alone.
+  if (config.components > 0 || config.algorithm == "ring" || config.size <= 2) {
+    options.componentsScales.clear();
+  }
+  return options;
+}
+
+std::string describe(const TuningPoint& p) {
+  return detail::concat("fusion threshold ", p.thresholdBytes, " B, cycle time ", p.cycleTimeMs,
+                        " ms, c scale ", p.componentsScale);
+}
+
+std::string timelineArgs(const TuningPoint& p) {
+  return detail::concat("\"fusion_threshold_bytes\": ", p.thresholdBytes,
+                        ", \"cycle_time_ms\": ", p.cycleTimeMs, ", \"components_scale\": ",
+                        p.componentsScale);
+}
+
+constexpr const char* kTuningRow = "cerar.autotune";
+
 }  // namespace
 
 Coordinator::Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport> transport,
@@ -36,9 +60,32 @@ Coordinator::Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport>
       stallInspector_(config.stallCheckSeconds, config.stallShutdownSeconds), devices_(devices),
       dispatcher_(std::move(transport), timeline, devices),
       finalizer_(timeoutOf(config)) {
+  const TuningPoint start{config.fusionThresholdBytes, config.cycleTimeMs, config.componentsScale};
+  tuning_.point = applied_.point = start;
   if (transport_->rank() == kCoordinatorRank) {
     table_ = std::make_unique<NegotiationTable>(transport_->size());
+    if (config.autotune) {
+      RuntimeConfig sized = config;
+      sized.size = transport_->size();
+      tuner_ = std::make_unique<Autotuner>(autotuneOptionsOf(sized), start);
+      if (!config.autotuneLog.empty()) {
+        tuneLog_.open(config.autotuneLog, std::ios::out | std::ios::trunc);
+        if (tuneLog_) {
+          tuneLog_ << autotuneCsvHeader() << std::endl;
+        } else {
+          logger_.log(LogLevel::kWarning, "CERAR_AUTOTUNE_LOG: cannot write '" +
+                                              config.autotuneLog + "'; tuning without a log");
+        }
+      }
+    }
   }
+  applied_.tuning = config.autotune;  // until the first response says otherwise
+  appliedSince_ = Clock::now();
+  working_.fusionThresholdBytes = start.thresholdBytes;
+  working_.cycleTimeMs = start.cycleTimeMs;
+  working_.componentsScale = start.componentsScale;
+  working_.autotuning = config.autotune;
+  published_ = working_;
 }
 
 void Coordinator::probe() {
@@ -79,15 +126,17 @@ void Coordinator::publishStats() {
 }
 
 void Coordinator::run() {
-  const auto cycle = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double, std::milli>(config_.cycleTimeMs));
   auto next = Clock::now();
   try {
     while (true) {
       queue_.sleepUntil(next);
+      // The pace is the coordinator rank's last answer's (job-wide; it may be autotuned).
+      const auto cycle = std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double, std::milli>(applied_.point.cycleTimeMs));
       next = std::max(next + cycle, Clock::now());  // a late cycle does not cause a burst
       const ResponseMessage answer = negotiate(collectRequests());
       ++working_.cycles;
+      applyTuning(answer.tuning);
       if (answer.shutdown) {
         farewell();
         finish(Status(StatusCode::kShutDown, "cerar has been shut down"));
@@ -157,8 +206,11 @@ ResponseMessage Coordinator::negotiate(const RequestMessage& request) {
       }
     }
     ResponseMessage decided = table_->decide(cache_);
-    decided.groups = decideGroups(unitsOf(decided), t.size(), config_.fusionThresholdBytes,
-                                  link_, policy_);
+    decided.tuning = tuner_ ? tuner_->state() : tuning_;
+    SelectionPolicy policy = policy_;
+    policy.componentsScale = decided.tuning.point.componentsScale;
+    decided.groups = decideGroups(unitsOf(decided), t.size(),
+                                  size_t(decided.tuning.point.thresholdBytes), link_, policy);
     answer = encode(decided);
   } catch (const TimeoutError&) {
     throw;  // a silent peer: the others time out as well
@@ -250,6 +302,57 @@ void Coordinator::process(const ResponseMessage& message) {
       join->complete({});
     }
   }
+  feedTuner(units, message.groups);
+}
+
+void Coordinator::feedTuner(const std::vector<Response>& units,
+                            const std::vector<FusedGroup>& groups) {
+  if (!tuner_ || tuner_->frozen()) return;
+  std::vector<std::string> names;
+  double bytes = 0;
+  for (const Response& unit : units) {
+    const Kind kind = unit.description.kind;
+    const bool reduces =
+        kind == Kind::kAllreduce || kind == Kind::kReducescatter || kind == Kind::kAllgather;
+    if (!reduces || !unit.error.empty()) continue;
+    names.insert(names.end(), unit.names.begin(), unit.names.end());
+    bytes += double(unit.description.bytes());
+  }
+  const bool cerarRan = std::any_of(groups.begin(), groups.end(), [](const FusedGroup& g) {
+    return g.algorithm == Algorithm::kCerar;
+  });
+  const double now = std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+  const auto sample = tuner_->record(names, bytes, cerarRan, now);
+  if (!sample) return;
+  logger_.log(LogLevel::kInfo, detail::concat("autotune: sample ", sample->index,
+                                              sample->warmup ? " (warm-up) " : " ",
+                                              describe(sample->point), ": ",
+                                              sample->score / 1e6, " MB/s"));
+  if (tuneLog_) tuneLog_ << autotuneCsvLine(*sample) << std::endl;
+  if (sample->frozeAfter) {
+    logger_.log(LogLevel::kInfo, detail::concat("autotune: frozen after ", tuner_->steps(),
+                                                " steps at ", describe(tuner_->best()), " (",
+                                                tuner_->bestScore() / 1e6, " MB/s)"));
+    if (tuneLog_) tuneLog_ << autotuneCsvBest(tuner_->best(), tuner_->bestScore()) << std::endl;
+  }
+}
+
+void Coordinator::applyTuning(const TuningState& tuning) {
+  const auto now = Clock::now();
+  if (!(tuning.point == applied_.point)) {
+    // The period the old parameters were in force, as one event on the timeline's own row.
+    timeline_.record(kTuningRow, "PARAMETERS", appliedSince_, now, timelineArgs(applied_.point));
+    appliedSince_ = now;
+  }
+  if (tuning.frozen && !applied_.frozen) {
+    timeline_.record(kTuningRow, "FROZEN", now, now, timelineArgs(tuning.point));
+  }
+  applied_ = tuning;
+  working_.fusionThresholdBytes = tuning.point.thresholdBytes;
+  working_.cycleTimeMs = tuning.point.cycleTimeMs;
+  working_.componentsScale = tuning.point.componentsScale;
+  working_.autotuning = tuning.tuning;
+  working_.autotuneFrozen = tuning.frozen;
 }
 
 void Coordinator::complete(const std::string& key, const Status& status) {

@@ -3,12 +3,14 @@
 // collectives in the same order, whatever order and threads they were enqueued from.
 #pragma once
 
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 
+#include "core/autotune.h"
 #include "core/blame.h"
 #include "core/dispatch.h"
 #include "core/finalizer.h"
@@ -53,6 +55,10 @@ class Coordinator {
   void complete(const std::string& key, const Status& status);
   // Hands the group's entries to the finalizer, which completes them once `end` is reached.
   void completeOnDevice(const std::vector<const Response*>& members, DeviceEvent end);
+  // Autotuning: feeds the cycle's reduced units to the tuner (coordinator rank), and applies
+  // the response's parameters on every rank (pace, stats, timeline).
+  void feedTuner(const std::vector<Response>& units, const std::vector<FusedGroup>& groups);
+  void applyTuning(const TuningState& tuning);
   void farewell();
   void finish(const Status& why);
   void publishStats();
@@ -75,6 +81,11 @@ class Coordinator {
   RuntimeStats working_;  // the coordinator thread's
   mutable std::mutex statsMutex_;
   RuntimeStats published_;
+  TuningState tuning_;   // the coordinator rank's while not autotuning
+  std::unique_ptr<Autotuner> tuner_;  // coordinator rank with CERAR_AUTOTUNE only
+  std::ofstream tuneLog_;              // CERAR_AUTOTUNE_LOG, coordinator rank only
+  TuningState applied_;  // the last response's, on every rank
+  Clock::time_point appliedSince_{};
   std::shared_ptr<BlameBoard> board_;
   BlameOptions blame_;
   Finalizer finalizer_;  // last: its thread may still complete entries while members go

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/autotune.h"
 #include "core/runtime.h"
 
 namespace cerar {
@@ -127,6 +128,9 @@ struct FusedGroup {
 struct ResponseMessage {
   bool shutdown = false;
   int32_t lastJoinedRank = -1;       // >= 0: every rank has joined, and this one was last
+  // The fusion threshold, cycle time and c's scale the groups below were decided with, and
+  // where autotuning stands; every rank paces its next cycle by this cycle time.
+  TuningState tuning;
   std::vector<uint8_t> cacheBits;
   std::vector<Response> responses;
   std::vector<FusedGroup> groups;

@@ -1,6 +1,7 @@
 #include "core/negotiation.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "ops/common/error.h"
@@ -196,6 +197,10 @@ std::vector<uint8_t> encode(const ResponseMessage& message) {
   Writer w;
   w.put<uint8_t>(uint8_t(message.shutdown));
   w.put<int32_t>(message.lastJoinedRank);
+  w.put<uint8_t>(uint8_t(message.tuning.tuning) | uint8_t(message.tuning.frozen) << 1);
+  w.put<uint64_t>(message.tuning.point.thresholdBytes);
+  w.put<double>(message.tuning.point.cycleTimeMs);
+  w.put<double>(message.tuning.point.componentsScale);
   w.putBytes(message.cacheBits);
   w.put<uint32_t>(static_cast<uint32_t>(message.responses.size()));
   for (const auto& response : message.responses) {
@@ -226,6 +231,16 @@ ResponseMessage decodeResponseMessage(const std::vector<uint8_t>& bytes) {
   ResponseMessage message;
   message.shutdown = r.get<uint8_t>() & 1;
   message.lastJoinedRank = r.get<int32_t>();
+  const uint8_t tuningFlags = r.get<uint8_t>();
+  message.tuning.tuning = tuningFlags & 1;
+  message.tuning.frozen = tuningFlags & 2;
+  TuningPoint& point = message.tuning.point;
+  point.thresholdBytes = r.get<uint64_t>();
+  point.cycleTimeMs = r.get<double>();
+  point.componentsScale = r.get<double>();
+  CERAR_ENFORCE(std::isfinite(point.cycleTimeMs) && point.cycleTimeMs > 0 &&
+                    std::isfinite(point.componentsScale) && point.componentsScale > 0,
+                "malformed negotiation message: bad cycle time or scale of c");
   message.cacheBits = r.getBytes();
   message.responses.resize(r.getCount(8));
   for (auto& response : message.responses) {

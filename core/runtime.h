@@ -99,6 +99,9 @@ struct RuntimeConfig {
   size_t cacheCapacity = 1024;                // CERAR_CACHE_CAPACITY; 0 disables the cache
   std::string algorithm = "auto";             // CERAR_ALGORITHM: auto | ring | cerar
   int components = 0;                         // CERAR_COMPONENTS; 0 = cost model
+  // CERAR_COMPONENTS_SCALE: a factor on the cost model's c (rounded to a multiple of N); the
+  // autotuner's third knob, settable to keep a tuned value in later jobs.
+  double componentsScale = 1.0;
   double eps = 0;                             // CERAR_EPS; 0 = the spec's default per dtype
   bool shareCorrection = false;               // CERAR_SHARE_CORRECTION: share-corrected decoding
   // CERAR_COMPRESSION: none | fp16 | bf16, the wire of float32 sums on the host that ask for
@@ -107,6 +110,13 @@ struct RuntimeConfig {
   // CERAR_DEBUG_ERROR: also reduce each CERAR buffer with the exact ring (doubles the traffic)
   // and record the measured error. Job-wide (docs/settings.md).
   bool debugError = false;
+  // CERAR_AUTOTUNE: the coordinator rank tunes the fusion threshold, the cycle time and
+  // CERAR's c while the job runs, then freezes the best (docs/autotune.md). Job-wide, as its
+  // log path (written by rank 0 only: one CSV line per sample) and its sample counts.
+  bool autotune = false;
+  std::string autotuneLog;                    // CERAR_AUTOTUNE_LOG
+  int autotuneWarmupSamples = 3;              // CERAR_AUTOTUNE_WARMUP_SAMPLES
+  int autotuneStepsPerSample = 10;            // CERAR_AUTOTUNE_STEPS_PER_SAMPLE
   std::string timeline;                       // CERAR_TIMELINE
   double stallCheckSeconds = 60;              // CERAR_STALL_CHECK_TIME_SECONDS
   double stallShutdownSeconds = 0;            // CERAR_STALL_SHUTDOWN_TIME_SECONDS; 0 = never
@@ -176,6 +186,13 @@ struct RuntimeStats {
   uint64_t rendezvousRequests = 0;
   uint64_t rendezvousBytesSent = 0;
   uint64_t rendezvousBytesReceived = 0;
+  // The parameters in force, as the coordinator rank's last response set them (the same on
+  // every rank), and where autotuning stands (docs/autotune.md).
+  uint64_t fusionThresholdBytes = 0;
+  double cycleTimeMs = 0;
+  double componentsScale = 1.0;   // the factor on the cost model's c
+  bool autotuning = false;        // CERAR_AUTOTUNE and still sampling
+  bool autotuneFrozen = false;    // sampling done; the parameters are its best
 };
 
 class Runtime {

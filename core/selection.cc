@@ -38,6 +38,13 @@ int bestComponents(int N, double bytes, size_t elements, const LinkModel& link) 
   return cerarSeconds(N, cHigh, bytes, link) < cerarSeconds(N, cLow, bytes, link) ? cHigh : cLow;
 }
 
+int scaledComponents(int N, int best, double scale, size_t elements) {
+  if (scale == 1.0 || N <= 2) return best;
+  const double maxR = std::max(1.0, std::floor(double(elements) / N));
+  const double r = std::clamp(std::round(best * scale / N), 1.0, maxR);
+  return static_cast<int>(r) * N;
+}
+
 Selection selectAlgorithm(int N, DType dtype, ReduceOp op, size_t elements,
                           const LinkModel& link, const SelectionPolicy& policy) {
   const double bytes = double(elements) * dtypeSize(dtype);
@@ -47,8 +54,10 @@ Selection selectAlgorithm(int N, DType dtype, ReduceOp op, size_t elements,
   const bool forced = policy.algorithm == "cerar";
   if (!forced && (N <= 2 || bytes < double(policy.minCerarBytes))) return ring;
 
-  const int c = policy.components > 0 ? policy.components
-                                      : bestComponents(N, bytes, elements, link);
+  const int c = policy.components > 0
+                    ? policy.components
+                    : scaledComponents(N, bestComponents(N, bytes, elements, link),
+                                       policy.componentsScale, elements);
   Selection cerar{Algorithm::kCerar, c, policy.eps > 0 ? policy.eps : defaultEps(dtype),
                   cerarSeconds(N, c, bytes, link)};
   if (forced) return cerar;

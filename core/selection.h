@@ -26,6 +26,8 @@ struct LinkModel {
 struct SelectionPolicy {
   std::string algorithm = "auto";  // auto | ring | cerar
   int components = 0;              // forces c when > 0
+  // Scales the model's c (autotuning, core/autotune.h); the result is a multiple of N.
+  double componentsScale = 1.0;
   double eps = 0;                  // 0: the spec's default per dtype
   // CERAR is approximate; take it only when it pays: buffers of at least this size, and a
   // predicted saving of at least minGain (a near tie is not worth the error).
@@ -56,6 +58,9 @@ double cerarSeconds(int N, int c, double bytes, const LinkModel& link);
 // The multiple of N (>= N, <= max(N, elements)) nearest sqrt((N-2) d (beta+gamma) / alpha'),
 // alpha' = alpha + segment (beta+gamma), with the lower modelled time.
 int bestComponents(int N, double bytes, size_t elements, const LinkModel& link);
+
+// bestComponents' c times `scale`, rounded to a multiple of N within [N, max(N, elements)].
+int scaledComponents(int N, int best, double scale, size_t elements);
 
 // The choice for one buffer: the ring for N <= 2, min/max, and dtypes other than f32/f64, and
 // for small buffers; CERAR where the model predicts a clear saving. A forced algorithm wins

@@ -58,6 +58,15 @@ def parse_args(argv=None):
                         help="CERAR's component count c (CERAR_COMPONENTS; 0 = cost model)")
     parser.add_argument("--eps", type=float, default=None, help="CERAR's eps (CERAR_EPS)")
     parser.add_argument("--timeline", default=None, help="chrome trace file (CERAR_TIMELINE)")
+    parser.add_argument("--autotune", action="store_true", default=None,
+                        help="tune fusion threshold, cycle time and c while training "
+                             "(CERAR_AUTOTUNE=1)")
+    parser.add_argument("--autotune-log-file", default=None,
+                        help="CSV of the autotuner's samples (CERAR_AUTOTUNE_LOG)")
+    parser.add_argument("--autotune-warmup-samples", type=int, default=None,
+                        help="CERAR_AUTOTUNE_WARMUP_SAMPLES")
+    parser.add_argument("--autotune-steps-per-sample", type=int, default=None,
+                        help="CERAR_AUTOTUNE_STEPS_PER_SAMPLE")
     parser.add_argument("--timeout", type=float, default=None,
                         help="seconds a rank waits for a dead peer (CERAR_TIMEOUT_SECONDS)")
     parser.add_argument("--max-time", type=float, default=None,
@@ -206,6 +215,14 @@ def knob_env(args):
         env["CERAR_EPS"] = repr(args.eps)
     if args.timeline is not None:
         env["CERAR_TIMELINE"] = args.timeline
+    if args.autotune:
+        env["CERAR_AUTOTUNE"] = "1"
+    if args.autotune_log_file is not None:
+        env["CERAR_AUTOTUNE_LOG"] = args.autotune_log_file
+    if args.autotune_warmup_samples is not None:
+        env["CERAR_AUTOTUNE_WARMUP_SAMPLES"] = str(args.autotune_warmup_samples)
+    if args.autotune_steps_per_sample is not None:
+        env["CERAR_AUTOTUNE_STEPS_PER_SAMPLE"] = str(args.autotune_steps_per_sample)
     if args.timeout is not None:
         env["CERAR_TIMEOUT_SECONDS"] = repr(args.timeout)
     if args.network_interfaces is not None:

@@ -229,6 +229,11 @@ std::vector<std::pair<std::string, std::function<void(RuntimeConfig&)>>> variati
       {"CERAR_TIMEOUT_SECONDS", [](RuntimeConfig& c) { c.timeoutSeconds = 0.001; }},
       {"CERAR_MEASURE_LINK", [](RuntimeConfig& c) { c.measureLink = true; }},
       {"CERAR_DEVICE_TRANSPORT", [](RuntimeConfig& c) { c.deviceTransport = "gloo"; }},
+      {"CERAR_COMPONENTS_SCALE", [](RuntimeConfig& c) { c.componentsScale = 2; }},
+      {"CERAR_AUTOTUNE", [](RuntimeConfig& c) { c.autotune = true; }},
+      {"CERAR_AUTOTUNE_LOG", [](RuntimeConfig& c) { c.autotuneLog = "/nonexistent/tune.csv"; }},
+      {"CERAR_AUTOTUNE_WARMUP_SAMPLES", [](RuntimeConfig& c) { c.autotuneWarmupSamples = 0; }},
+      {"CERAR_AUTOTUNE_STEPS_PER_SAMPLE", [](RuntimeConfig& c) { c.autotuneStepsPerSample = 1; }},
   };
 }
 

@@ -114,6 +114,50 @@ TEST(RuntimeConfig, BadValuesNameTheVariable) {
                 .find("CERAR_COMPONENTS=6"),
             std::string::npos);
   EXPECT_NE(errorOf({{"CERAR_RANK", "0"}}).find("CERAR_SIZE is not set"), std::string::npos);
+  EXPECT_NE(errorOf({{"CERAR_AUTOTUNE_STEPS_PER_SAMPLE", "0"}})
+                .find("CERAR_AUTOTUNE_STEPS_PER_SAMPLE"),
+            std::string::npos);
+  EXPECT_NE(errorOf({{"CERAR_AUTOTUNE_WARMUP_SAMPLES", "-2"}})
+                .find("CERAR_AUTOTUNE_WARMUP_SAMPLES"),
+            std::string::npos);
+}
+
+TEST(RuntimeConfig, AutotuneKnobs) {
+  const RuntimeConfig off = fromMap({});
+  EXPECT_FALSE(off.autotune);
+  EXPECT_EQ(off.autotuneWarmupSamples, 3);
+  EXPECT_EQ(off.autotuneStepsPerSample, 10);
+  const RuntimeConfig on = fromMap({{"CERAR_AUTOTUNE", "1"}, {"CERAR_AUTOTUNE_LOG", "/tmp/t.csv"},
+                                    {"CERAR_AUTOTUNE_WARMUP_SAMPLES", "0"},
+                                    {"CERAR_AUTOTUNE_STEPS_PER_SAMPLE", "4"}});
+  EXPECT_TRUE(on.autotune);
+  EXPECT_EQ(on.autotuneLog, "/tmp/t.csv");
+  EXPECT_EQ(on.autotuneWarmupSamples, 0);
+  EXPECT_EQ(on.autotuneStepsPerSample, 4);
+  EXPECT_EQ(fromMap({{"CERAR_COMPONENTS_SCALE", "0.5"}}).componentsScale, 0.5);
+  EXPECT_NE(errorOf({{"CERAR_COMPONENTS_SCALE", "0"}}).find("CERAR_COMPONENTS_SCALE"),
+            std::string::npos);
+}
+
+// The parameters in force travel in every response; a corrupt cycle time is refused.
+TEST(Negotiation, TuningTravelsInTheResponse) {
+  ResponseMessage m;
+  m.tuning = {TuningPoint{3u << 20, 2.5, 0.5}, true, false};
+  EXPECT_EQ(decodeResponseMessage(encode(m)).tuning, m.tuning);
+  m.tuning = {TuningPoint{0, 20, 4}, false, true};
+  EXPECT_EQ(decodeResponseMessage(encode(m)).tuning, m.tuning);
+  m.tuning.point.cycleTimeMs = 0;
+  EXPECT_THROW(decodeResponseMessage(encode(m)), Error);
+}
+
+// c's scale: a multiple of N around the model's c, within [N, elements].
+TEST(Selection, ScaledComponents) {
+  EXPECT_EQ(scaledComponents(4, 32, 1.0, 1 << 20), 32);
+  EXPECT_EQ(scaledComponents(4, 32, 2.0, 1 << 20), 64);
+  EXPECT_EQ(scaledComponents(4, 32, 0.25, 1 << 20), 8);
+  EXPECT_EQ(scaledComponents(4, 8, 0.25, 1 << 20), 4);   // never below N
+  EXPECT_EQ(scaledComponents(4, 32, 4.0, 40), 40);       // never more than the elements
+  EXPECT_EQ(scaledComponents(4, 12, 0.5, 1 << 20), 8);   // 6 rounds to a multiple of 4
 }
 
 // --- negotiation ---------------------------------------------------------------------------

@@ -34,6 +34,12 @@ def test_parse_args_and_knobs():
         "CERAR_TIMEOUT_SECONDS": "7.0"}
     args = run.parse_args(["-np", "2", "--network-interfaces", "ib0,eth0", "true"])
     assert run.knob_env(args) == {"CERAR_IFACE": "ib0,eth0"}
+    args = run.parse_args(["-np", "2", "--autotune", "--autotune-log-file", "tune.csv",
+                           "--autotune-warmup-samples", "0", "--autotune-steps-per-sample", "4",
+                           "true"])
+    assert run.knob_env(args) == {
+        "CERAR_AUTOTUNE": "1", "CERAR_AUTOTUNE_LOG": "tune.csv",
+        "CERAR_AUTOTUNE_WARMUP_SAMPLES": "0", "CERAR_AUTOTUNE_STEPS_PER_SAMPLE": "4"}
     with pytest.raises(SystemExit):
         run.parse_args(["-np", "2"])
     with pytest.raises(SystemExit):
