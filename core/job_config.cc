@@ -11,7 +11,7 @@
 namespace cerar {
 namespace {
 
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersion = 2;
 
 // Visits every job-wide field of a config with its variable name, in encoding order. One list
 // serves encoding, decoding, comparing and naming, so they cannot drift apart.
@@ -31,6 +31,7 @@ void forEachJobSetting(Config& c, Visit&& visit) {
   visit("CERAR_TIMEOUT_SECONDS", c.timeoutSeconds);
   visit("CERAR_MEASURE_LINK", c.measureLink);
   visit("CERAR_DEVICE_TRANSPORT", c.deviceTransport);
+  visit("CERAR_DYNAMIC_PROCESS_SETS", c.dynamicProcessSets);
 }
 
 struct Encoder {

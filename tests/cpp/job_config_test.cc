@@ -229,6 +229,7 @@ std::vector<std::pair<std::string, std::function<void(RuntimeConfig&)>>> variati
       {"CERAR_TIMEOUT_SECONDS", [](RuntimeConfig& c) { c.timeoutSeconds = 0.001; }},
       {"CERAR_MEASURE_LINK", [](RuntimeConfig& c) { c.measureLink = true; }},
       {"CERAR_DEVICE_TRANSPORT", [](RuntimeConfig& c) { c.deviceTransport = "gloo"; }},
+      {"CERAR_DYNAMIC_PROCESS_SETS", [](RuntimeConfig& c) { c.dynamicProcessSets = true; }},
   };
 }
 
