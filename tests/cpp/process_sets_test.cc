@@ -105,8 +105,9 @@ TEST(ProcessSets, ReadyWhenTheSetsMembersSubmittedEachNameOncePerSet) {
   const auto waiting = table.waiting();
   ASSERT_EQ(waiting.size(), 2u);
   for (const auto& w : waiting) {
-    EXPECT_EQ(w.missingRanks, w.key == inSet("g", low).key() ? std::vector<int>{2}
-                                                            : std::vector<int>{2, 3});
+    const std::vector<int> expected =
+        w.key == inSet("g", low).key() ? std::vector<int>{2} : std::vector<int>{2, 3};
+    EXPECT_EQ(w.missingRanks, expected);
   }
   table.receive(2, messageOf({inSet("g", low)}), cache, now);
   answer = table.decide(cache);
