@@ -5,13 +5,15 @@ import cerar
 import cerar.numpy as cn
 from common import check, fail
 
-pair = cerar.ProcessSet([0, 1])
-copy = cerar.ProcessSet([1, 0])
-cerar.init(process_sets=[pair, copy])
+first, copy, everyone = cerar.ProcessSet([0]), cerar.ProcessSet([0]), cerar.ProcessSet([1, 0])
+cerar.init(process_sets=[first, copy, everyone])
 r = cerar.rank()
-check("a set of every rank is the global one", pair.process_set_id == 0, str(pair))
+check("registered", first.process_set_id == 1 and first.size() == 1, str(first))
+# As Horovod's init: a repeated set (the global one included) is invalidated.
 check("a copy is invalidated", copy.process_set_id is None, str(copy))
-for change in (lambda: cerar.add_process_set([0]), lambda: cerar.remove_process_set(pair)):
+check("the global set's ranks", everyone.process_set_id is None, str(everyone))
+pair = first
+for change in (lambda: cerar.add_process_set([1]), lambda: cerar.remove_process_set(pair)):
     try:
         change()
         fail("a process set changed without the dynamic switch")
