@@ -72,9 +72,10 @@ Status checkMember(const std::optional<ProcessSet>& set, int32_t id, int rank,
                    const std::string& what) {
   if (!set) return argumentError(detail::concat(what, ": there is no process set ", id));
   if (!set->contains(rank)) {
+    std::string ranks;
+    for (int member : set->ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(member);
     return argumentError(detail::concat(what, ": rank ", rank, " is not in process set ", id,
-                                        " (ranks ", set->ranks.front(), "..",
-                                        set->ranks.back(), ", ", set->size(), " of them)"));
+                                        " (ranks ", ranks, ")"));
   }
   return {};
 }

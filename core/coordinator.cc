@@ -204,8 +204,11 @@ void Coordinator::process(const ResponseMessage& message) {
     if (it == pending_.end()) continue;
     it->second->responded = responded;
     for (const auto& name : unit.names) {
+      const int32_t set = unit.description.processSet;
       timeline_.record(name, "NEGOTIATE", it->second->enqueued, responded,
-                       detail::concat("\"kind\": \"", kindName(unit.description.kind), "\""));
+                       detail::concat("\"kind\": \"", kindName(unit.description.kind), "\"",
+                                      set == 0 ? "" : ", \"process_set\": ",
+                                      set == 0 ? "" : std::to_string(set)));
     }
   }
 
