@@ -390,7 +390,8 @@ DeviceEvent Dispatcher::deviceAllreduce(const std::vector<const Response*>& unit
     ops.download(staged_.data(), buffer, staged_.size());
     errorArgs += measureError(staged_.data(), total, d.dtype, options, stats);
   }
-  const double factor = d.postscale / (d.op == Op::kAverage ? double(group_->transport->size()) : 1.0);
+  const double N = double(group_->transport->size());
+  const double factor = d.postscale / (d.op == Op::kAverage ? N : 1.0);
   if (factor != 1.0) ops.scale(d.dtype, buffer, total, factor);
   ops.copy(out);
   return ops.record();
@@ -468,7 +469,8 @@ void Dispatcher::reducescatter(const std::vector<const Response*>& units,
   }
   const auto reduceStart = Clock::now();
   record(units, "MEMCPY_IN", packStart, reduceStart);
-  const RunStats run = group_->communicator.reduceScatter(buffer, chunks, d.dtype, reduceOpOf(d.op));
+  const RunStats run =
+      group_->communicator.reduceScatter(buffer, chunks, d.dtype, reduceOpOf(d.op));
   const auto unpackStart = Clock::now();
   record(units, "REDUCESCATTER", reduceStart, unpackStart,
          detail::concat("\"algorithm\": \"ring\", \"bytes\": ", total * elementSize,
@@ -493,7 +495,8 @@ void Dispatcher::reducescatter(const std::vector<const Response*>& units,
 }
 
 void Dispatcher::alltoall(const Response& unit, Entry* entry, RuntimeStats& stats) {
-  CERAR_ENFORCE(entry != nullptr, "rank ", group_->transport->rank(), ": alltoall without this rank");
+  CERAR_ENFORCE(entry != nullptr, "rank ", group_->transport->rank(),
+                ": alltoall without this rank");
   const Description& d = unit.description;
   const int N = group_->transport->size(), rank = group_->transport->rank();
   std::vector<int64_t> row = d.shapes.at(0);

@@ -73,7 +73,8 @@ def _register_static(runtime, process_sets):
     for ps in process_sets:
         if not isinstance(ps, ProcessSet):
             raise ValueError(f"init(process_sets=...) takes ProcessSet objects, got {ps!r}")
-        existing = [i for i in runtime.process_set_ids() if runtime.process_set_ranks(i) == ps.ranks]
+        existing = [i for i in runtime.process_set_ids()
+                    if runtime.process_set_ranks(i) == ps.ranks]
         if existing:
             ps.process_set_id = existing[0]
         else:
