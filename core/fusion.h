@@ -16,7 +16,8 @@ namespace cerar {
 // requested wire, reducing memory (Response::reducedOnDevice) and process set are packed in
 // order into groups of at most `thresholdBytes` (next fit, so a group's order is the response
 // order); a unit larger than the threshold (an allgather counts what it gathers), any other
-// kind, and every error response go alone. A grouped unit is never split. thresholdBytes == 0 disables fusion.
+// kind, and every error response go alone. A grouped unit is never split. thresholdBytes == 0
+// disables fusion.
 std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& responses,
                                             size_t thresholdBytes);
 
