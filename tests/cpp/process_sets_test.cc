@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "core/fusion.h"
+#include "runtime_scenarios.h"
 #include "core/negotiation.h"
 #include "core/process_sets.h"
 #include "ops/collectives.h"
@@ -29,7 +30,7 @@ RequestMessage messageOf(std::vector<Request> requests) {
   return m;
 }
 
-TEST(ProcessSets, TableNumbersSetsAndMapsRanks) {
+TEST(RuntimeProcessSets, TableNumbersSetsAndMapsRanks) {
   ProcessSetTable table(4);
   ASSERT_TRUE(table.find(0));
   EXPECT_EQ(table.find(0)->ranks, (std::vector<int>{0, 1, 2, 3}));
@@ -47,7 +48,7 @@ TEST(ProcessSets, TableNumbersSetsAndMapsRanks) {
   EXPECT_EQ(table.add({1, 3}), 3);  // ids are never reused
 }
 
-TEST(ProcessSets, RanksAreCheckedAndCIsAMultipleOfTheSetSize) {
+TEST(RuntimeProcessSets, RanksAreCheckedAndCIsAMultipleOfTheSetSize) {
   EXPECT_TRUE(checkSetRanks({2, 0}, 4).ok());
   EXPECT_FALSE(checkSetRanks({}, 4).ok());
   EXPECT_FALSE(checkSetRanks({0, 4}, 4).ok());
@@ -58,7 +59,7 @@ TEST(ProcessSets, RanksAreCheckedAndCIsAMultipleOfTheSetSize) {
   EXPECT_EQ(componentsForSet(0, 3), 0);  // the cost model decides
 }
 
-TEST(ProcessSets, SubsetViewTranslatesRanksOverSharedLinks) {
+TEST(RuntimeProcessSets, SubsetViewTranslatesRanksOverSharedLinks) {
   // Ranks 1 and 3 of 4 allgather among themselves as ranks 0 and 1 of the view, while
   // ranks 0 and 2 do the same in theirs over the same hub.
   InprocHub hub(4, std::chrono::milliseconds(20000));
@@ -87,7 +88,7 @@ TEST(ProcessSets, SubsetViewTranslatesRanksOverSharedLinks) {
   EXPECT_THROW(SubsetTransport(outsider, {1, 3}), Error);
 }
 
-TEST(ProcessSets, ReadyWhenTheSetsMembersSubmittedEachNameOncePerSet) {
+TEST(RuntimeProcessSets, ReadyWhenTheSetsMembersSubmittedEachNameOncePerSet) {
   ProcessSetTable sets(4);
   const int32_t odd = sets.add({1, 3});
   const int32_t low = sets.add({0, 1, 2});
@@ -115,7 +116,7 @@ TEST(ProcessSets, ReadyWhenTheSetsMembersSubmittedEachNameOncePerSet) {
   EXPECT_EQ(answer.responses[0].description.processSet, low);
 }
 
-TEST(ProcessSets, MismatchAndAllgatherRowsAreTheSetsOwn) {
+TEST(RuntimeProcessSets, MismatchAndAllgatherRowsAreTheSetsOwn) {
   ProcessSetTable sets(4);
   const int32_t odd = sets.add({1, 3});
   NegotiationTable table(4, &sets);
@@ -138,7 +139,7 @@ TEST(ProcessSets, MismatchAndAllgatherRowsAreTheSetsOwn) {
   EXPECT_EQ(refused.responses[0].errorCode, StatusCode::kInvalidArgument);
 }
 
-TEST(ProcessSets, FusionNeverMixesSetsAndCFollowsTheSetSize) {
+TEST(RuntimeProcessSets, FusionNeverMixesSetsAndCFollowsTheSetSize) {
   std::vector<Response> units;
   for (int32_t set : {0, 1, 0, 1}) {
     Response r;
@@ -156,6 +157,51 @@ TEST(ProcessSets, FusionNeverMixesSetsAndCFollowsTheSetSize) {
   ASSERT_EQ(groups.size(), 2u);
   EXPECT_EQ(groups[0].components, 8);
   EXPECT_EQ(groups[1].components, 9);
+}
+
+// Four in-process runtimes: a set added while the global set reduces, one name in flight in
+// both, the set's sum and average over its own ranks, a non-member refused, then removed.
+TEST(RuntimeProcessSets, InprocRuntimesReduceInASetWhileOthersReduce) {
+  using namespace scenarios;
+  InprocHub hub(4, std::chrono::milliseconds(20000));
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 4; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        auto rt = Runtime::startWith(testConfig(), hub.connect(rank));
+        std::vector<float> everyone(100, float(rank + 1));
+        Handle global = rt->allreduce("x", f32(everyone), f32(everyone), Op::kSum);
+        Handle added = rt->addProcessSet({3, 1});
+        added.wait();
+        const int32_t odd = added.processSetId();
+        check(odd == 1 && rt->processSetRanks(odd) == std::vector<int>{1, 3}, "set ", odd);
+        std::vector<float> mine(10, float(rank + 1));
+        if (rank % 2 == 1) {
+          rt->allreduce("x", f32(mine), f32(mine), Op::kSum, 1.0, 1.0, {}, Wire::kNone, odd)
+              .wait();
+          check(mine[0] == 2.0f + 4.0f, "set sum ", mine[0]);
+          rt->allreduce("y", f32(mine), f32(mine), Op::kAverage, 1.0, 1.0, {}, Wire::kNone, odd)
+              .wait();
+          check(mine[9] == 6.0f, "set average ", mine[9]);
+        } else {
+          const Status refused = outcome(
+              rt->allreduce("x", f32(mine), f32(mine), Op::kSum, 1.0, 1.0, {}, Wire::kNone, odd));
+          check(refused.code == StatusCode::kInvalidArgument &&
+                    refused.message.find("is not in process set 1") != std::string::npos,
+                refused.message);
+        }
+        global.wait();
+        check(everyone[0] == 10.0f, "global sum ", everyone[0]);
+        rt->removeProcessSet(odd).wait();
+        check(!rt->processSetRanks(odd), "set still there after removal");
+      } catch (const std::exception& e) {
+        errors[size_t(rank)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank = 0; rank < 4; ++rank) EXPECT_EQ(errors[size_t(rank)], "") << "rank " << rank;
 }
 
 }  // namespace
