@@ -39,7 +39,7 @@ std::unique_ptr<PyHandle> makeHandle(Handle h, Keep keep, DType dtype) {
 
 std::unique_ptr<PyHandle> allreduce(Runtime& rt, const std::string& name, py::handle input,
                                     py::object output, Op op, double prescale,
-                                    double postscale, const std::string& wire) {
+                                    double postscale, const std::string& wire, int32_t set) {
   const Wire format = parseWire(wire);
   bindings::pruneParked();
   Keep keep;
@@ -49,7 +49,7 @@ std::unique_ptr<PyHandle> allreduce(Runtime& rt, const std::string& name, py::ha
   Handle h;
   {
     py::gil_scoped_release release;
-    h = rt.allreduce(name, in, out, op, prescale, postscale, {}, format);
+    h = rt.allreduce(name, in, out, op, prescale, postscale, {}, format, set);
   }
   return makeHandle(std::move(h), std::move(keep), in.dtype);
 }
@@ -57,7 +57,7 @@ std::unique_ptr<PyHandle> allreduce(Runtime& rt, const std::string& name, py::ha
 std::unique_ptr<PyHandle> groupedAllreduce(Runtime& rt, const std::vector<std::string>& names,
                                            const py::list& inputs, py::object outputs, Op op,
                                            double prescale, double postscale,
-                                           const std::string& wire) {
+                                           const std::string& wire, int32_t set) {
   const Wire format = parseWire(wire);
   bindings::pruneParked();
   Keep keep;
@@ -74,14 +74,14 @@ std::unique_ptr<PyHandle> groupedAllreduce(Runtime& rt, const std::vector<std::s
   {
     py::gil_scoped_release release;
     h = rt.groupedAllreduce(names, std::move(ins), std::move(outs), op, prescale, postscale, {},
-                            format);
+                            format, set);
   }
   return makeHandle(std::move(h), std::move(keep), dtype);
 }
 
 std::unique_ptr<PyHandle> reducescatter(Runtime& rt, const std::vector<std::string>& names,
                                         const py::list& inputs, const py::list& outputs, Op op,
-                                        double prescale, double postscale) {
+                                        double prescale, double postscale, int32_t set) {
   bindings::pruneParked();
   Keep keep;
   std::vector<Tensor> ins, outs;
@@ -91,38 +91,40 @@ std::unique_ptr<PyHandle> reducescatter(Runtime& rt, const std::vector<std::stri
   Handle h;
   {
     py::gil_scoped_release release;
-    h = rt.reducescatter(names, std::move(ins), std::move(outs), op, prescale, postscale);
+    h = rt.reducescatter(names, std::move(ins), std::move(outs), op, prescale, postscale, {},
+                         set);
   }
   return makeHandle(std::move(h), std::move(keep), dtype);
 }
 
 std::unique_ptr<PyHandle> alltoall(Runtime& rt, const std::string& name, py::handle input,
-                                   std::vector<int64_t> splits) {
+                                   std::vector<int64_t> splits, int32_t set) {
   bindings::pruneParked();
   Keep keep;
   Tensor in = viewTensor(input, false, keep);
   Handle h;
   {
     py::gil_scoped_release release;
-    h = rt.alltoall(name, in, std::move(splits));
+    h = rt.alltoall(name, in, std::move(splits), {}, set);
   }
   return makeHandle(std::move(h), std::move(keep), in.dtype);
 }
 
-std::unique_ptr<PyHandle> allgather(Runtime& rt, const std::string& name, py::handle input) {
+std::unique_ptr<PyHandle> allgather(Runtime& rt, const std::string& name, py::handle input,
+                                    int32_t set) {
   bindings::pruneParked();
   Keep keep;
   Tensor in = viewTensor(input, false, keep);
   Handle h;
   {
     py::gil_scoped_release release;
-    h = rt.allgather(name, in);
+    h = rt.allgather(name, in, {}, set);
   }
   return makeHandle(std::move(h), std::move(keep), in.dtype);
 }
 
 std::unique_ptr<PyHandle> groupedAllgather(Runtime& rt, const std::vector<std::string>& names,
-                                           const py::list& inputs) {
+                                           const py::list& inputs, int32_t set) {
   bindings::pruneParked();
   Keep keep;
   std::vector<Tensor> ins;
@@ -131,20 +133,20 @@ std::unique_ptr<PyHandle> groupedAllgather(Runtime& rt, const std::vector<std::s
   Handle h;
   {
     py::gil_scoped_release release;
-    h = rt.groupedAllgather(names, std::move(ins));
+    h = rt.groupedAllgather(names, std::move(ins), {}, set);
   }
   return makeHandle(std::move(h), std::move(keep), dtype);
 }
 
 std::unique_ptr<PyHandle> broadcast(Runtime& rt, const std::string& name, py::handle tensor,
-                                    int root) {
+                                    int root, int32_t set) {
   bindings::pruneParked();
   Keep keep;
   Tensor t = viewTensor(tensor, true, keep);
   Handle h;
   {
     py::gil_scoped_release release;
-    h = rt.broadcast(name, t, root);
+    h = rt.broadcast(name, t, root, {}, set);
   }
   return makeHandle(std::move(h), std::move(keep), t.dtype);
 }
@@ -272,7 +274,8 @@ PYBIND11_MODULE(_cerar, m) {
       .def_readwrite("log_level", &RuntimeConfig::logLevel)
       .def_readwrite("host_store", &RuntimeConfig::hostStore)
       .def_readwrite("measure_link", &RuntimeConfig::measureLink)
-      .def_readwrite("device_transport", &RuntimeConfig::deviceTransport);
+      .def_readwrite("device_transport", &RuntimeConfig::deviceTransport)
+      .def_readwrite("dynamic_process_sets", &RuntimeConfig::dynamicProcessSets);
 
   py::class_<PyHandle>(m, "Handle")
       .def("poll", &PyHandle::poll, "True once the operation has ended.")
@@ -283,7 +286,8 @@ PYBIND11_MODULE(_cerar, m) {
       .def("received_splits", &PyHandle::receivedSplits,
            "alltoall: the rows received from each rank; grouped allgather: the rows of every "
            "rank and tensor (after wait).")
-      .def("last_joined_rank", &PyHandle::lastJoinedRank, "join: the rank that joined last.");
+      .def("last_joined_rank", &PyHandle::lastJoinedRank, "join: the rank that joined last.")
+      .def("process_set_id", &PyHandle::processSetId, "add_process_set: the new set's id.");
 
   py::class_<Runtime, std::unique_ptr<Runtime>>(m, "Runtime")
       .def_static("start", &startRuntime, py::arg("config"),
@@ -296,24 +300,40 @@ PYBIND11_MODULE(_cerar, m) {
       .def_property_readonly("local_size", &Runtime::localSize)
       .def("allreduce", &allreduce, py::arg("name"), py::arg("input"),
            py::arg("output") = py::none(), py::arg("op") = Op::kSum, py::arg("prescale") = 1.0,
-           py::arg("postscale") = 1.0, py::arg("wire") = "none",
+           py::arg("postscale") = 1.0, py::arg("wire") = "none", py::arg("process_set") = 0,
            "In place when output is None. wire: none | fp16 | bf16 (docs/wires.md).")
       .def("grouped_allreduce", &groupedAllreduce, py::arg("names"), py::arg("inputs"),
            py::arg("outputs") = py::none(), py::arg("op") = Op::kSum,
-           py::arg("prescale") = 1.0, py::arg("postscale") = 1.0, py::arg("wire") = "none")
+           py::arg("prescale") = 1.0, py::arg("postscale") = 1.0, py::arg("wire") = "none",
+           py::arg("process_set") = 0)
       .def("reducescatter", &reducescatter, py::arg("names"), py::arg("inputs"),
            py::arg("outputs"), py::arg("op") = Op::kSum, py::arg("prescale") = 1.0,
-           py::arg("postscale") = 1.0,
+           py::arg("postscale") = 1.0, py::arg("process_set") = 0,
            "Each output gets this rank's share of the first dimension (scatter_rows).")
       .def("alltoall", &alltoall, py::arg("name"), py::arg("input"),
-           py::arg("splits") = std::vector<int64_t>{},
+           py::arg("splits") = std::vector<int64_t>{}, py::arg("process_set") = 0,
            "Rows splits[j] to rank j; empty splits divide the first dimension equally.")
-      .def("allgather", &allgather, py::arg("name"), py::arg("input"))
+      .def("allgather", &allgather, py::arg("name"), py::arg("input"),
+           py::arg("process_set") = 0)
       .def("grouped_allgather", &groupedAllgather, py::arg("names"), py::arg("inputs"),
+           py::arg("process_set") = 0,
            "One unit; output() is flat (tensor 0 gathered, then tensor 1, ...), "
            "received_splits() the rows at [rank * tensors + tensor].")
-      .def("broadcast", &broadcast, py::arg("name"), py::arg("tensor"), py::arg("root"))
-      .def("barrier", [](Runtime& rt) { return simple([&] { return rt.barrier(); }); })
+      .def("broadcast", &broadcast, py::arg("name"), py::arg("tensor"), py::arg("root"),
+           py::arg("process_set") = 0, "root: a global rank, also in a process set.")
+      .def("barrier", [](Runtime& rt, int32_t set) {
+             return simple([&] { return rt.barrier({}, set); });
+           }, py::arg("process_set") = 0)
+      .def("add_process_set", [](Runtime& rt, std::vector<int> ranks) {
+             return simple([&] { return rt.addProcessSet(std::move(ranks)); });
+           }, py::arg("ranks"), "Every rank together; the handle's process_set_id() is the id.")
+      .def("remove_process_set", [](Runtime& rt, int32_t id) {
+             return simple([&] { return rt.removeProcessSet(id); });
+           }, py::arg("id"))
+      .def("process_set_ranks", &Runtime::processSetRanks, py::arg("id"),
+           "The global ranks of set `id`, or None when there is none.")
+      .def("process_set_ids", &Runtime::processSetIds)
+      .def_property_readonly("dynamic_process_sets", &Runtime::dynamicProcessSets)
       .def("join", [](Runtime& rt) { return simple([&] { return rt.join(); }); })
       .def("start_timeline", &Runtime::startTimeline, py::arg("path"),
            py::call_guard<py::gil_scoped_release>())

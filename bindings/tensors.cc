@@ -144,6 +144,11 @@ std::vector<int64_t> PyHandle::receivedSplits() const {
   return handle_.receivedSplits();
 }
 
+int PyHandle::processSetId() const {
+  handle_.wait();
+  return handle_.processSetId();
+}
+
 int PyHandle::lastJoinedRank() const {
   handle_.wait();
   return handle_.lastJoinedRank();

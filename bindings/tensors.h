@@ -58,6 +58,7 @@ class PyHandle {
   // alltoall: the rows received from each rank.
   std::vector<int64_t> receivedSplits() const;
   int lastJoinedRank() const;
+  int processSetId() const;
 
  private:
   Handle handle_;

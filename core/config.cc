@@ -223,6 +223,9 @@ RuntimeConfig configFromEnvironment(const EnvironmentLookup& lookup) {
   c.logLevel = env.text("CERAR_LOG_LEVEL").value_or(c.logLevel);
   c.measureLink = env.flag("CERAR_MEASURE_LINK", c.measureLink);
   c.deviceTransport = env.text("CERAR_DEVICE_TRANSPORT").value_or(c.deviceTransport);
+  // Horovod's name is read too, so that Horovod scripts keep their switch.
+  c.dynamicProcessSets = env.flag("HOROVOD_DYNAMIC_PROCESS_SETS", c.dynamicProcessSets);
+  c.dynamicProcessSets = env.flag("CERAR_DYNAMIC_PROCESS_SETS", c.dynamicProcessSets);
   try {
     validateConfig(c);
   } catch (const Error& e) {

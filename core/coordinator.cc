@@ -53,8 +53,9 @@ constexpr const char* kTuningRow = "cerar.autotune";
 
 Coordinator::Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport> transport,
                          Queue& queue, Timeline& timeline, const Logger& logger,
-                         DeviceSlot& devices, std::function<void()> beforeRelease)
-    : config_(config), transport_(transport), queue_(queue), timeline_(timeline),
+                         DeviceSlot& devices, ProcessSetTable& sets,
+                         std::function<void()> beforeRelease)
+    : config_(config), transport_(transport), queue_(queue), sets_(sets), timeline_(timeline),
       logger_(logger), cache_(config.cacheCapacity), policy_(policyOf(config)),
       beforeRelease_(std::move(beforeRelease)),
       stallInspector_(config.stallCheckSeconds, config.stallShutdownSeconds), devices_(devices),
@@ -63,7 +64,7 @@ Coordinator::Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport>
   const TuningPoint start{config.fusionThresholdBytes, config.cycleTimeMs, config.componentsScale};
   tuning_.point = applied_.point = start;
   if (transport_->rank() == kCoordinatorRank) {
-    table_ = std::make_unique<NegotiationTable>(transport_->size());
+    table_ = std::make_unique<NegotiationTable>(transport_->size(), &sets_);
     if (config.autotune) {
       RuntimeConfig sized = config;
       sized.size = transport_->size();
@@ -163,8 +164,19 @@ RequestMessage Coordinator::collectRequests() {
   const auto now = Clock::now();
   for (auto& entry : fresh) {
     entry->requested = now;
-    const int64_t slot =
-        cache_.capacity() > 0 ? cache_.lookup(entry->request, transport_->rank()) : -1;
+    const int32_t id = entry->request.description.processSet;
+    const auto set = sets_.find(id);
+    if (!set) {  // removed since it was enqueued: never sent
+      const std::vector<std::string> names = entry->request.names;
+      queue_.release(entry->request);
+      entry->state->complete(Status(StatusCode::kInvalidArgument,
+                                    detail::concat("cerar: '", names.front(), "': process set ",
+                                                   id, " has been removed")));
+      continue;
+    }
+    const int64_t slot = cache_.capacity() > 0
+                             ? cache_.lookup(entry->request, set->rankOf(transport_->rank()))
+                             : -1;
     if (slot >= 0) {
       setBit(message.cacheBits, static_cast<size_t>(slot));
       ++working_.cacheHits;
@@ -209,7 +221,11 @@ ResponseMessage Coordinator::negotiate(const RequestMessage& request) {
     decided.tuning = tuner_ ? tuner_->state() : tuning_;
     SelectionPolicy policy = policy_;
     policy.componentsScale = decided.tuning.point.componentsScale;
-    decided.groups = decideGroups(unitsOf(decided), t.size(),
+    const auto setSize = [this](int32_t id) {
+      const auto set = sets_.find(id);
+      return set ? set->size() : 1;  // a removed set's units fail when processed
+    };
+    decided.groups = decideGroups(unitsOf(decided), setSize,
                                   size_t(decided.tuning.point.thresholdBytes), link_, policy);
     answer = encode(decided);
   } catch (const TimeoutError&) {
@@ -258,8 +274,11 @@ void Coordinator::process(const ResponseMessage& message) {
     if (it == pending_.end()) continue;
     it->second->responded = responded;
     for (const auto& name : unit.names) {
+      const int32_t set = unit.description.processSet;
       timeline_.record(name, "NEGOTIATE", it->second->enqueued, responded,
-                       detail::concat("\"kind\": \"", kindName(unit.description.kind), "\""));
+                       detail::concat("\"kind\": \"", kindName(unit.description.kind), "\"",
+                                      set == 0 ? "" : ", \"process_set\": ",
+                                      set == 0 ? "" : std::to_string(set)));
     }
   }
 
@@ -278,6 +297,22 @@ void Coordinator::process(const ResponseMessage& message) {
       complete(members.front()->key(), members.front()->status());
       continue;
     }
+    if (members.front()->description.kind == Kind::kProcessSet) {
+      changeSets(*members.front());
+      continue;
+    }
+    const int32_t id = members.front()->description.processSet;
+    const auto set = sets_.find(id);
+    if (!set) {  // removed earlier in this answer: its members fail it alike
+      for (const Response* member : members) {
+        complete(member->key(), Status(StatusCode::kInvalidArgument,
+                                       detail::concat("cerar: '", member->names.front(),
+                                                      "': process set ", id,
+                                                      " has been removed")));
+      }
+      continue;
+    }
+    if (!set->contains(transport_->rank())) continue;  // another set's work
     const auto dispatched = Clock::now();
     for (size_t i = 0; i < members.size(); ++i) {
       if (entries[i] == nullptr) continue;
@@ -285,7 +320,7 @@ void Coordinator::process(const ResponseMessage& message) {
         timeline_.record(name, "WAIT", entries[i]->responded, dispatched);
       }
     }
-    DeviceEvent end = dispatcher_.run(members, entries, group, working_);
+    DeviceEvent end = dispatcher_.run(members, entries, group, working_, *set);
     // Before any handle of the group completes: a caller that has waited sees the
     // operation's effects in stats() (runtime.h).
     publishStats();
@@ -360,8 +395,50 @@ void Coordinator::complete(const std::string& key, const Status& status) {
   if (it == pending_.end()) return;  // a unit this rank never submitted (it has joined)
   std::unique_ptr<Entry> entry = std::move(it->second);
   pending_.erase(it);
-  queue_.release(entry->request.names);  // before the callback, which may enqueue the name again
+  queue_.release(entry->request);  // before the callback, which may enqueue the name again
   entry->state->complete(status);
+}
+
+void Coordinator::changeSets(const Response& unit) {
+  const Description& d = unit.description;
+  Status outcome;
+  int32_t id = d.root;
+  if (d.root > 0) {
+    if (sets_.remove(id)) {
+      dispatcher_.forget(id);
+      if (table_) table_->dropSet(id);
+      // Operations of the set still pending here can no longer run.
+      std::vector<std::string> orphans;
+      for (const auto& [key, entry] : pending_) {
+        if (entry->request.description.processSet == id) orphans.push_back(key);
+      }
+      for (const auto& key : orphans) {
+        complete(key, Status(StatusCode::kInvalidArgument,
+                             detail::concat("cerar: process set ", id,
+                                            " was removed while this operation waited")));
+      }
+    } else {
+      outcome = Status(StatusCode::kInvalidArgument,
+                       detail::concat("cerar: there is no process set ", id, " to remove"));
+    }
+  } else {
+    std::vector<int> ranks(d.splits.begin(), d.splits.end());
+    std::sort(ranks.begin(), ranks.end());
+    const auto existing = sets_.idOf(ranks);
+    const Status valid = checkSetRanks(ranks, transport_->size());
+    if (!valid.ok()) {
+      outcome = withContext(valid, "cerar: ", "");
+    } else if (existing) {
+      outcome = Status(StatusCode::kInvalidArgument,
+                       detail::concat("cerar: a process set with these ranks exists already "
+                                      "(id ", *existing, ")"));
+    } else {
+      id = sets_.add(ranks);
+    }
+  }
+  auto it = pending_.find(unit.key());
+  if (it != pending_.end() && outcome.ok()) it->second->state->processSetId = id;
+  complete(unit.key(), outcome);
 }
 
 void Coordinator::completeOnDevice(const std::vector<const Response*>& members,
@@ -378,7 +455,7 @@ void Coordinator::completeOnDevice(const std::vector<const Response*>& members,
   // before then is refused, as on the host.
   finalizer_.add(devices_.get(-1), std::move(end), [this, done](const Status& status) {
     for (auto& entry : *done) {
-      queue_.release(entry->request.names);
+      queue_.release(entry->request);
       entry->state->complete(status);
     }
   });

@@ -27,9 +27,10 @@ class Coordinator {
   // `beforeRelease` runs on the coordinator rank once every rank has asked to shut down and
   // before any rank is let go (e.g. closing a rendezvous store it hosts, so that a rank that
   // starts again cannot reach the old one).
+  // `sets`: this rank's process sets, changed here as negotiated changes are processed.
   Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport> transport, Queue& queue,
               Timeline& timeline, const Logger& logger, DeviceSlot& devices,
-              std::function<void()> beforeRelease = {});
+              ProcessSetTable& sets, std::function<void()> beforeRelease = {});
 
   // Measures the links for the cost model (all ranks together). Call before run().
   void probe();
@@ -53,6 +54,8 @@ class Coordinator {
   void countControl(size_t messageBytes, bool sent);
   void process(const ResponseMessage& message);
   void complete(const std::string& key, const Status& status);
+  // Adds or removes a process set as `unit` says, alike on every rank (same order, same ids).
+  void changeSets(const Response& unit);
   // Hands the group's entries to the finalizer, which completes them once `end` is reached.
   void completeOnDevice(const std::vector<const Response*>& members, DeviceEvent end);
   // Autotuning: feeds the cycle's reduced units to the tuner (coordinator rank), and applies
@@ -66,6 +69,7 @@ class Coordinator {
   RuntimeConfig config_;
   std::shared_ptr<Transport> transport_;
   Queue& queue_;
+  ProcessSetTable& sets_;
   Timeline& timeline_;
   const Logger& logger_;
   ResponseCache cache_;

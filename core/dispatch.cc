@@ -8,6 +8,7 @@
 #include "ops/algorithms/share_correction.h"
 #include "ops/collectives.h"
 #include "ops/common/error.h"
+#include "ops/transport/subset.h"
 
 namespace cerar {
 
@@ -136,8 +137,20 @@ ReduceOp reduceOpOf(Op op) {
 
 Dispatcher::Dispatcher(std::shared_ptr<Transport> transport, Timeline& timeline,
                        DeviceSlot& devices)
-    : transport_(transport), communicator_(std::move(transport)), timeline_(timeline),
-      devices_(devices) {}
+    : base_(std::move(transport)), timeline_(timeline), devices_(devices) {
+  groups_[kGlobalProcessSet] = std::make_unique<Group>(base_);
+}
+
+Dispatcher::Group& Dispatcher::groupFor(const ProcessSet& set) {
+  auto& group = groups_[set.id];
+  if (!group) {
+    // Set ids are never reused, so a set's tag is its own for the life of the job.
+    std::shared_ptr<Transport> links = base_->channel(uint32_t(set.id));
+    group = std::make_unique<Group>(
+        std::make_shared<SubsetTransport>(links ? links : base_, set.ranks));
+  }
+  return *group;
+}
 
 void Dispatcher::record(const std::vector<const Response*>& units, const char* phase,
                         Clock::time_point start, Clock::time_point end, const std::string& args) {
@@ -150,10 +163,20 @@ void Dispatcher::record(const std::vector<const Response*>& units, const char* p
 DeviceEvent Dispatcher::run(const std::vector<const Response*>& units,
                             const std::vector<Entry*>& entries, const FusedGroup& decision,
                             RuntimeStats& stats) {
+  ProcessSet all;
+  for (int rank = 0; rank < base_->size(); ++rank) all.ranks.push_back(rank);
+  return run(units, entries, decision, stats, all);
+}
+
+DeviceEvent Dispatcher::run(const std::vector<const Response*>& units,
+                            const std::vector<Entry*>& entries, const FusedGroup& decision,
+                            RuntimeStats& stats, const ProcessSet& set) {
   CERAR_ENFORCE(!units.empty() && units.size() == entries.size(), "dispatch: bad group");
+  group_ = &groupFor(set);
+  set_ = &set;
   for (size_t u = 0; u < units.size(); ++u) {
     if (entries[u] != nullptr) {
-      checkLocalSizes(*units[u], *entries[u], transport_->rank(), transport_->size());
+      checkLocalSizes(*units[u], *entries[u], group_->transport->rank(), group_->transport->size());
     }
   }
   const Response& first = *units.front();
@@ -164,6 +187,7 @@ DeviceEvent Dispatcher::run(const std::vector<const Response*>& units,
     case Kind::kAllgather: allgather(units, entries, stats); break;
     case Kind::kBroadcast: broadcast(first, entries.front(), stats); break;
     case Kind::kBarrier: break;  // the negotiation itself was the barrier
+    case Kind::kProcessSet: break;  // applied by the coordinator
   }
   return nullptr;
 }
@@ -173,7 +197,7 @@ std::string Dispatcher::measureError(const std::byte* result, size_t total, DTyp
   // Every rank runs the same extra ring (the knob is the same everywhere), so it pairs up.
   AllreduceOptions exact = options;
   exact.algorithm = Algorithm::kRing;
-  communicator_.allreduce(exactCopy_.data(), total, dtype, exact);
+  group_->communicator.allreduce(exactCopy_.data(), total, dtype, exact);
   const double error = maxRelativeDifference(dtype, result, exactCopy_.data(), total);
   stats.measuredErrorLast = error;
   stats.measuredErrorMax = std::max(stats.measuredErrorMax, error);
@@ -191,7 +215,7 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
   size_t total = 0;
   for (const Response* unit : units) total += unit->description.elements();
 
-  const int N = transport_->size();
+  const int N = group_->transport->size();
   // Everything below comes from the coordinator rank's decision, the same on every rank, and
   // negotiation agreed on the tensors: parameter agreement would only repeat it.
   AllreduceOptions options;
@@ -275,9 +299,9 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
       // Dot products and norms are per tensor of the group (docs/adasum.md).
       std::vector<size_t> sizes;
       for (const Slot& slot : slots) sizes.push_back(slot.elements);
-      run = adasum_.run(*transport_, buffer, d.dtype, sizes);
+      run = adasum_.run(*group_->transport, buffer, d.dtype, sizes);
     } else {
-      run = communicator_.allreduce(buffer, total, d.dtype, options);
+      run = group_->communicator.allreduce(buffer, total, d.dtype, options);
     }
     const auto unpackStart = Clock::now();
     if (measure && !run.nonFiniteFallback) {
@@ -366,7 +390,8 @@ DeviceEvent Dispatcher::deviceAllreduce(const std::vector<const Response*>& unit
     ops.download(staged_.data(), buffer, staged_.size());
     errorArgs += measureError(staged_.data(), total, d.dtype, options, stats);
   }
-  const double factor = d.postscale / (d.op == Op::kAverage ? double(transport_->size()) : 1.0);
+  const double N = double(group_->transport->size());
+  const double factor = d.postscale / (d.op == Op::kAverage ? N : 1.0);
   if (factor != 1.0) ops.scale(d.dtype, buffer, total, factor);
   ops.copy(out);
   return ops.record();
@@ -392,7 +417,7 @@ void Dispatcher::reducescatter(const std::vector<const Response*>& units,
                                const std::vector<Entry*>& entries, RuntimeStats& stats) {
   const Description& d = units.front()->description;
   const size_t elementSize = dtypeSize(d.dtype);
-  const int N = transport_->size(), rank = transport_->rank();
+  const int N = group_->transport->size(), rank = group_->transport->rank();
   // Every tensor of the group, with its rows and a row's elements.
   struct Part {
     const Tensor* input;
@@ -444,7 +469,8 @@ void Dispatcher::reducescatter(const std::vector<const Response*>& units,
   }
   const auto reduceStart = Clock::now();
   record(units, "MEMCPY_IN", packStart, reduceStart);
-  const RunStats run = communicator_.reduceScatter(buffer, chunks, d.dtype, reduceOpOf(d.op));
+  const RunStats run =
+      group_->communicator.reduceScatter(buffer, chunks, d.dtype, reduceOpOf(d.op));
   const auto unpackStart = Clock::now();
   record(units, "REDUCESCATTER", reduceStart, unpackStart,
          detail::concat("\"algorithm\": \"ring\", \"bytes\": ", total * elementSize,
@@ -469,9 +495,10 @@ void Dispatcher::reducescatter(const std::vector<const Response*>& units,
 }
 
 void Dispatcher::alltoall(const Response& unit, Entry* entry, RuntimeStats& stats) {
-  CERAR_ENFORCE(entry != nullptr, "rank ", transport_->rank(), ": alltoall without this rank");
+  CERAR_ENFORCE(entry != nullptr, "rank ", group_->transport->rank(),
+                ": alltoall without this rank");
   const Description& d = unit.description;
-  const int N = transport_->size(), rank = transport_->rank();
+  const int N = group_->transport->size(), rank = group_->transport->rank();
   std::vector<int64_t> row = d.shapes.at(0);
   row[0] = 1;
   const size_t rowBytes = shapeElements(row) * dtypeSize(d.dtype);
@@ -491,7 +518,7 @@ void Dispatcher::alltoall(const Response& unit, Entry* entry, RuntimeStats& stat
   out.resize(size_t(rows) * rowBytes);
   const auto exchangeStart = Clock::now();
   record({&unit}, "MEMCPY_IN", start, exchangeStart);
-  pairwiseAlltoall(*transport_, in, sendBytes, out.data(), recvBytes);
+  pairwiseAlltoall(*group_->transport, in, sendBytes, out.data(), recvBytes);
   record({&unit}, "ALLTOALL", exchangeStart, Clock::now(),
          detail::concat("\"algorithm\": \"pairwise\", \"bytes\": ", out.size()));
   entry->state->outputShape = entry->inputs[0].shape;
@@ -502,7 +529,7 @@ void Dispatcher::alltoall(const Response& unit, Entry* entry, RuntimeStats& stat
 
 void Dispatcher::allgather(const std::vector<const Response*>& units,
                            const std::vector<Entry*>& entries, RuntimeStats& stats) {
-  const int N = transport_->size(), rank = transport_->rank();
+  const int N = group_->transport->size(), rank = group_->transport->rank();
   const size_t elementSize = dtypeSize(units.front()->description.dtype);
   // Every tensor of the group: its unit, its index there, and one row's bytes.
   struct Part {
@@ -551,7 +578,7 @@ void Dispatcher::allgather(const std::vector<const Response*>& units,
   }
   const auto gatherStart = Clock::now();
   record(units, "MEMCPY_IN", start, gatherStart);
-  ringAllgather(*transport_, buffer, blocks);
+  ringAllgather(*group_->transport, buffer, blocks);
   const auto unpackStart = Clock::now();
   record(units, "ALLGATHER", gatherStart, unpackStart,
          detail::concat("\"algorithm\": \"ring\", \"bytes\": ", total, ", \"tensors\": ",
@@ -591,7 +618,9 @@ void Dispatcher::broadcast(const Response& unit, Entry* entry, RuntimeStats& sta
   // Device tensors travel through host memory here (a broadcast is rare: initial weights).
   DeviceOps* ops =
       entry && entry->inputs[0].device >= 0 ? &devices_.get(entry->inputs[0].device) : nullptr;
-  const bool root = transport_->rank() == d.root;
+  const int rootRank = set_->rankOf(d.root);  // a global rank; validated at enqueue
+  CERAR_ENFORCE(rootRank >= 0, "broadcast root ", d.root, " is not in process set ", set_->id);
+  const bool root = group_->transport->rank() == rootRank;
   if (entry && !ops) {
     data = entry->outputs[0].data;
   } else {
@@ -603,12 +632,13 @@ void Dispatcher::broadcast(const Response& unit, Entry* entry, RuntimeStats& sta
     for (const DeviceEvent& ready : entry->ready) ops->after(ready);
     if (root) ops->download(data, entry->inputs[0].data, bytes);
   }
-  chainBroadcast(*transport_, data, bytes, d.root);
+  chainBroadcast(*group_->transport, data, bytes, rootRank);
   if (ops && !root) ops->upload(entry->outputs[0].data, data, bytes);
   record({&unit}, "BROADCAST", start, Clock::now(),
          detail::concat("\"algorithm\": \"chain\", \"root\": ", d.root, ", \"bytes\": ", bytes));
-  const int position = (transport_->rank() - d.root + transport_->size()) % transport_->size();
-  if (position < transport_->size() - 1) stats.bytesSent += bytes;
+  const int n = group_->transport->size();
+  const int position = (group_->transport->rank() - rootRank + n) % n;
+  if (position < group_->transport->size() - 1) stats.bytesSent += bytes;
 }
 
 }  // namespace cerar

@@ -5,11 +5,13 @@
 // thread only.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <vector>
 
 #include "core/device.h"
 #include "core/operation.h"
+#include "core/process_sets.h"
 #include "core/selection.h"
 #include "core/timeline.h"
 #include "ops/adasum_run.h"
@@ -28,8 +30,15 @@ class Dispatcher {
   // failures propagate (the runtime cannot continue after them).
   // Returns null when the results are in place, or, for device tensors, the event after which
   // they are (the work is enqueued on the runtime stream of devices.get(-1)).
+  // `set` is the units' process set, which has this rank: its ranks are numbered 0..n-1 in
+  // every schedule (a view of the job's links; broadcast roots are global ranks).
+  DeviceEvent run(const std::vector<const Response*>& units, const std::vector<Entry*>& entries,
+                  const FusedGroup& decision, RuntimeStats& stats, const ProcessSet& set);
+  // In set 0 (every rank of the transport).
   DeviceEvent run(const std::vector<const Response*>& units, const std::vector<Entry*>& entries,
                   const FusedGroup& decision, RuntimeStats& stats);
+  // Set `id` is gone: drops its view of the links.
+  void forget(int32_t id) { groups_.erase(id); }
 
  private:
   DeviceEvent allreduce(const std::vector<const Response*>& units,
@@ -60,8 +69,19 @@ class Dispatcher {
   void record(const std::vector<const Response*>& units, const char* phase,
               Clock::time_point start, Clock::time_point end, const std::string& args = "");
 
-  std::shared_ptr<Transport> transport_;
-  Communicator communicator_;
+  // One process set's view of the links (the job's transport itself for set 0), over a
+  // channel of its own where the transport has channels.
+  struct Group {
+    std::shared_ptr<Transport> transport;
+    Communicator communicator;
+    explicit Group(std::shared_ptr<Transport> t) : transport(t), communicator(std::move(t)) {}
+  };
+  Group& groupFor(const ProcessSet& set);
+
+  std::shared_ptr<Transport> base_;
+  std::map<int32_t, std::unique_ptr<Group>> groups_;
+  Group* group_ = nullptr;        // the set of the group being run
+  const ProcessSet* set_ = nullptr;
   AdasumRunner adasum_;
   Timeline& timeline_;
   DeviceSlot& devices_;

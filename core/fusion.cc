@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "core/dispatch.h"
+#include "core/process_sets.h"
 
 namespace cerar {
 
@@ -39,7 +40,7 @@ Wire wireFor(const Response& unit, const SelectionPolicy& policy) {
 
 std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& responses,
                                             size_t thresholdBytes) {
-  using Key = std::tuple<Kind, DType, Op, bool, double, double, Wire>;
+  using Key = std::tuple<Kind, DType, Op, bool, double, double, Wire, int32_t>;
   struct Open {
     size_t group;
     size_t bytes;
@@ -58,7 +59,8 @@ std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& respons
       groups.push_back({i});
       continue;
     }
-    const Key key{d.kind, d.dtype, d.op, r.reducedOnDevice(), d.prescale, d.postscale, d.wire};
+    const Key key{d.kind,      d.dtype,     d.op,   r.reducedOnDevice(),
+                  d.prescale,  d.postscale, d.wire, d.processSet};
     auto it = open.find(key);
     if (it != open.end() && it->second.bytes + bytes <= thresholdBytes) {
       groups[it->second.group].push_back(i);
@@ -74,14 +76,24 @@ std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& respons
 std::vector<FusedGroup> decideGroups(const std::vector<Response>& units, int N,
                                      size_t thresholdBytes, const LinkModel& link,
                                      const SelectionPolicy& policy) {
+  return decideGroups(units, [N](int32_t) { return N; }, thresholdBytes, link, policy);
+}
+
+std::vector<FusedGroup> decideGroups(const std::vector<Response>& units,
+                                     const std::function<int(int32_t set)>& setSize,
+                                     size_t thresholdBytes, const LinkModel& link,
+                                     const SelectionPolicy& jobPolicy) {
   std::vector<FusedGroup> decided;
   for (const auto& members : planFusion(units, thresholdBytes)) {
+    const Response& first = units[members.front()];
+    const Description& d = first.description;
+    const int N = setSize(d.processSet);
+    SelectionPolicy policy = jobPolicy;
+    policy.components = componentsForSet(jobPolicy.components, N);
     FusedGroup group;
     group.algorithm = Algorithm::kRing;
     group.components = N;
     for (size_t index : members) group.members.push_back(static_cast<uint32_t>(index));
-    const Response& first = units[members.front()];
-    const Description& d = first.description;
     // Adasum has its own schedule (ops/algorithms/adasum.h): no ring or CERAR to select.
     if (first.error.empty() && d.kind == Kind::kAllreduce && d.op != Op::kAdasum) {
       size_t total = 0;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <vector>
 
 #include "core/message.h"
@@ -12,10 +13,11 @@ namespace cerar {
 
 // Groups of indices into `responses`, in execution order (by each group's first index).
 // Allreduce, reducescatter and allgather units with the same kind, dtype, op, scale factors,
-// requested wire and reducing memory (Response::reducedOnDevice) are packed in order into groups of at most
-// `thresholdBytes` (next fit, so a group's order is the response order); a unit larger than
-// the threshold (an allgather counts what it gathers), any other kind, and every error
-// response go alone. A grouped unit is never split. thresholdBytes == 0 disables fusion.
+// requested wire, reducing memory (Response::reducedOnDevice) and process set are packed in
+// order into groups of at most `thresholdBytes` (next fit, so a group's order is the response
+// order); a unit larger than the threshold (an allgather counts what it gathers), any other
+// kind, and every error response go alone. A grouped unit is never split. thresholdBytes == 0
+// disables fusion.
 std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& responses,
                                             size_t thresholdBytes);
 
@@ -24,6 +26,13 @@ std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& respons
 // coordinator rank's probe) and the job's policy. A float32 sum on the host with a 16-bit wire
 // (the unit's request, else policy.wire) takes the exact ring with that wire. Error units and other kinds carry no
 // reduction decision.
+// N is the size of each unit's process set (`setSize(id)`); a forced c is rounded up to a
+// multiple of it (componentsForSet).
+std::vector<FusedGroup> decideGroups(const std::vector<Response>& units,
+                                     const std::function<int(int32_t set)>& setSize,
+                                     size_t thresholdBytes, const LinkModel& link,
+                                     const SelectionPolicy& policy);
+// Every unit in a set of N ranks (set 0 of a job of N).
 std::vector<FusedGroup> decideGroups(const std::vector<Response>& units, int N,
                                      size_t thresholdBytes, const LinkModel& link,
                                      const SelectionPolicy& policy);

@@ -11,7 +11,7 @@
 namespace cerar {
 namespace {
 
-constexpr uint8_t kVersion = 2;  // 2: the autotune settings
+constexpr uint8_t kVersion = 3;  // 2: the autotune settings; 3: dynamic process sets
 
 // Visits every job-wide field of a config with its variable name, in encoding order. One list
 // serves encoding, decoding, comparing and naming, so they cannot drift apart.
@@ -36,6 +36,7 @@ void forEachJobSetting(Config& c, Visit&& visit) {
   visit("CERAR_AUTOTUNE_LOG", c.autotuneLog);
   visit("CERAR_AUTOTUNE_WARMUP_SAMPLES", c.autotuneWarmupSamples);
   visit("CERAR_AUTOTUNE_STEPS_PER_SAMPLE", c.autotuneStepsPerSample);
+  visit("CERAR_DYNAMIC_PROCESS_SETS", c.dynamicProcessSets);
 }
 
 struct Encoder {

@@ -13,6 +13,7 @@ const char* kindName(Kind kind) {
     case Kind::kBarrier: return "barrier";
     case Kind::kReducescatter: return "reducescatter";
     case Kind::kAlltoall: return "alltoall";
+    case Kind::kProcessSet: return "process set change";
   }
   return "?";
 }
@@ -37,7 +38,7 @@ bool Description::agrees(const Description& other) const {
   }
   if (kind != other.kind || dtype != other.dtype || op != other.op ||
       root != other.root || prescale != other.prescale || postscale != other.postscale ||
-      wire != other.wire ||
+      wire != other.wire || processSet != other.processSet ||
       shapes.size() != other.shapes.size()) {
     return false;
   }
@@ -99,6 +100,13 @@ std::string Description::toString() const {
     out << "]";
   }
   if (kind == Kind::kBroadcast) out << " root " << root;
+  if (kind == Kind::kProcessSet && root > 0) out << " removing set " << root;
+  if (kind == Kind::kProcessSet && root == 0) {
+    out << " adding ranks [";
+    for (size_t i = 0; i < splits.size(); ++i) out << (i ? ", " : "") << splits[i];
+    out << "]";
+  }
+  if (processSet != 0) out << " in process set " << processSet;
   if (kind == Kind::kAlltoall && !splits.empty()) {
     out << " splits [";
     for (size_t i = 0; i < splits.size(); ++i) out << (i ? ", " : "") << splits[i];
@@ -112,8 +120,9 @@ std::string Description::toString() const {
 }
 
 namespace {
-std::string joinNames(const std::vector<std::string>& names) {
-  std::string key;
+// Names are never empty and never hold 0x1f, so a leading 0x1f cannot start a plain key.
+std::string joinNames(const std::vector<std::string>& names, int32_t processSet) {
+  std::string key = processSet == 0 ? "" : "\x1f" + std::to_string(processSet) + "\x1f";
   for (size_t i = 0; i < names.size(); ++i) {
     if (i) key += '\x1f';  // a separator no sane tensor name contains
     key += names[i];
@@ -122,8 +131,8 @@ std::string joinNames(const std::vector<std::string>& names) {
 }
 }  // namespace
 
-std::string Request::key() const { return joinNames(names); }
-std::string Response::key() const { return joinNames(names); }
+std::string Request::key() const { return joinNames(names, description.processSet); }
+std::string Response::key() const { return joinNames(names, description.processSet); }
 
 void setBit(std::vector<uint8_t>& bits, size_t index) {
   if (bits.size() <= index / 8) bits.resize(index / 8 + 1, 0);

@@ -21,6 +21,9 @@ enum class Kind : uint8_t {
   kBarrier,
   kReducescatter,
   kAlltoall,
+  // A change of the process sets (core/process_sets.h), negotiated in set 0: root > 0 removes
+  // set `root`, root == 0 adds a set of the ranks in `splits`.
+  kProcessSet,
 };
 const char* kindName(Kind kind);
 // Elements of one tensor of this shape (1 for a scalar).
@@ -48,6 +51,9 @@ struct Description {
   // allreduce: the 16-bit wire asked for (kNone: the job's, CERAR_COMPRESSION); the
   // coordinator rank decides whether it applies (FusedGroup::wire).
   Wire wire = Wire::kNone;
+  // The process set the unit runs in (0: every rank). Part of the key: one name may be in
+  // flight in several sets at once.
+  int32_t processSet = 0;
 
   bool operator==(const Description& other) const = default;
   // Equal, ignoring the first dimension of an allgather's or alltoall's tensor and an
@@ -64,7 +70,7 @@ struct Request {
   std::vector<std::string> names;
   Description description;
 
-  // The key that ranks match on: the names, joined.
+  // The key that ranks match on: the names, joined, after the process set's id when not 0.
   std::string key() const;
   bool operator==(const Request& other) const = default;
 };
@@ -91,7 +97,11 @@ struct Response {
   // Reduced by the device path (device fusion buffer, NCCL or staged transport): every
   // submitting rank's tensors are on a device. A mixed unit is reduced on the host everywhere,
   // device ranks copying their tensors in and out (a CPU-only peer can join a GPU job).
-  bool reducedOnDevice() const { return placement.empty() && description.onDevice; }
+  // Process sets other than 0 reduce on the host (device tensors staged): the device
+  // transport's communicator spans the whole job.
+  bool reducedOnDevice() const {
+    return placement.empty() && description.onDevice && description.processSet == 0;
+  }
   // This rank's description: its placement, and its rows of an allgather.
   Description descriptionAt(int rank) const;
 

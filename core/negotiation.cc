@@ -131,6 +131,7 @@ void putDescription(Writer& w, const Description& d) {
   w.put<uint32_t>(static_cast<uint32_t>(d.splits.size()));
   for (int64_t rows : d.splits) w.put<int64_t>(rows);
   w.put<uint8_t>(static_cast<uint8_t>(d.wire));
+  w.put<int32_t>(d.processSet);
 }
 
 Description getDescription(Reader& r) {
@@ -138,7 +139,7 @@ Description getDescription(Reader& r) {
   d.kind = static_cast<Kind>(r.get<uint8_t>());
   d.dtype = static_cast<DType>(r.get<uint8_t>());
   d.op = static_cast<Op>(r.get<uint8_t>());
-  CERAR_ENFORCE(uint8_t(d.kind) <= uint8_t(Kind::kAlltoall) &&
+  CERAR_ENFORCE(uint8_t(d.kind) <= uint8_t(Kind::kProcessSet) &&
                     uint8_t(d.dtype) <= uint8_t(DType::kUInt8) &&
                     uint8_t(d.op) <= uint8_t(Op::kAdasum),
                 "malformed negotiation message: bad enum");
@@ -160,6 +161,8 @@ Description getDescription(Reader& r) {
     checkedElements({rows});  // non-negative
   }
   d.wire = getWire(r);
+  d.processSet = r.get<int32_t>();
+  CERAR_ENFORCE(d.processSet >= 0, "malformed negotiation message: bad process set");
   return d;
 }
 
@@ -301,7 +304,26 @@ std::string quoteNames(const std::vector<std::string>& names) {
 }
 }  // namespace
 
-NegotiationTable::NegotiationTable(int size) : size_(size), joined_(size, false) {}
+NegotiationTable::NegotiationTable(int size, const ProcessSetTable* sets)
+    : size_(size), sets_(sets), joined_(size, false) {}
+
+ProcessSet NegotiationTable::setOf(int32_t id) const {
+  if (sets_ != nullptr) {
+    if (auto set = sets_->find(id)) return *set;
+  }
+  ProcessSet set;
+  set.id = id;
+  if (id == kGlobalProcessSet) {
+    for (int rank = 0; rank < size_; ++rank) set.ranks.push_back(rank);
+  }
+  return set;
+}
+
+void NegotiationTable::dropSet(int32_t id) {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    it = it->second.first.description.processSet == id ? entries_.erase(it) : std::next(it);
+  }
+}
 
 void NegotiationTable::receive(int rank, const RequestMessage& message,
                                const ResponseCache& cache, Clock::time_point now) {
@@ -313,7 +335,10 @@ void NegotiationTable::receive(int rank, const RequestMessage& message,
   }
   for (size_t slot : setBits(message.cacheBits)) {
     const Response& cached = cache.at(slot);
-    add(rank, Request{cached.names, cached.descriptionAt(rank)}, now);
+    const int setRank = setOf(cached.description.processSet).rankOf(rank);
+    CERAR_ENFORCE(setRank >= 0, "negotiation: rank ", rank, " sent a cached unit of a set it "
+                  "is not in");
+    add(rank, Request{cached.names, cached.descriptionAt(setRank)}, now);
   }
   for (const auto& request : message.requests) add(rank, request, now);
 }
@@ -328,14 +353,37 @@ void NegotiationTable::add(int rank, const Request& request, Clock::time_point n
     entry.firstRank = rank;
     entry.first = request;
     entry.submitted.assign(size_, false);
-    // alltoall: the N x N matrix of rows sent, row by sender
+    const ProcessSet set = setOf(request.description.processSet);
+    entry.members = set.ranks;
+    const size_t n = set.ranks.size();
+    // alltoall: the n x n matrix of rows sent, row by sender
     const Kind kind = request.description.kind;
-    const size_t columns = kind == Kind::kAlltoall    ? size_t(size_)
+    const size_t columns = kind == Kind::kAlltoall    ? n
                            : kind == Kind::kAllgather ? request.description.shapes.size()
                                                       : 1;
-    entry.firstDims.assign(size_t(size_) * columns, 0);
-    entry.placement.assign(size_, Response::kNone);
-  } else if (entry.submitted[rank]) {
+    entry.firstDims.assign(n * columns, 0);
+    entry.placement.assign(n, Response::kNone);
+    if (n == 0) {
+      // Removed before this unit was negotiated: every submitter fails it now.
+      entry.error = detail::concat(quoteNames(request.names), ": process set ",
+                                   request.description.processSet, " does not exist");
+      entry.errorCode = StatusCode::kInvalidArgument;
+      entry.failNow = true;
+    }
+  }
+  const int setRank = ProcessSet{0, entry.members}.rankOf(rank);
+  if (setRank < 0) {
+    // Refused at enqueue on every rank; only a foreign or stale message gets here.
+    if (entry.error.empty()) {
+      entry.error = detail::concat(quoteNames(request.names), ": rank ", rank,
+                                   " is not in process set ", request.description.processSet);
+      entry.errorCode = StatusCode::kInvalidArgument;
+      entry.errorPeer = rank;
+      entry.failNow = true;
+    }
+    return;
+  }
+  if (!fresh && entry.submitted[rank]) {
     // A rank never has one name in flight twice; seeing it is a protocol error worth naming.
     entry.error = "rank " + std::to_string(rank) + " submitted " + quoteNames(request.names) +
                   " twice";
@@ -350,22 +398,23 @@ void NegotiationTable::add(int rank, const Request& request, Clock::time_point n
     entry.errorPeer = rank;
   }
   entry.submitted[rank] = true;
-  entry.placement[rank] = request.description.onDevice ? Response::kDevice : Response::kHost;
+  entry.placement[setRank] = request.description.onDevice ? Response::kDevice : Response::kHost;
   const Kind kind = entry.first.description.kind;
   if (kind != request.description.kind) return;  // a mismatch, recorded above
   const auto& shapes = request.description.shapes;
+  const size_t n = entry.members.size();
   if (kind == Kind::kAllgather && shapes.size() == entry.first.description.shapes.size()) {
     for (size_t k = 0; k < shapes.size(); ++k) {
-      if (!shapes[k].empty()) entry.firstDims[rank * shapes.size() + k] = shapes[k][0];
+      if (!shapes[k].empty()) entry.firstDims[setRank * shapes.size() + k] = shapes[k][0];
     }
   }
-  if (kind == Kind::kAlltoall && request.description.splits.size() == size_t(size_)) {
+  if (kind == Kind::kAlltoall && request.description.splits.size() == n) {
     std::copy(request.description.splits.begin(), request.description.splits.end(),
-              entry.firstDims.begin() + size_t(rank) * size_);
+              entry.firstDims.begin() + size_t(setRank) * n);
   } else if (kind == Kind::kAlltoall && entry.error.empty()) {
     entry.error = detail::concat("alltoall of ", quoteNames(request.names), ": rank ", rank,
                                  " gave ", request.description.splits.size(), " splits for ",
-                                 size_, " ranks");
+                                 n, " ranks");
     entry.errorCode = StatusCode::kInvalidArgument;
     entry.errorPeer = rank;
   }
@@ -373,7 +422,7 @@ void NegotiationTable::add(int rank, const Request& request, Clock::time_point n
 
 bool NegotiationTable::complete(const Entry& entry) const {
   if (entry.failNow) return true;
-  for (int rank = 0; rank < size_; ++rank) {
+  for (int rank : entry.members) {
     if (!entry.submitted[rank] && !joined_[rank]) return false;
   }
   return true;
@@ -399,7 +448,7 @@ Response NegotiationTable::respond(const Entry& entry) const {
   // of submitting fails on every rank.
   const bool joinable = d.kind == Kind::kAllreduce || d.kind == Kind::kBarrier;
   if (response.error.empty() && !joinable) {
-    for (int rank = 0; rank < size_; ++rank) {
+    for (int rank : entry.members) {
       if (entry.submitted[rank]) continue;
       response.error = detail::concat(kindName(d.kind), " of ", quoteNames(response.names),
                                       ": rank ", rank, " has joined; only all-reduces run while "
@@ -443,7 +492,7 @@ std::vector<NegotiationTable::Waiting> NegotiationTable::waiting() const {
   std::vector<Waiting> out;
   for (const auto& [key, entry] : entries_) {
     Waiting w{key, entry.first.names, {}, entry.firstSeen};
-    for (int rank = 0; rank < size_; ++rank) {
+    for (int rank : entry.members) {
       if (!entry.submitted[rank] && !joined_[rank]) w.missingRanks.push_back(rank);
     }
     if (!w.missingRanks.empty()) out.push_back(std::move(w));

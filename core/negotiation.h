@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/message.h"
+#include "core/process_sets.h"
 #include "core/response_cache.h"
 
 namespace cerar {
@@ -25,7 +26,9 @@ class NegotiationTable {
  public:
   using Clock = std::chrono::steady_clock;
 
-  explicit NegotiationTable(int size);
+  // `sets`: the process sets, read when a unit is first seen (null: set 0 only). A unit is
+  // ready once every member of its set has submitted it (or joined).
+  explicit NegotiationTable(int size, const ProcessSetTable* sets = nullptr);
 
   // Records one rank's message of this cycle. Cache bits are resolved against `cache` as it
   // is before this cycle's answer (the state the sender used).
@@ -50,6 +53,8 @@ class NegotiationTable {
   void fail(const std::string& key, const Status& error);
 
   bool joined(int rank) const { return joined_[rank]; }
+  // Set `id` is gone: its units still waiting leave the table (their ranks fail them).
+  void dropSet(int32_t id);
 
  private:
   struct Entry {
@@ -57,9 +62,10 @@ class NegotiationTable {
     Clock::time_point firstSeen;
     int firstRank = -1;
     Request first;                      // the first submitter's request
-    std::vector<bool> submitted;
-    std::vector<int64_t> firstDims;     // allgather rows per rank
-    std::vector<uint8_t> placement;     // Response::Place per rank
+    std::vector<int> members;           // the set's global ranks, ascending
+    std::vector<bool> submitted;        // by global rank
+    std::vector<int64_t> firstDims;     // allgather rows per set rank
+    std::vector<uint8_t> placement;     // Response::Place per set rank
     std::string error;
     StatusCode errorCode = StatusCode::kMismatch;
     int errorPeer = -1;
@@ -67,9 +73,12 @@ class NegotiationTable {
   };
   void add(int rank, const Request& request, Clock::time_point now);
   bool complete(const Entry& entry) const;
+  // The set `id` as known now (empty members when unknown).
+  ProcessSet setOf(int32_t id) const;
   Response respond(const Entry& entry) const;
 
   int size_;
+  const ProcessSetTable* sets_;
   uint64_t sequence_ = 0;
   std::map<std::string, Entry> entries_;
   std::vector<bool> joined_;

@@ -15,11 +15,19 @@ void OperationState::complete(const Status& outcome) {
   if (run) run(outcome);
 }
 
+namespace {
+// A name is in flight per process set (as in Horovod, where each set has its own queue).
+std::string inFlightKey(const std::string& name, int32_t set) {
+  return Request{{name}, Description{.processSet = set}}.key();
+}
+}  // namespace
+
 Status Queue::push(std::unique_ptr<Entry> entry) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!closed_.ok()) return closed_;
+  const int32_t set = entry->request.description.processSet;
   for (const auto& name : entry->request.names) {
-    if (inFlight_.count(name)) {
+    if (inFlight_.count(inFlightKey(name, set))) {
       return Status(StatusCode::kInvalidArgument,
                     "cerar: a collective named '" + name +
                         "' is already in flight on this rank; names must be unique until it "
@@ -27,7 +35,7 @@ Status Queue::push(std::unique_ptr<Entry> entry) {
     }
   }
   // Names repeated within one group are caught by enqueue's validation.
-  for (const auto& name : entry->request.names) inFlight_.insert(name);
+  for (const auto& name : entry->request.names) inFlight_.insert(inFlightKey(name, set));
   incoming_.push_back(std::move(entry));
   return {};
 }
@@ -60,9 +68,11 @@ std::shared_ptr<OperationState> Queue::takeJoin() {
   return std::move(join_);
 }
 
-void Queue::release(const std::vector<std::string>& names) {
+void Queue::release(const Request& request) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& name : names) inFlight_.erase(name);
+  for (const auto& name : request.names) {
+    inFlight_.erase(inFlightKey(name, request.description.processSet));
+  }
 }
 
 void Queue::requestShutdown() {

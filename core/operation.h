@@ -31,6 +31,7 @@ struct OperationState {
   std::vector<int64_t> outputShape;
   std::vector<int64_t> receivedSplits;  // alltoall: rows received from each rank
   int lastJoinedRank = -1;
+  int32_t processSetId = -1;  // a process set change: the set's id
 
   // Marks the operation ended, wakes waiters, then runs the callback (outside the lock, on
   // the calling thread).
@@ -60,8 +61,8 @@ class Queue {
   std::vector<std::unique_ptr<Entry>> drain(bool& join);
   // The join being negotiated (null if none); clears it.
   std::shared_ptr<OperationState> takeJoin();
-  // `names` are no longer in flight (may be enqueued again).
-  void release(const std::vector<std::string>& names);
+  // The request's names (in its process set) are no longer in flight (may be enqueued again).
+  void release(const Request& request);
 
   void requestShutdown();
   bool shutdownRequested();

@@ -34,9 +34,11 @@ const Response& ResponseCache::at(size_t slot) const {
 }
 
 void ResponseCache::put(const Response& response) {
-  // An alltoall's splits are each rank's own and change from call to call: never cached.
+  // An alltoall's splits are each rank's own and change from call to call, and a process set
+  // change happens once: never cached.
   if (capacity_ == 0 || !response.error.empty() ||
-      response.description.kind == Kind::kAlltoall) {
+      response.description.kind == Kind::kAlltoall ||
+      response.description.kind == Kind::kProcessSet) {
     return;
   }
   const std::string key = response.key();

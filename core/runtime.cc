@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <thread>
-#include <unordered_set>
 
+#include "core/arguments.h"
 #include "core/config.h"
 #include "core/coordinator.h"
 #include "core/device.h"
@@ -66,6 +66,7 @@ const std::vector<int64_t>& Handle::receivedSplits() const {
   return stateOf(state_).receivedSplits;
 }
 int Handle::lastJoinedRank() const { return stateOf(state_).lastJoinedRank; }
+int32_t Handle::processSetId() const { return stateOf(state_).processSetId; }
 
 // --- the runtime ------------------------------------------------------------------------
 
@@ -90,8 +91,9 @@ class RuntimeImpl final : public Runtime {
       : config_(config), transport_(std::move(transport)), rendezvous_(std::move(rendezvous)),
         logger_(transport_->rank(), parseLogLevel(config.logLevel), config.logSink),
         timeline_(transport_->rank()),
+        sets_(transport_->size()),
         devices_(config_.deviceOps, deviceSetup(config_, transport_)),
-        coordinator_(config_, transport_, queue_, timeline_, logger_, devices_,
+        coordinator_(config_, transport_, queue_, timeline_, logger_, devices_, sets_,
                      std::move(beforeRelease)) {
     if (!config_.timeline.empty()) startTimeline(config_.timeline);
     coordinator_.setBlameBoard(std::move(board), config_.hostStore);
@@ -118,107 +120,37 @@ class RuntimeImpl final : public Runtime {
   int localSize() const override { return config_.localSize; }
 
   Handle allreduce(const std::string& name, Tensor input, Tensor output, Op op, double prescale,
-                   double postscale, Callback callback, Wire wire) override {
+                   double postscale, Callback callback, Wire wire, int32_t processSet) override {
     return groupedAllreduce({name}, {std::move(input)}, {std::move(output)}, op, prescale,
-                            postscale, std::move(callback), wire);
+                            postscale, std::move(callback), wire, processSet);
   }
 
   Handle groupedAllreduce(const std::vector<std::string>& names, std::vector<Tensor> inputs,
                           std::vector<Tensor> outputs, Op op, double prescale, double postscale,
-                          Callback callback, Wire wire) override {
-    auto entry = std::make_unique<Entry>();
-    entry->request.names = names;
-    Description& d = entry->request.description;
-    d.kind = Kind::kAllreduce;
-    d.op = op;
-    d.wire = wire;
-    d.prescale = prescale;
-    d.postscale = postscale;
-    Status invalid = checkNames(names, "allreduce");
-    if (invalid.ok() && (inputs.size() != names.size() || outputs.size() != names.size())) {
-      invalid = argumentError(detail::concat("grouped allreduce: ", names.size(), " names, ",
-                                             inputs.size(), " inputs and ", outputs.size(),
-                                             " outputs"));
-    }
-    for (size_t i = 0; invalid.ok() && i < inputs.size(); ++i) {
-      const Tensor& in = inputs[i];
-      const Tensor& out = outputs[i];
-      if (i == 0) d.dtype = in.dtype, d.onDevice = in.device >= 0;
-      invalid = checkTensor(names[i], in);
-      if (!invalid.ok()) break;
-      if (out.dtype != in.dtype || out.shape != in.shape || out.device != in.device ||
-          (out.data == nullptr && out.elements() > 0)) {
-        invalid = argumentError("allreduce of '" + names[i] + "': the output must match the "
-                                "input's dtype, shape and device");
-      } else if (in.dtype != d.dtype || in.device != inputs[0].device) {
-        invalid = argumentError("grouped allreduce: '" + names[i] + "' differs in dtype or "
-                                "device from '" + names[0] + "'; a group is one fusion unit");
-      }
-      d.shapes.push_back(in.shape);
-    }
-    if (invalid.ok()) invalid = checkOp(names.front(), d.dtype, op, prescale, postscale, size());
-    entry->inputs = std::move(inputs);
-    entry->outputs = std::move(outputs);
+                          Callback callback, Wire wire, int32_t processSet) override {
+    auto [entry, invalid] = reductionEntry(Kind::kAllreduce, names, std::move(inputs),
+                                           std::move(outputs), op, prescale, postscale,
+                                           processSet);
+    entry->request.description.wire = wire;
     return enqueue(std::move(entry), invalid, std::move(callback));
   }
 
   Handle reducescatter(const std::vector<std::string>& names, std::vector<Tensor> inputs,
                        std::vector<Tensor> outputs, Op op, double prescale, double postscale,
-                       Callback callback) override {
-    auto entry = std::make_unique<Entry>();
-    entry->request.names = names;
-    Description& d = entry->request.description;
-    d.kind = Kind::kReducescatter;
-    d.op = op;
-    d.prescale = prescale;
-    d.postscale = postscale;
-    Status invalid = checkNames(names, "reducescatter");
-    if (invalid.ok() && (inputs.size() != names.size() || outputs.size() != names.size())) {
-      invalid = argumentError(detail::concat("reducescatter: ", names.size(), " names, ",
-                                             inputs.size(), " inputs and ", outputs.size(),
-                                             " outputs"));
-    }
-    for (size_t i = 0; invalid.ok() && i < inputs.size(); ++i) {
-      const Tensor& in = inputs[i];
-      const Tensor& out = outputs[i];
-      if (i == 0) d.dtype = in.dtype, d.onDevice = in.device >= 0;
-      invalid = checkTensor(names[i], in);
-      if (!invalid.ok()) break;
-      std::vector<int64_t> share = in.shape;
-      if (share.empty()) {
-        invalid = argumentError("reducescatter of '" + names[i] +
-                                "': a scalar has no first dimension to scatter");
-        break;
-      }
-      share[0] = scatterRows(share[0], rank(), size());
-      if (out.dtype != in.dtype || out.shape != share || out.device != in.device ||
-          (out.data == nullptr && out.elements() > 0)) {
-        invalid = argumentError(detail::concat(
-            "reducescatter of '", names[i], "': the output must have the input's dtype and "
-            "device and this rank's share of the first dimension (", share[0], " of ",
-            in.shape[0], " rows)"));
-      } else if (in.dtype != d.dtype || in.device != inputs[0].device) {
-        invalid = argumentError("grouped reducescatter: '" + names[i] + "' differs in dtype "
-                                "or device from '" + names[0] + "'; a group is one unit");
-      }
-      d.shapes.push_back(in.shape);
-    }
-    if (invalid.ok()) {
-      invalid = op == Op::kAdasum
-                    ? argumentError("reducescatter of '" + names.front() +
-                                    "': Adasum is an all-reduce only")
-                    : checkOp(names.front(), d.dtype, op, prescale, postscale, size(),
-                              "reducescatter");
-    }
-    entry->inputs = std::move(inputs);
-    entry->outputs = std::move(outputs);
+                       Callback callback, int32_t processSet) override {
+    auto [entry, invalid] = reductionEntry(Kind::kReducescatter, names, std::move(inputs),
+                                           std::move(outputs), op, prescale, postscale,
+                                           processSet);
     return enqueue(std::move(entry), invalid, std::move(callback));
   }
 
   Handle alltoall(const std::string& name, Tensor input, std::vector<int64_t> splits,
-                  Callback callback) override {
-    auto entry = singleTensorEntry(Kind::kAlltoall, name, input);
-    Status invalid = checkNames({name}, "alltoall");
+                  Callback callback, int32_t processSet) override {
+    auto entry = singleTensorEntry(Kind::kAlltoall, name, input, processSet);
+    const auto set = sets_.find(processSet);
+    Status invalid = checkMember(set, processSet, rank(), "alltoall of '" + name + "'");
+    const int n = set ? set->size() : 1;
+    if (invalid.ok()) invalid = checkNames({name}, "alltoall");
     if (invalid.ok()) invalid = checkTensor(name, input);
     if (invalid.ok() && input.shape.empty()) {
       invalid = argumentError("alltoall of '" + name +
@@ -226,23 +158,23 @@ class RuntimeImpl final : public Runtime {
     }
     const int64_t rows = input.shape.empty() ? 0 : input.shape[0];
     if (invalid.ok() && splits.empty()) {
-      if (rows % size() != 0) {
+      if (rows % n != 0) {
         invalid = argumentError(detail::concat(
             "alltoall of '", name, "': without splits the first dimension (", rows,
-            ") must be a multiple of the number of ranks (", size(), ")"));
+            ") must be a multiple of the number of ranks (", n, ")"));
       }
-      splits.assign(size(), rows / size());
+      splits.assign(n, rows / n);
     }
-    if (invalid.ok() && int(splits.size()) != size()) {
+    if (invalid.ok() && int(splits.size()) != n) {
       invalid = argumentError(detail::concat("alltoall of '", name, "': ", splits.size(),
-                                             " splits for ", size(), " ranks"));
+                                             " splits for ", n, " ranks"));
     }
     int64_t total = 0;
-    for (int64_t n : splits) {
-      if (invalid.ok() && n < 0) {
+    for (int64_t rowsTo : splits) {
+      if (invalid.ok() && rowsTo < 0) {
         invalid = argumentError("alltoall of '" + name + "': a negative split");
       }
-      total += n;
+      total += rowsTo;
     }
     if (invalid.ok() && total > rows) {
       invalid = argumentError(detail::concat("alltoall of '", name, "': the splits sum to ",
@@ -253,17 +185,21 @@ class RuntimeImpl final : public Runtime {
     return enqueue(std::move(entry), invalid, std::move(callback));
   }
 
-  Handle allgather(const std::string& name, Tensor input, Callback callback) override {
-    return groupedAllgather({name}, {std::move(input)}, std::move(callback));
+  Handle allgather(const std::string& name, Tensor input, Callback callback,
+                   int32_t processSet) override {
+    return groupedAllgather({name}, {std::move(input)}, std::move(callback), processSet);
   }
 
   Handle groupedAllgather(const std::vector<std::string>& names, std::vector<Tensor> inputs,
-                          Callback callback) override {
+                          Callback callback, int32_t processSet) override {
     auto entry = std::make_unique<Entry>();
     entry->request.names = names;
     Description& d = entry->request.description;
     d.kind = Kind::kAllgather;
-    Status invalid = checkNames(names, "allgather");
+    d.processSet = processSet;
+    Status invalid = checkMember(sets_.find(processSet), processSet, rank(),
+                                 "allgather of '" + (names.empty() ? "" : names[0]) + "'");
+    if (invalid.ok()) invalid = checkNames(names, "allgather");
     if (invalid.ok() && inputs.size() != names.size()) {
       invalid = argumentError(detail::concat("grouped allgather: ", names.size(), " names and ",
                                              inputs.size(), " inputs"));
@@ -286,24 +222,56 @@ class RuntimeImpl final : public Runtime {
     return enqueue(std::move(entry), invalid, std::move(callback));
   }
 
-  Handle broadcast(const std::string& name, Tensor tensor, int root, Callback callback) override {
-    auto entry = singleTensorEntry(Kind::kBroadcast, name, tensor);
+  Handle broadcast(const std::string& name, Tensor tensor, int root, Callback callback,
+                   int32_t processSet) override {
+    auto entry = singleTensorEntry(Kind::kBroadcast, name, tensor, processSet);
     entry->request.description.root = root;
-    Status invalid = checkNames({name}, "broadcast");
+    const auto set = sets_.find(processSet);
+    Status invalid = checkMember(set, processSet, rank(), "broadcast of '" + name + "'");
+    if (invalid.ok()) invalid = checkNames({name}, "broadcast");
     if (invalid.ok()) invalid = checkTensor(name, tensor);
     if (invalid.ok() && (root < 0 || root >= size())) {
       invalid = argumentError(detail::concat("broadcast of '", name, "': root ", root,
                                              " out of range for ", size(), " ranks"));
+    } else if (invalid.ok() && !set->contains(root)) {
+      invalid = argumentError(detail::concat("broadcast of '", name, "': root ", root,
+                                             " is not in process set ", processSet));
     }
     return enqueue(std::move(entry), invalid, std::move(callback));
   }
 
-  Handle barrier(Callback callback) override {
+  Handle barrier(Callback callback, int32_t processSet) override {
     auto entry = std::make_unique<Entry>();
     entry->request.names = {"cerar.barrier"};
     entry->request.description.kind = Kind::kBarrier;
-    return enqueue(std::move(entry), {}, std::move(callback));
+    entry->request.description.processSet = processSet;
+    const Status invalid = checkMember(sets_.find(processSet), processSet, rank(), "barrier");
+    return enqueue(std::move(entry), invalid, std::move(callback));
   }
+
+  Handle addProcessSet(std::vector<int> ranks, Callback callback) override {
+    std::sort(ranks.begin(), ranks.end());
+    auto entry = processSetChange();
+    entry->request.description.splits.assign(ranks.begin(), ranks.end());
+    const Status invalid = checkSetRanks(ranks, size());
+    return enqueue(std::move(entry), invalid, std::move(callback));
+  }
+
+  Handle removeProcessSet(int32_t id, Callback callback) override {
+    auto entry = processSetChange();
+    entry->request.description.root = id;
+    const Status invalid = id > 0 ? Status() : argumentError(detail::concat(
+        "process set ", id, " cannot be removed (0 is every rank; others count from 1)"));
+    return enqueue(std::move(entry), invalid, std::move(callback));
+  }
+
+  std::optional<std::vector<int>> processSetRanks(int32_t id) const override {
+    const auto set = sets_.find(id);
+    if (!set) return std::nullopt;
+    return set->ranks;
+  }
+  std::vector<int32_t> processSetIds() const override { return sets_.ids(); }
+  bool dynamicProcessSets() const override { return config_.dynamicProcessSets; }
 
   Handle join(Callback callback) override {
     auto state = std::make_shared<OperationState>();
@@ -329,76 +297,57 @@ class RuntimeImpl final : public Runtime {
   }
 
  private:
-  // Validation: ok, or kInvalidArgument with the reason.
-  static Status argumentError(const std::string& why) {
-    return Status(StatusCode::kInvalidArgument, why);
+  // A grouped allreduce or reducescatter in `processSet`: its entry, and why it is refused
+  // (ok: it is not).
+  std::pair<std::unique_ptr<Entry>, Status> reductionEntry(
+      Kind kind, const std::vector<std::string>& names, std::vector<Tensor> inputs,
+      std::vector<Tensor> outputs, Op op, double prescale, double postscale,
+      int32_t processSet) {
+    auto entry = std::make_unique<Entry>();
+    entry->request.names = names;
+    Description& d = entry->request.description;
+    d.kind = kind;
+    d.op = op;
+    d.prescale = prescale;
+    d.postscale = postscale;
+    d.processSet = processSet;
+    const bool scatter = kind == Kind::kReducescatter;
+    const char* what = scatter ? "reducescatter" : "allreduce";
+    const auto set = sets_.find(processSet);
+    Status invalid = checkMember(set, processSet, rank(), detail::concat(
+        what, " of '", names.empty() ? std::string() : names.front(), "'"));
+    if (invalid.ok()) {
+      invalid = checkReduction(names, inputs, outputs, d, set->rankOf(rank()), set->size());
+    }
+    if (invalid.ok() && scatter && op == Op::kAdasum) {
+      invalid = argumentError("reducescatter of '" + names.front() +
+                              "': Adasum is an all-reduce only");
+    }
+    if (invalid.ok()) {
+      invalid = checkOp(names.front(), d.dtype, op, prescale, postscale, set->size(), what);
+    }
+    entry->inputs = std::move(inputs);
+    entry->outputs = std::move(outputs);
+    return {std::move(entry), invalid};
   }
 
-  static Status checkNames(const std::vector<std::string>& names, const char* what) {
-    if (names.empty()) return argumentError(std::string(what) + ": no tensors");
-    std::unordered_set<std::string> seen;
-    for (const auto& name : names) {
-      if (name.empty()) {
-        return argumentError(std::string(what) + ": a tensor name must not be empty");
-      }
-      if (name.find('\x1f') != std::string::npos) {
-        return argumentError(std::string(what) + " of '" + name +
-                             "': the name contains the byte 0x1f");
-      }
-      if (!seen.insert(name).second) {
-        return argumentError(std::string(what) + ": the name '" + name +
-                             "' appears twice in one group");
-      }
-    }
-    return {};
-  }
-
-  static Status checkTensor(const std::string& name, const Tensor& t) {
-    for (int64_t dim : t.shape) {
-      if (dim < 0) return argumentError("tensor '" + name + "': negative dimension");
-    }
-    if (t.data == nullptr && t.elements() > 0) {
-      return argumentError("tensor '" + name + "': null data");
-    }
-    return {};
-  }
-
-  static Status checkOp(const std::string& name, DType dtype, Op op, double prescale,
-                        double postscale, int N, const char* what = "allreduce") {
-    if (op == Op::kAdasum) {
-      // Every rank sees the same N and dtype, so each fails alike before negotiating.
-      if (!isAdasumDType(dtype)) {
-        return argumentError(detail::concat(what, " of '", name, "': Adasum needs a "
-                                            "floating-point dtype, got ", dtypeName(dtype)));
-      }
-      const Status sized = validateAdasumSize(N);
-      if (!sized.ok()) {
-        return argumentError(detail::concat(what, " of '", name, "': ", sized.message));
-      }
-    }
-    if (op == Op::kAverage && !isFloatDType(dtype)) {
-      return argumentError(detail::concat(what, " of '", name, "': average needs a "
-                                          "floating-point dtype, got ", dtypeName(dtype),
-                                          " (use sum)"));
-    }
-    if (!std::isfinite(prescale) || !std::isfinite(postscale)) {
-      return argumentError(std::string(what) + " of '" + name +
-                           "': scale factors must be finite");
-    }
-    if ((prescale != 1.0 || postscale != 1.0) && !isFloatDType(dtype)) {
-      return argumentError(detail::concat(what, " of '", name, "': prescale/postscale need "
-                                          "a floating-point dtype, got ", dtypeName(dtype)));
-    }
-    return {};
+  // A process set change: negotiated in set 0 under one name, so every rank applies the same
+  // changes in the same order (core/process_sets.h).
+  static std::unique_ptr<Entry> processSetChange() {
+    auto entry = std::make_unique<Entry>();
+    entry->request.names = {"cerar.process_set.change"};
+    entry->request.description.kind = Kind::kProcessSet;
+    return entry;
   }
 
   // The request of an operation on one tensor, in place (allgather's output is the handle's).
   static std::unique_ptr<Entry> singleTensorEntry(Kind kind, const std::string& name,
-                                                  const Tensor& tensor) {
+                                                  const Tensor& tensor, int32_t processSet) {
     auto entry = std::make_unique<Entry>();
     entry->request.names = {name};
     Description& d = entry->request.description;
     d.kind = kind;
+    d.processSet = processSet;
     d.dtype = tensor.dtype;
     d.onDevice = tensor.device >= 0;
     d.shapes = {tensor.shape};
@@ -457,6 +406,7 @@ class RuntimeImpl final : public Runtime {
   Logger logger_;
   Timeline timeline_;
   Queue queue_;
+  ProcessSetTable sets_;
   DeviceSlot devices_;
   Coordinator coordinator_;
   std::mutex shutdownMutex_;

@@ -74,6 +74,8 @@ class Handle {
   const std::vector<int64_t>& receivedSplits() const;
   // join: the rank that joined last; valid after wait().
   int lastJoinedRank() const;
+  // addProcessSet: the new set's id; valid after wait().
+  int32_t processSetId() const;
 
  private:
   std::shared_ptr<OperationState> state_;
@@ -137,6 +139,9 @@ struct RuntimeConfig {
   // gloo (staged through pinned host memory over the runtime's TCP links), or auto (nccl when
   // every rank has its own GPU, else gloo).
   std::string deviceTransport = "auto";
+  // CERAR_DYNAMIC_PROCESS_SETS (or HOROVOD_DYNAMIC_PROCESS_SETS): process sets may be added
+  // and removed after init, not only given to it (the Python layers check it). Job-wide.
+  bool dynamicProcessSets = false;
   // Empty: CUDA tensors are refused. Runtime::start sets it in builds with CUDA.
   DeviceOpsFactory deviceOps;
   // Where log lines go; empty: stderr. Called from the coordinator thread.
@@ -221,41 +226,64 @@ class Runtime {
   // asking differently fail with a mismatch.
   virtual Handle allreduce(const std::string& name, Tensor input, Tensor output, Op op,
                            double prescale = 1.0, double postscale = 1.0,
-                           Callback callback = {}, Wire wire = Wire::kNone) = 0;
+                           Callback callback = {}, Wire wire = Wire::kNone,
+                           int32_t processSet = 0) = 0;
   // Fused as one unit: all or none are dispatched together.
   virtual Handle groupedAllreduce(const std::vector<std::string>& names,
                                   std::vector<Tensor> inputs, std::vector<Tensor> outputs, Op op,
                                   double prescale = 1.0, double postscale = 1.0,
-                                  Callback callback = {}, Wire wire = Wire::kNone) = 0;
+                                  Callback callback = {}, Wire wire = Wire::kNone,
+                           int32_t processSet = 0) = 0;
   // Reduces each input across ranks and leaves this rank its share of the first dimension in
   // the output (scatterRows of it, the ranks' shares in rank order, as Horovod splits it);
   // the inputs have the same shapes on every rank, an output has the input's shape but for the
   // first dimension. Several names are one unit, as a grouped allreduce; units are fused.
   virtual Handle reducescatter(const std::vector<std::string>& names, std::vector<Tensor> inputs,
                                std::vector<Tensor> outputs, Op op, double prescale = 1.0,
-                               double postscale = 1.0, Callback callback = {}) = 0;
+                               double postscale = 1.0, Callback callback = {},
+                               int32_t processSet = 0) = 0;
   // Sends splits[j] rows (first dimension, in order) of `input` to rank j and concatenates the
   // rows received from every rank in rank order (the handle's output; receivedSplits() says
   // how many came from each). splits has one entry per rank, summing to at most the first
   // dimension; empty splits the first dimension equally (it must divide by the size).
   virtual Handle alltoall(const std::string& name, Tensor input, std::vector<int64_t> splits,
-                          Callback callback = {}) = 0;
+                          Callback callback = {}, int32_t processSet = 0) = 0;
   // Concatenates along the first dimension, which may differ per rank.
-  virtual Handle allgather(const std::string& name, Tensor input, Callback callback = {}) = 0;
+  virtual Handle allgather(const std::string& name, Tensor input, Callback callback = {},
+                           int32_t processSet = 0) = 0;
   // allgather of several tensors (one dtype) as one unit: the handle's output holds tensor 0
   // gathered, then tensor 1, ..., as a flat array, and receivedSplits() the rows of every rank
   // and tensor (rank-major: [rank * tensors + tensor]).
   virtual Handle groupedAllgather(const std::vector<std::string>& names,
-                                  std::vector<Tensor> inputs, Callback callback = {}) = 0;
+                                  std::vector<Tensor> inputs, Callback callback = {},
+                                  int32_t processSet = 0) = 0;
   // In place: every rank ends with root's tensor.
   virtual Handle broadcast(const std::string& name, Tensor tensor, int root,
-                           Callback callback = {}) = 0;
-  virtual Handle barrier(Callback callback = {}) = 0;
+                           Callback callback = {}, int32_t processSet = 0) = 0;
+  virtual Handle barrier(Callback callback = {}, int32_t processSet = 0) = 0;
   // This rank has run out of data: others' all-reduces and barriers complete without it (it
   // contributes the op's identity) until every rank has joined; an allgather, broadcast,
   // alltoall or reducescatter meanwhile fails on every rank (InvalidArgumentError naming the
   // joined rank), as Horovod's.
   virtual Handle join(Callback callback = {}) = 0;
+
+  // Process sets (Horovod's; docs/process-sets.md). Every operation above takes the id of the
+  // set it runs in (0: every rank, the default); ranks and sizes in it are the set's (the
+  // ranks' order is the global one), but a broadcast's root is a global rank. A rank outside
+  // the set is refused with InvalidArgumentError. Each set negotiates, fuses, caches and
+  // reduces on its own, over the job's links.
+  // Adds a set of these global ranks: every rank of the job calls it, in the same order as
+  // the other changes; the handle's processSetId() is the new id. A set of the same ranks
+  // fails with InvalidArgumentError.
+  virtual Handle addProcessSet(std::vector<int> ranks, Callback callback = {}) = 0;
+  // Removes set `id` (not 0), every rank together; its operations still pending fail.
+  virtual Handle removeProcessSet(int32_t id, Callback callback = {}) = 0;
+  // The global ranks of set `id` as this rank knows it now (none: no such set).
+  virtual std::optional<std::vector<int>> processSetRanks(int32_t id) const = 0;
+  virtual std::vector<int32_t> processSetIds() const = 0;
+  // The job's CERAR_DYNAMIC_PROCESS_SETS (agreed at start): whether the Python layers let
+  // sets change after init.
+  virtual bool dynamicProcessSets() const = 0;
 
   virtual void startTimeline(const std::string& path) = 0;
   virtual void stopTimeline() = 0;

@@ -52,7 +52,8 @@ BUILD_FLAGS = ("gloo_built", "gloo_enabled", "nccl_built", "cuda_built", "rocm_b
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_rank", "local_size",
     "start_timeline", "stop_timeline", "stats", "Op", "Sum", "Average", "Min", "Max", "Adasum", "Product",
-    "cross_rank", "cross_size", "is_homogeneous", *BUILD_FLAGS, *ERRORS,
+    "cross_rank", "cross_size", "is_homogeneous", "ProcessSet", "global_process_set",
+    "add_process_set", "remove_process_set", *BUILD_FLAGS, *ERRORS,
 ]
 __version__ = "0.1.0"
 
@@ -130,17 +131,22 @@ def ccl_built():
 def ddl_built():
     return False
 
+from cerar._process_sets import (ProcessSet, _register_static, add_process_set,  # noqa: E402,F401
+                                 global_process_set, remove_process_set)
+
 _lock = threading.Lock()
 _runtime = None
 _counters = {}
 _topology = None  # (cross_rank, cross_size, is_homogeneous), learned at init
 
 
-def init(**overrides):
+def init(process_sets=None, **overrides):
     """Starts the runtime (connects to the other ranks); a no-op when already started.
 
     The configuration comes from the environment (RuntimeConfig::fromEnvironment); keyword
     arguments override its fields, e.g. ``init(algorithm="ring", fusion_threshold_bytes=1 << 20)``.
+    ``process_sets``: ProcessSet objects to register on every rank (the same list everywhere),
+    or "dynamic" to allow add_process_set/remove_process_set (docs/process-sets.md).
     Raises CerarError when a setting is bad or the other ranks cannot be reached.
     """
     global _runtime
@@ -153,10 +159,16 @@ def init(**overrides):
             if key.startswith("_") or not hasattr(config, key):
                 raise TypeError(f"cerar.init: unknown setting {key!r}")
             setattr(config, key, value)
+        if isinstance(process_sets, str):
+            if process_sets != "dynamic":
+                raise ValueError(f"cerar.init: process_sets must be a list or 'dynamic', "
+                                 f"got {process_sets!r}")
+            config.dynamic_process_sets, process_sets = True, None
         _runtime = _cerar.Runtime.start(config)
         _counters.clear()
         try:
             _learn_topology(_runtime)
+            _register_static(_runtime, process_sets or [])
         except BaseException:
             runtime, _runtime = _runtime, None
             runtime.shutdown()

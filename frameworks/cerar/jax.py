@@ -4,7 +4,8 @@
     grads = cj.allreduce_tree(grads)            # averaged in one fused grouped call per dtype
     params = cj.broadcast_tree(params, root_rank=0)
 
-Call these outside jit: they move the arrays to the host and back.
+Call these outside jit: they move the arrays to the host and back. Each takes process_set=
+(docs/process-sets.md).
 """
 import jax
 import jax.numpy as jnp
@@ -18,11 +19,14 @@ from cerar import (BUILD_FLAGS, ERRORS, Adasum, Average, CerarError,  # noqa: F4
                    is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
                    mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, shutdown,
                    size)
+from cerar._process_sets import (ProcessSet, add_process_set,  # noqa: F401
+                                 global_process_set, remove_process_set)
 
 __all__ = [
     "allreduce", "allreduce_tree", "allgather", "broadcast", "broadcast_tree", "barrier",
     "join", "init", "shutdown", "size", "rank", "local_rank", "local_size", "is_initialized",
     "cross_rank", "cross_size", "is_homogeneous", "Sum", "Average", "Min", "Max", "Adasum",
+    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
     *BUILD_FLAGS, *ERRORS,
 ]
 
@@ -39,12 +43,15 @@ def _back(array, like):
     return out
 
 
-def allreduce(x, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+def allreduce(x, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+              process_set=None):
     """Reduces a jax array across ranks; returns a new jax array."""
-    return _back(cn.allreduce_(_host(x), op, name, prescale_factor, postscale_factor), x)
+    return _back(cn.allreduce_(_host(x), op, name, prescale_factor, postscale_factor,
+                               process_set), x)
 
 
-def allreduce_tree(tree, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+def allreduce_tree(tree, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                   process_set=None):
     """Reduces every leaf of a pytree (e.g. gradients), fused: one grouped all-reduce per
     dtype, in a fixed order. Returns a pytree of the same structure."""
     leaves, treedef = jax.tree_util.tree_flatten(tree)
@@ -57,36 +64,38 @@ def allreduce_tree(tree, op=Average, name=None, prescale_factor=1.0, postscale_f
     for dtype_name in sorted(by_dtype):
         group = [arrays[i] for i in by_dtype[dtype_name]]
         handles.append(cn.grouped_allreduce_async_(group, op, f"{base}.{dtype_name}",
-                                                   prescale_factor, postscale_factor))
+                                                   prescale_factor, postscale_factor,
+                                                   process_set))
     for handle in handles:
         handle.wait()
     return jax.tree_util.tree_unflatten(
         treedef, [_back(a, leaf) for a, leaf in zip(arrays, leaves)])
 
 
-def allgather(x, name=None):
+def allgather(x, name=None, process_set=None):
     """Concatenates every rank's array along the first dimension."""
-    return _back(cn.allgather(_host(x), name), x)
+    return _back(cn.allgather(_host(x), name, process_set), x)
 
 
-def broadcast(x, root_rank=0, name=None):
-    return _back(cn.broadcast_(_host(x), root_rank, name), x)
+def broadcast(x, root_rank=0, name=None, process_set=None):
+    return _back(cn.broadcast_(_host(x), root_rank, name, process_set), x)
 
 
-def broadcast_tree(tree, root_rank=0, name=None):
+def broadcast_tree(tree, root_rank=0, name=None, process_set=None):
     """Every leaf of `tree` from root_rank (e.g. initial parameters)."""
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     base = _auto_name("broadcast_tree", name)
     arrays = [_host(leaf) for leaf in leaves]
-    handles = [cn.broadcast_async_(a, root_rank, f"{base}.{i}") for i, a in enumerate(arrays)]
+    handles = [cn.broadcast_async_(a, root_rank, f"{base}.{i}", process_set)
+               for i, a in enumerate(arrays)]
     for handle in handles:
         handle.wait()
     return jax.tree_util.tree_unflatten(
         treedef, [_back(a, leaf) for a, leaf in zip(arrays, leaves)])
 
 
-def barrier():
-    cn.barrier()
+def barrier(process_set=None):
+    cn.barrier(process_set)
 
 
 def join():

@@ -14,6 +14,8 @@ from cerar import (BUILD_FLAGS, ERRORS, Adasum, Average, CerarError,  # noqa: F4
                    mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, shutdown,
                    size)
 from cerar._cerar import DType, RawTensor
+from cerar._process_sets import (ProcessSet, _membership, _set_id,  # noqa: F401
+                                 add_process_set, global_process_set, remove_process_set)
 from cerar._handle import Handle, poll, synchronize
 
 __all__ = [
@@ -23,7 +25,8 @@ __all__ = [
     "reducescatter", "reducescatter_async", "alltoall", "alltoall_async",
     "barrier", "join", "poll", "synchronize", "Handle", "init", "shutdown", "is_initialized",
     "size", "rank", "local_rank", "local_size", "cross_rank", "cross_size", "is_homogeneous",
-    "Sum", "Average", "Min", "Max", "Adasum", *BUILD_FLAGS, *ERRORS,
+    "Sum", "Average", "Min", "Max", "Adasum", "ProcessSet", "global_process_set",
+    "add_process_set", "remove_process_set", *BUILD_FLAGS, *ERRORS,
 ]
 
 
@@ -48,59 +51,71 @@ def _writable(array):
     return array
 
 
-def allreduce_async_(array, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+def allreduce_async_(array, op=Average, name=None,
+                     prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """Reduces `array` in place across ranks; returns a Handle whose result is `array`."""
     _writable(array)
     handle = _rt().allreduce(_auto_name("allreduce", name), _view(array), None, op,
-                             prescale_factor, postscale_factor)
+                             prescale_factor, postscale_factor, "none", _set_id(process_set))
     return Handle(handle, lambda _: array)
 
 
-def allreduce_async(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
+def allreduce_async(tensor, op=Average, name=None,
+                    prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """Reduces a copy of `tensor`; the Handle's result is the new array."""
-    return allreduce_async_(_fresh(tensor), op, name, prescale_factor, postscale_factor)
+    return allreduce_async_(_fresh(tensor), op, name, prescale_factor, postscale_factor,
+                            process_set)
 
 
-def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    return allreduce_async(tensor, op, name, prescale_factor, postscale_factor).wait()
+def allreduce(tensor, op=Average, name=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    return allreduce_async(tensor, op, name, prescale_factor, postscale_factor,
+                           process_set).wait()
 
 
-def allreduce_(array, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    return allreduce_async_(array, op, name, prescale_factor, postscale_factor).wait()
+def allreduce_(array, op=Average, name=None,
+               prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    return allreduce_async_(array, op, name, prescale_factor, postscale_factor,
+                            process_set).wait()
 
 
 def grouped_allreduce_async_(arrays, op=Average, name=None, prescale_factor=1.0,
-                             postscale_factor=1.0):
+                             postscale_factor=1.0, process_set=None):
     """Reduces a list of arrays in place as one fused unit (names "<name>.<i>")."""
     arrays = [_writable(a) for a in arrays]
     base = _auto_name("grouped_allreduce", name)
     names = [f"{base}.{i}" for i in range(len(arrays))]
     handle = _rt().grouped_allreduce(names, [_view(a) for a in arrays], None, op,
-                                     prescale_factor, postscale_factor)
+                                     prescale_factor, postscale_factor, "none",
+                                     _set_id(process_set))
     return Handle(handle, lambda _: arrays)
 
 
 def grouped_allreduce_async(tensors, op=Average, name=None, prescale_factor=1.0,
-                            postscale_factor=1.0):
+                            postscale_factor=1.0, process_set=None):
     return grouped_allreduce_async_([_fresh(t) for t in tensors], op, name, prescale_factor,
-                                    postscale_factor)
+                                    postscale_factor, process_set)
 
 
-def grouped_allreduce(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    return grouped_allreduce_async(tensors, op, name, prescale_factor, postscale_factor).wait()
+def grouped_allreduce(tensors, op=Average, name=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    return grouped_allreduce_async(tensors, op, name, prescale_factor, postscale_factor,
+                                   process_set).wait()
 
 
-def grouped_allreduce_(arrays, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    return grouped_allreduce_async_(arrays, op, name, prescale_factor, postscale_factor).wait()
+def grouped_allreduce_(arrays, op=Average, name=None,
+                       prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    return grouped_allreduce_async_(arrays, op, name, prescale_factor, postscale_factor,
+                                    process_set).wait()
 
 
-def allgather_async(tensor, name=None):
+def allgather_async(tensor, name=None, process_set=None):
     """Concatenates every rank's `tensor` along the first dimension (sizes may differ)."""
     array = np.ascontiguousarray(np.asarray(tensor))
     if array.ndim == 0:
         array = array.reshape(1)
     dtype = array.dtype
-    handle = _rt().allgather(_auto_name("allgather", name), _view(array))
+    handle = _rt().allgather(_auto_name("allgather", name), _view(array), _set_id(process_set))
 
     def finish(h):
         out = h.output()
@@ -108,32 +123,33 @@ def allgather_async(tensor, name=None):
     return Handle(handle, finish)
 
 
-def allgather(tensor, name=None):
-    return allgather_async(tensor, name).wait()
+def allgather(tensor, name=None, process_set=None):
+    return allgather_async(tensor, name, process_set).wait()
 
 
-def broadcast_async_(array, root_rank, name=None):
-    """Overwrites `array` with root_rank's, in place."""
+def broadcast_async_(array, root_rank, name=None, process_set=None):
+    """Overwrites `array` with root_rank's (a global rank, also in a process set), in place."""
     _writable(array)
-    handle = _rt().broadcast(_auto_name("broadcast", name), _view(array), int(root_rank))
+    handle = _rt().broadcast(_auto_name("broadcast", name), _view(array), int(root_rank),
+                             _set_id(process_set))
     return Handle(handle, lambda _: array)
 
 
-def broadcast_async(tensor, root_rank, name=None):
-    return broadcast_async_(_fresh(tensor), root_rank, name)
+def broadcast_async(tensor, root_rank, name=None, process_set=None):
+    return broadcast_async_(_fresh(tensor), root_rank, name, process_set)
 
 
-def broadcast(tensor, root_rank, name=None):
-    return broadcast_async(tensor, root_rank, name).wait()
+def broadcast(tensor, root_rank, name=None, process_set=None):
+    return broadcast_async(tensor, root_rank, name, process_set).wait()
 
 
-def broadcast_(array, root_rank, name=None):
-    return broadcast_async_(array, root_rank, name).wait()
+def broadcast_(array, root_rank, name=None, process_set=None):
+    return broadcast_async_(array, root_rank, name, process_set).wait()
 
 
-def barrier():
-    """Returns once every rank has called barrier()."""
-    _rt().barrier().wait()
+def barrier(process_set=None):
+    """Returns once every rank of the set (default: the job) has called barrier()."""
+    _rt().barrier(_set_id(process_set)).wait()
 
 
 def join():
@@ -145,32 +161,36 @@ def join():
 
 
 def reducescatter_async(tensor, op=Average, name=None, prescale_factor=1.0,
-                        postscale_factor=1.0):
+                        postscale_factor=1.0, process_set=None):
     """Reduces `tensor` across ranks; the Handle's result is this rank's share of the first
     dimension (rows // size, one more for the first rows % size ranks), a new array."""
     from cerar._cerar import scatter_rows
     array = np.ascontiguousarray(np.asarray(tensor))
     if array.ndim == 0:
         raise ValueError("cerar.numpy.reducescatter: a scalar has no first dimension")
-    shape = (scatter_rows(array.shape[0], rank(), size()), *array.shape[1:])
+    process_set_id, set_rank, set_size = _membership(process_set)
+    shape = (scatter_rows(array.shape[0], set_rank, set_size), *array.shape[1:])
     out = np.empty(shape, dtype=array.dtype)
     name = _auto_name("reducescatter", name)
     handle = _rt().reducescatter([name], [_view(array)], [_view(out)], op, prescale_factor,
-                                 postscale_factor)
+                                 postscale_factor, process_set_id)
     return Handle(handle, lambda _: out)
 
 
-def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0):
-    return reducescatter_async(tensor, op, name, prescale_factor, postscale_factor).wait()
+def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                  process_set=None):
+    return reducescatter_async(tensor, op, name, prescale_factor, postscale_factor,
+                               process_set).wait()
 
 
-def alltoall_async(tensor, splits=None, name=None):
+def alltoall_async(tensor, splits=None, name=None, process_set=None):
     """Sends splits[j] rows of `tensor` to rank j (equal parts without splits); the Handle's
     result is (the rows received from every rank in rank order, the received splits)."""
     array = np.ascontiguousarray(np.asarray(tensor))
     dtype = array.dtype
     wanted = [] if splits is None else [int(v) for v in splits]
-    handle = _rt().alltoall(_auto_name("alltoall", name), _view(array), wanted)
+    handle = _rt().alltoall(_auto_name("alltoall", name), _view(array), wanted,
+                            _set_id(process_set))
 
     def finish(h):
         out = h.output()
@@ -179,6 +199,6 @@ def alltoall_async(tensor, splits=None, name=None):
     return Handle(handle, finish)
 
 
-def alltoall(tensor, splits=None, name=None):
-    output, received = alltoall_async(tensor, splits, name).wait()
+def alltoall(tensor, splits=None, name=None, process_set=None):
+    output, received = alltoall_async(tensor, splits, name, process_set).wait()
     return output if splits is None else (output, received)

@@ -17,9 +17,10 @@ namespace cerar {
 namespace {
 
 // Gloo's own collectives build their slots with prefixes 0x01..0x08; 0x43 keeps this
-// transport's transfers apart from theirs on a shared context. One slot suffices because Gloo
-// matches the transfers of a (pair, slot) in posting order, which is the order we need.
-const uint64_t kSlot = gloo::Slot::build(0x43, 0);
+// transport's transfers apart from theirs on a shared context. One slot per channel suffices
+// because Gloo matches the transfers of a (pair, slot) in posting order, which is the order we
+// need; channels (process sets) take the slots after it.
+constexpr uint8_t kSlotPrefix = 0x43;
 
 // Gloo prefixes its messages with "[file:line] "; the rank and peer we add say more.
 std::string glooMessage(const std::exception& e) {
@@ -33,14 +34,20 @@ std::string glooMessage(const std::exception& e) {
 
 }  // namespace
 
-GlooTransport::GlooTransport(std::shared_ptr<gloo::Context> context, Duration timeout)
+GlooTransport::GlooTransport(std::shared_ptr<gloo::Context> context, Duration timeout,
+                             uint32_t tag)
     : context_(std::move(context)),
       rank_(context_->rank),
       size_(context_->size),
       timeout_(timeout),
+      slot_(gloo::Slot::build(kSlotPrefix, tag)),
       sends_(size_),
       recvs_(size_) {
   CERAR_ENFORCE(timeout_.count() > 0, "GlooTransport: the timeout must be positive");
+}
+
+std::shared_ptr<Transport> GlooTransport::channel(uint32_t tag) {
+  return std::make_shared<GlooTransport>(context_, timeout_, tag);
 }
 
 GlooTransport::~GlooTransport() {
@@ -93,9 +100,9 @@ void GlooTransport::post(bool send, int peer, void* data, size_t bytes) {
   try {
     auto buffer = context_->createUnboundBuffer(data, bytes);
     if (send) {
-      buffer->send(peer, kSlot);
+      buffer->send(peer, slot_);
     } else {
-      buffer->recv(peer, kSlot);
+      buffer->recv(peer, slot_);
     }
     (send ? sends_ : recvs_)[peer].push_back({std::move(buffer), bytes});
   } catch (const std::exception& e) {

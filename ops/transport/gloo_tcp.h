@@ -44,7 +44,8 @@ struct GlooOptions {
 class GlooTransport : public Transport {
  public:
   // `context` must be connected (connectFullMesh done); `timeout` limits each wait.
-  GlooTransport(std::shared_ptr<gloo::Context> context, Duration timeout);
+  // `tag` picks the slot of the transfers (channel()); 0 is the job's.
+  GlooTransport(std::shared_ptr<gloo::Context> context, Duration timeout, uint32_t tag = 0);
   ~GlooTransport() override;
 
   int rank() const override { return rank_; }
@@ -55,6 +56,8 @@ class GlooTransport : public Transport {
   void postRecv(int peer, void* data, size_t bytes) override;
   void waitSend(int peer) override;
   void waitRecv(int peer) override;
+  // Another slot on the same context: no new sockets.
+  std::shared_ptr<Transport> channel(uint32_t tag) override;
 
   // The underlying context, e.g. to run Gloo's own collectives over the same links. Gloo's
   // collectives use other slots, so they do not interfere with this transport's transfers.
@@ -74,6 +77,7 @@ class GlooTransport : public Transport {
   int rank_;
   int size_;
   Duration timeout_;
+  uint64_t slot_;
   std::vector<std::deque<Pending>> sends_;  // per peer, oldest first
   std::vector<std::deque<Pending>> recvs_;
   Status failure_;  // the first error; not ok means unusable

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 namespace cerar {
 
@@ -34,6 +35,11 @@ class Transport {
   // Waits for the oldest pending send to `peer` / receive from `peer`.
   virtual void waitSend(int peer) = 0;
   virtual void waitRecv(int peer) = 0;
+
+  // A transport over the same links whose transfers are never matched with this one's (a tag
+  // space of its own), or null where the transport has none; then only the order in which
+  // both ends post keeps traffic apart. Not thread-safe against this transport's own use.
+  virtual std::shared_ptr<Transport> channel(uint32_t /*tag*/) { return nullptr; }
 
   int next() const { return (rank() + 1) % size(); }
   int prev() const { return (rank() + size() - 1) % size(); }

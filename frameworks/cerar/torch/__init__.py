@@ -20,6 +20,8 @@ from cerar import (Adasum, Average, CerarError, CerarTimeoutError, InternalError
 from cerar import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: F401
                    mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
 from cerar._handle import Handle, poll, synchronize
+from cerar._process_sets import (ProcessSet, _set_id, add_process_set,  # noqa: F401
+                                 global_process_set, remove_process_set)
 
 # Horovod code catches HorovodInternalError when a collective fails (elastic training restores
 # its state then); Horovod raises it for every failed collective, so here it is CerarError
@@ -41,22 +43,22 @@ from cerar.torch import elastic  # noqa: E402,F401
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=None):
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor))
+                                        postscale_factor, process_set))
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=None):
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                postscale_factor))
+                                                postscale_factor, process_set))
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
-    return synchronize(broadcast_async_(tensor, root_rank, name))
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
-def barrier():
-    """Returns once every rank has called barrier()."""
-    _rt().barrier().wait()
+def barrier(process_set=None):
+    """Returns once every rank of the set (default: the job) has called barrier()."""
+    _rt().barrier(_set_id(process_set)).wait()
 
 
 def join(device=-1):

@@ -13,6 +13,7 @@ import torch
 from cerar import Average, Max, Min, Product, Sum, _auto_name, _rt
 from cerar._cerar import DType, RawTensor
 from cerar._handle import Handle, synchronize
+from cerar._process_sets import _membership, _set_id
 from cerar.torch._compat import stream_of
 
 _DTYPES = {
@@ -59,19 +60,22 @@ def _op(op, average):
 _inflight = {}
 
 
-def _claim(name):
-    handle = _inflight.get(name)
+def _claim(name, process_set=None):
+    """The runtime's id of `process_set`, once `name` is free in it (names are per set)."""
+    process_set_id = _set_id(process_set)
+    handle = _inflight.get((process_set_id, name))
     if handle is not None and not handle.poll():
         raise ValueError(f"cerar.torch: an operation named {name!r} is already in flight on "
                          f"rank {_rt().rank}; names must be unique among pending operations")
+    return process_set_id
 
 
-def _track(name, handle):
+def _track(name, handle, process_set_id=0):
     if len(_inflight) > 1024:  # unnamed calls add names without end: forget finished ones
         for key, held in list(_inflight.items()):
             if held.poll():
                 del _inflight[key]
-    _inflight[name] = handle
+    _inflight[(process_set_id, name)] = handle
     return handle
 
 
@@ -95,7 +99,7 @@ def _scale(tensor, factor):
 
 
 # --- allreduce ----------------------------------------------------------------------------------
-def _plan(tensors, op, prescale, postscale):
+def _plan(tensors, op, prescale, postscale, process_set=None):
     """What to send: (runtime op, wire tensors, after(): the work once the runtime is done,
     the runtime's pre- and postscale factors)."""
     integer = not tensors[0].dtype.is_floating_point
@@ -105,7 +109,7 @@ def _plan(tensors, op, prescale, postscale):
     if integer:
         for t in tensors if prescale != 1.0 else ():
             _scale(t, prescale)
-        post_integer = postscale / _rt().size if op == Average else postscale
+        post_integer = postscale / _membership(process_set)[2] if op == Average else postscale
         op = Sum if op == Average else op
         prescale = postscale = 1.0
     wires = [t.to(_WIDENED[t.dtype]) if t.dtype in _WIDENED else t for t in tensors]
@@ -125,27 +129,28 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     "fp16" or "bf16" sends a float32 CPU tensor in that format, adding in float32 at every hop
     (docs/wires.md); every rank must ask the same."""
     return _grouped_async_([tensor], average, name, op, prescale_factor, postscale_factor,
-                           single=True, wire=wire)
+                           single=True, wire=wire, process_set=process_set)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=None, wire=None):
     """Reduces a copy of `tensor`; the Handle's result is the new tensor."""
     return allreduce_async_(_fresh(tensor), average, name, op, prescale_factor, postscale_factor,
-                            wire=wire)
+                            process_set=process_set, wire=wire)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=None, wire=None):
     """Reduces a list of tensors in place as one fused unit (names "<name>.<i>")."""
     return _grouped_async_(list(tensors), average, name, op, prescale_factor, postscale_factor,
-                           wire=wire)
+                           wire=wire, process_set=process_set)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=None, wire=None):
     return grouped_allreduce_async_([_fresh(t) for t in tensors], average, name, op,
-                                    prescale_factor, postscale_factor, wire=wire)
+                                    prescale_factor, postscale_factor, process_set=process_set,
+                                    wire=wire)
 
 
 def _check_wire(wire, tensors, op):
@@ -162,40 +167,44 @@ def _check_wire(wire, tensors, op):
     return wire
 
 
-def _grouped_async_(tensors, average, name, op, prescale, postscale, single=False, wire=None):
+def _grouped_async_(tensors, average, name, op, prescale, postscale, single=False, wire=None,
+                    process_set=None):
     op = _op(op, average)
     wire = _check_wire(wire, tensors, op)
     if single:
         name = _auto_name("allreduce", name)
     else:
         name = _auto_name("grouped_allreduce", name)
-    _claim(name)
+    set_id = _claim(name, process_set)
     result = (lambda: tensors[0]) if single else (lambda: tensors)
     if not tensors:
         return Handle(_Combined([]), lambda _: result())
     datas = [_data(t) for t in tensors]
     if op is Product:
-        return _track(name, _product_async(datas, name, prescale, postscale, result))
-    runtime_op, wires, after, pre, post = _plan(datas, op, float(prescale), float(postscale))
+        return _track(name, _product_async(datas, name, prescale, postscale, result,
+                                           process_set), set_id)
+    runtime_op, wires, after, pre, post = _plan(datas, op, float(prescale), float(postscale),
+                                                process_set)
     views = [_view(w) for w in wires]
     if single:
-        handle = _rt().allreduce(name, views[0], None, runtime_op, pre, post, wire)
+        handle = _rt().allreduce(name, views[0], None, runtime_op, pre, post, wire, set_id)
     else:
         names = [f"{name}.{i}" for i in range(len(views))]
-        handle = _rt().grouped_allreduce(names, views, None, runtime_op, pre, post, wire)
+        handle = _rt().grouped_allreduce(names, views, None, runtime_op, pre, post, wire, set_id)
 
     def finish(_):
         after()
         return result()
-    return _track(name, Handle(handle, finish))
+    return _track(name, Handle(handle, finish), set_id)
 
 
-def _product_async(tensors, name, prescale, postscale, result):
+def _product_async(tensors, name, prescale, postscale, result, process_set=None):
     """Product from every rank's tensor (allgathered), multiplied in rank order."""
     if prescale != 1.0:
         for t in tensors:
             t.copy_(t * prescale)
-    gathers = [allgather_async(t.reshape(1, -1), name=f"{name}.product.{i}")
+    gathers = [allgather_async(t.reshape(1, -1), name=f"{name}.product.{i}",
+                               process_set=process_set)
                for i, t in enumerate(tensors)]
 
     def finish(_):
@@ -213,7 +222,7 @@ def _product_async(tensors, name, prescale, postscale, result):
 def allgather_async(tensor, name=None, process_set=None):
     """Concatenates every rank's tensor along dimension 0 (its size may differ per rank)."""
     name = _auto_name("allgather", name)
-    _claim(name)
+    set_id = _claim(name, process_set)
     source = _fresh(tensor) if not tensor.is_contiguous() else tensor.detach()
     if source.dim() == 0:
         source = source.reshape(1)
@@ -221,7 +230,7 @@ def allgather_async(tensor, name=None, process_set=None):
     if dtype in _WIDENED:
         source = source.to(_WIDENED[dtype])
     wire = source.dtype
-    handle = _rt().allgather(name, _view(source))
+    handle = _rt().allgather(name, _view(source), set_id)
 
     def finish(h):
         array = h.output()
@@ -230,7 +239,7 @@ def allgather_async(tensor, name=None, process_set=None):
         else:
             out = torch.from_numpy(array)
         return out.to(device=device, dtype=dtype)
-    return _track(name, Handle(handle, finish))
+    return _track(name, Handle(handle, finish), set_id)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=None):
@@ -238,7 +247,7 @@ def grouped_allgather_async(tensors, name=None, process_set=None):
     unit (all or none, one buffer). The Handle's result is the list of gathered tensors."""
     tensors = list(tensors)
     base = _auto_name("grouped_allgather", name)
-    _claim(base)
+    set_id = _claim(base, process_set)
     sources = []
     for t in tensors:
         source = _fresh(t) if not t.is_contiguous() else t.detach()
@@ -251,7 +260,7 @@ def grouped_allgather_async(tensors, name=None, process_set=None):
     for i, source in enumerate(sources):
         by_dtype.setdefault(source.dtype, []).append(i)
     units = [(members, _rt().grouped_allgather([f"{base}.{i}" for i in members],
-                                               [_view(sources[i]) for i in members]))
+                                               [_view(sources[i]) for i in members], set_id))
              for members in by_dtype.values()]
 
     def finish(_):
@@ -270,24 +279,24 @@ def grouped_allgather_async(tensors, name=None, process_set=None):
                                                                  dtype=tensors[i].dtype)
                 at += count
         return outs
-    return _track(base, Handle(_Combined([h for _, h in units]), finish))
+    return _track(base, Handle(_Combined([h for _, h in units]), finish), set_id)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
-    """Overwrites `tensor` with root_rank's, in place."""
+    """Overwrites `tensor` with root_rank's (a global rank, also in a process set), in place."""
     name = _auto_name("broadcast", name)
-    _claim(name)
+    set_id = _claim(name, process_set)
     data = _data(tensor)
     if data.dtype in _WIDENED:
         wire = data.to(_WIDENED[data.dtype])
-        handle = _rt().broadcast(name, _view(wire), int(root_rank))
-        return _track(name, Handle(handle, lambda _: (data.copy_(wire), tensor)[1]))
-    handle = _rt().broadcast(name, _view(data), int(root_rank))
-    return _track(name, Handle(handle, lambda _: tensor))
+        handle = _rt().broadcast(name, _view(wire), int(root_rank), set_id)
+        return _track(name, Handle(handle, lambda _: (data.copy_(wire), tensor)[1]), set_id)
+    handle = _rt().broadcast(name, _view(data), int(root_rank), set_id)
+    return _track(name, Handle(handle, lambda _: tensor), set_id)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
-    return broadcast_async_(_fresh(tensor), root_rank, name)
+    return broadcast_async_(_fresh(tensor), root_rank, name, process_set)
 
 
 def sparse_allreduce_async(tensor, name, op, process_set=None):
@@ -298,13 +307,15 @@ def sparse_allreduce_async(tensor, name, op, process_set=None):
         raise ValueError("cerar.torch.sparse_allreduce_async: op must be Average or Sum")
     tensor = tensor.coalesce()
     base = _auto_name("sparse_allreduce", name)
-    indices = allgather_async(tensor.indices().t().contiguous(), name=f"{base}.indices")
-    values = allgather_async(tensor.values(), name=f"{base}.values")
+    indices = allgather_async(tensor.indices().t().contiguous(), name=f"{base}.indices",
+                              process_set=process_set)
+    values = allgather_async(tensor.values(), name=f"{base}.values", process_set=process_set)
+    set_size = _membership(process_set)[2]
 
     def result():
         gathered = synchronize(values)
         if op == Average:
-            gathered = gathered / _rt().size
+            gathered = gathered / set_size
         return torch.sparse_coo_tensor(synchronize(indices).t(), gathered, tensor.size())
     return result
 
@@ -318,7 +329,8 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=None, prescal
     """Reduces `tensor` across ranks and gives this rank its share of the first dimension (the
     first rows % size ranks get one row more, as Horovod splits it); the Handle's result is the
     new tensor. The input is not modified."""
-    return _reducescatter_async([tensor], name, op, prescale_factor, postscale_factor, True)
+    return _reducescatter_async([tensor], name, op, prescale_factor, postscale_factor, True,
+                                process_set)
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None,
@@ -326,10 +338,10 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=None
     """reducescatter of a list of tensors as one fused unit (names "<name>.<i>"); the Handle's
     result is the list of this rank's shares."""
     return _reducescatter_async(list(tensors), name, op, prescale_factor, postscale_factor,
-                                False)
+                                False, process_set)
 
 
-def _reducescatter_async(tensors, name, op, prescale, postscale, single):
+def _reducescatter_async(tensors, name, op, prescale, postscale, single, process_set=None):
     from cerar._cerar import scatter_rows
     op = Average if op is None else op
     if op not in _SCATTER_OPS:
@@ -337,7 +349,7 @@ def _reducescatter_async(tensors, name, op, prescale, postscale, single):
         raise NotImplementedError(f"cerar.torch.reducescatter supports Sum, Average, Min and "
                                   f"Max, not {op}")
     name = _auto_name("reducescatter" if single else "grouped_reducescatter", name)
-    _claim(name)
+    set_id = _claim(name, process_set)
     if not tensors:
         return Handle(_Combined([]), lambda _: [])
     for t in tensors:
@@ -349,10 +361,10 @@ def _reducescatter_async(tensors, name, op, prescale, postscale, single):
         raise TypeError("cerar.torch: a grouped call needs all-floating or all-integer tensors")
     prescale, postscale = float(prescale), float(postscale)
     post_integer = 1.0
+    _, rank, size = _membership(set_id)
     if integer:  # scaled here in float64 and truncated, as Horovod's CPU path
-        post_integer = postscale / _rt().size if op == Average else postscale
+        post_integer = postscale / size if op == Average else postscale
         op = Sum if op == Average else op
-    rank, size = _rt().rank, _rt().size
     wires, outputs = [], []
     for t in tensors:
         t = t.detach()
@@ -369,7 +381,7 @@ def _reducescatter_async(tensors, name, op, prescale, postscale, single):
     pre, post = (1.0, 1.0) if integer else (prescale, postscale)
     names = [name] if single else [f"{name}.{i}" for i in range(len(wires))]
     handle = _rt().reducescatter(names, [_view(w) for w in wires], [_view(o) for o in outputs],
-                                 op, pre, post)
+                                 op, pre, post, set_id)
 
     def finish(_):
         results = []
@@ -379,7 +391,7 @@ def _reducescatter_async(tensors, name, op, prescale, postscale, single):
                 _scale(out, post_integer)
             results.append(out)
         return results[0] if single else results
-    return _track(name, Handle(handle, finish))
+    return _track(name, Handle(handle, finish), set_id)
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
@@ -387,7 +399,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     the first dimension is divided equally. The Handle's result is (the rows received from
     every rank, concatenated in rank order, and the received splits as an int32 tensor)."""
     name = _auto_name("alltoall", name)
-    _claim(name)
+    set_id = _claim(name, process_set)
+    size = _membership(set_id)[2]
     if splits is None:
         wanted = []
     else:
@@ -400,9 +413,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
             wanted = [int(v) for v in splits.cpu().tolist()]
         else:
             wanted = [int(v) for v in splits]
-        if len(wanted) != _rt().size:
-            raise ValueError(f"cerar.torch.alltoall: {len(wanted)} splits for {_rt().size} "
-                             "ranks")
+        if len(wanted) != size:
+            raise ValueError(f"cerar.torch.alltoall: {len(wanted)} splits for {size} ranks")
         if any(v < 0 for v in wanted):
             raise ValueError("cerar.torch.alltoall: splits must not be negative")
         if tensor.dim() == 0 or sum(wanted) > tensor.shape[0]:
@@ -410,16 +422,16 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
                              "dimension of the tensor")
     if tensor.dim() == 0:
         raise ValueError("cerar.torch.alltoall: a scalar has no first dimension to split")
-    if splits is None and tensor.shape[0] % _rt().size != 0:
+    if splits is None and tensor.shape[0] % size != 0:
         raise ValueError(f"cerar.torch.alltoall: without splits the first dimension "
-                         f"({tensor.shape[0]}) must be a multiple of the size ({_rt().size})")
+                         f"({tensor.shape[0]}) must be a multiple of the size ({size})")
     source = _fresh(tensor) if not tensor.is_contiguous() else tensor.detach()
     dtype, device = source.dtype, source.device
     if dtype in _WIDENED:
         source = source.to(_WIDENED[dtype])
     wire = source.dtype
     splits_device = splits.device if torch.is_tensor(splits) else torch.device("cpu")
-    handle = _rt().alltoall(name, _view(source), wanted)
+    handle = _rt().alltoall(name, _view(source), wanted, set_id)
 
     def finish(h):
         array = h.output()
@@ -429,4 +441,4 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
             out = torch.from_numpy(array)
         received = torch.tensor(h.received_splits(), dtype=torch.int32, device=splits_device)
         return out.to(device=device, dtype=dtype), received
-    return _track(name, Handle(handle, finish))
+    return _track(name, Handle(handle, finish), set_id)

@@ -62,8 +62,12 @@ def _names_by_id(named_parameters, all_params):
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, op, backward_passes_per_step,
                  gradient_predivide_factor, resync_every=0, compression=None, groups=None,
-                 sparse_as_dense=False, drift_check_every=None, drift_tolerance=None):
+                 sparse_as_dense=False, drift_check_every=None, drift_tolerance=None,
+                 process_set=None):
         super(self.__class__, self).__init__(params)
+        # Gradients are reduced among the set's ranks; a rank outside it steps on its own
+        # gradients (as Horovod's).
+        self._process_set = process_set
         all_params = [p for group in self.param_groups for p in group["params"]]
         by_id = _names_by_id(named_parameters, all_params)
         if op not in (Average, Sum) and gradient_predivide_factor != 1.0:
@@ -99,6 +103,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._register_hooks()
 
     def _register_hooks(self):
+        if self._process_set is not None and not self._process_set.included():
+            return
         for p in self._ordered:
             self._hook_refs.append(on_gradient_ready(p, self._make_hook(p)))
 
@@ -141,7 +147,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             p = params[0]
             if self._op not in (Average, Sum):
                 raise ValueError(f"{self._names[p]}: sparse gradients need op=Average or Sum")
-            result = self._ct.sparse_allreduce_async(p.grad, self._names[p], self._op)
+            result = self._ct.sparse_allreduce_async(p.grad, self._names[p], self._op,
+                                                     process_set=self._process_set)
             return [(result, lambda reduced, p=p: setattr(p, "grad", reduced))]
         wires, finishes = [], []
         denses = [p.grad.to_dense() if p.grad.is_sparse else p.grad for p in params]
@@ -165,17 +172,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if group_name is None:
             handle = self._ct.allreduce_async_(wires[0], name=self._names[params[0]],
                                                op=self._op, prescale_factor=prescale,
-                                               postscale_factor=postscale, wire=fmt)
+                                               postscale_factor=postscale,
+                                               process_set=self._process_set, wire=fmt)
             return [(handle, finishes[0])]
         handle = self._ct.grouped_allreduce_async_(wires, name=group_name, op=self._op,
                                                    prescale_factor=prescale,
-                                                   postscale_factor=postscale, wire=fmt)
+                                                   postscale_factor=postscale,
+                                                   process_set=self._process_set, wire=fmt)
         return [(handle, lambda reduced, i=i, f=f: f(reduced[i]))
                 for i, f in enumerate(finishes)]
 
     def synchronize(self):
         """Waits for every gradient's all-reduce. Parameters that got no gradient on this rank
         contribute zeros (in name order), so the other ranks never wait for them."""
+        if self._process_set is not None and not self._process_set.included():
+            self._synchronized = True
+            return
         for p in self._ordered:
             if self._handles.get(p, (None, None))[0] is None:
                 if p.grad is None:
@@ -248,10 +260,17 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     when it exceeds the tolerance (relative L2) rank 0's parameters and optimizer state are
     sent to every rank. None: CERAR_DRIFT_CHECK_EVERY / CERAR_DRIFT_TOLERANCE (job-wide) or the
     defaults; drift_check_every=0 turns it off. Its counters: optimizer.drift_control.stats.
+    process_set: reduce among this ProcessSet's ranks only (registered; Horovod's semantics: a
+    rank outside it steps on its own gradients). Drift control and resync_every work on the
+    global set only, and are off in another set.
     """
-    if process_set is not None and getattr(process_set, "process_set_id", 0) != 0:
-        raise ValueError("DistributedOptimizer: process sets other than the global one are "
-                         "not supported")
+    from cerar._process_sets import _set_id
+    if _set_id(process_set) == 0:
+        process_set = None
+    else:
+        drift_check_every, resync_every = 0, 0
+    if op == Adasum and process_set is not None:
+        raise ValueError("DistributedOptimizer: op=Adasum runs on the global process set only")
     if op == Adasum and _size() > 1:
         return _adasum(optimizer, named_parameters, compression, gradient_predivide_factor)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
@@ -259,7 +278,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     wrapped = cls(optimizer.param_groups, named_parameters, op, backward_passes_per_step,
                   gradient_predivide_factor, resync_every, compression,
                   groups if groups is not None else (num_groups or None), sparse_as_dense,
-                  drift_check_every, drift_tolerance)
+                  drift_check_every, drift_tolerance, process_set)
     if optimizer.state:
         wrapped.load_state_dict(optimizer.state_dict())
     return wrapped

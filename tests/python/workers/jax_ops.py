@@ -5,7 +5,8 @@ import numpy as np
 import cerar.jax as cj
 from common import check, check_close
 
-cj.init(algorithm="ring")
+halves = [cj.ProcessSet([0, 1]), cj.ProcessSet([2, 3])]
+cj.init(algorithm="ring", process_sets=halves)
 r, n = cj.rank(), cj.size()
 ranks_sum = n * (n - 1) / 2
 
@@ -35,6 +36,13 @@ check_close("broadcast_tree", np.asarray(same["w"]), np.full((2, 2), n - 1.0))
 check_close("broadcast", np.asarray(cj.broadcast(jnp.ones(2) * r, root_rank=0)), np.zeros(2))
 check_close("allgather", np.asarray(cj.allgather(jnp.full((r + 1,), float(r)))),
             np.concatenate([np.full((k + 1,), float(k)) for k in range(n)]))
+half = halves[r // 2]
+tree = cj.allreduce_tree({"g": jnp.full((3,), float(r))}, op=cj.Sum, process_set=half)
+check_close("tree in a process set", np.asarray(tree["g"]), np.full((3,), float(sum(half.ranks))))
+check_close("broadcast in a process set",
+            np.asarray(cj.broadcast(jnp.ones(2) * r, root_rank=half.ranks[1], process_set=half)),
+            np.full(2, float(half.ranks[1])))
+cj.barrier(process_set=half)
 cj.barrier()
 cj.shutdown()
 print("jax OK", flush=True)

@@ -1,0 +1,127 @@
+#include "core/arguments.h"
+
+#include <cmath>
+#include <unordered_set>
+
+#include "core/scaling.h"
+#include "ops/algorithms/adasum.h"
+#include "ops/common/error.h"
+
+namespace cerar {
+
+Status argumentError(const std::string& why) { return Status(StatusCode::kInvalidArgument, why); }
+
+Status checkNames(const std::vector<std::string>& names, const char* what) {
+  if (names.empty()) return argumentError(std::string(what) + ": no tensors");
+  std::unordered_set<std::string> seen;
+  for (const auto& name : names) {
+    if (name.empty()) {
+      return argumentError(std::string(what) + ": a tensor name must not be empty");
+    }
+    if (name.find('\x1f') != std::string::npos) {
+      return argumentError(std::string(what) + " of '" + name +
+                           "': the name contains the byte 0x1f");
+    }
+    if (!seen.insert(name).second) {
+      return argumentError(std::string(what) + ": the name '" + name +
+                           "' appears twice in one group");
+    }
+  }
+  return {};
+}
+
+Status checkTensor(const std::string& name, const Tensor& t) {
+  for (int64_t dim : t.shape) {
+    if (dim < 0) return argumentError("tensor '" + name + "': negative dimension");
+  }
+  if (t.data == nullptr && t.elements() > 0) {
+    return argumentError("tensor '" + name + "': null data");
+  }
+  return {};
+}
+
+Status checkOp(const std::string& name, DType dtype, Op op, double prescale, double postscale,
+               int N, const char* what) {
+  if (op == Op::kAdasum) {
+    // Every rank of the set sees the same N and dtype, so each fails alike before negotiating.
+    if (!isAdasumDType(dtype)) {
+      return argumentError(detail::concat(what, " of '", name, "': Adasum needs a "
+                                          "floating-point dtype, got ", dtypeName(dtype)));
+    }
+    const Status sized = validateAdasumSize(N);
+    if (!sized.ok()) {
+      return argumentError(detail::concat(what, " of '", name, "': ", sized.message));
+    }
+  }
+  if (op == Op::kAverage && !isFloatDType(dtype)) {
+    return argumentError(detail::concat(what, " of '", name, "': average needs a "
+                                        "floating-point dtype, got ", dtypeName(dtype),
+                                        " (use sum)"));
+  }
+  if (!std::isfinite(prescale) || !std::isfinite(postscale)) {
+    return argumentError(std::string(what) + " of '" + name + "': scale factors must be finite");
+  }
+  if ((prescale != 1.0 || postscale != 1.0) && !isFloatDType(dtype)) {
+    return argumentError(detail::concat(what, " of '", name, "': prescale/postscale need "
+                                        "a floating-point dtype, got ", dtypeName(dtype)));
+  }
+  return {};
+}
+
+Status checkMember(const std::optional<ProcessSet>& set, int32_t id, int rank,
+                   const std::string& what) {
+  if (!set) return argumentError(detail::concat(what, ": there is no process set ", id));
+  if (!set->contains(rank)) {
+    std::string ranks;
+    for (int member : set->ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(member);
+    return argumentError(detail::concat(what, ": rank ", rank, " is not in process set ", id,
+                                        " (ranks ", ranks, ")"));
+  }
+  return {};
+}
+
+Status checkReduction(const std::vector<std::string>& names, const std::vector<Tensor>& inputs,
+                      const std::vector<Tensor>& outputs, Description& d, int setRank,
+                      int setSize) {
+  const bool scatter = d.kind == Kind::kReducescatter;
+  const char* what = scatter ? "reducescatter" : "allreduce";
+  Status invalid = checkNames(names, what);
+  if (invalid.ok() && (inputs.size() != names.size() || outputs.size() != names.size())) {
+    invalid = argumentError(detail::concat(scatter ? "reducescatter: " : "grouped allreduce: ",
+                                           names.size(), " names, ", inputs.size(),
+                                           " inputs and ", outputs.size(), " outputs"));
+  }
+  for (size_t i = 0; invalid.ok() && i < inputs.size(); ++i) {
+    const Tensor& in = inputs[i];
+    const Tensor& out = outputs[i];
+    if (i == 0) d.dtype = in.dtype, d.onDevice = in.device >= 0;
+    invalid = checkTensor(names[i], in);
+    if (!invalid.ok()) break;
+    std::vector<int64_t> expected = in.shape;
+    if (scatter && expected.empty()) {
+      return argumentError("reducescatter of '" + names[i] +
+                           "': a scalar has no first dimension to scatter");
+    }
+    if (scatter) expected[0] = scatterRows(expected[0], setRank, setSize);
+    if (out.dtype != in.dtype || out.shape != expected || out.device != in.device ||
+        (out.data == nullptr && out.elements() > 0)) {
+      invalid = argumentError(
+          scatter ? detail::concat("reducescatter of '", names[i], "': the output must have "
+                                   "the input's dtype and device and this rank's share of the "
+                                   "first dimension (", expected[0], " of ", in.shape[0],
+                                   " rows)")
+                  : "allreduce of '" + names[i] + "': the output must match the input's "
+                    "dtype, shape and device");
+    } else if (in.dtype != d.dtype || in.device != inputs[0].device) {
+      invalid = argumentError(detail::concat(scatter ? "grouped reducescatter: '"
+                                                     : "grouped allreduce: '",
+                                             names[i], "' differs in dtype or device from '",
+                                             names[0], "'; a group is one ",
+                                             scatter ? "unit" : "fusion unit"));
+    }
+    d.shapes.push_back(in.shape);
+  }
+  return invalid;
+}
+
+}  // namespace cerar

@@ -1,0 +1,82 @@
+#include "core/process_sets.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "ops/common/error.h"
+
+namespace cerar {
+
+int ProcessSet::rankOf(int global) const {
+  const auto it = std::lower_bound(ranks.begin(), ranks.end(), global);
+  return it != ranks.end() && *it == global ? int(it - ranks.begin()) : -1;
+}
+
+Status checkSetRanks(const std::vector<int>& ranks, int jobSize) {
+  if (ranks.empty()) return Status(StatusCode::kInvalidArgument, "a process set needs ranks");
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] < 0 || sorted[i] >= jobSize) {
+      return Status(StatusCode::kInvalidArgument,
+                    detail::concat("process set rank ", sorted[i], " out of range for ",
+                                   jobSize, " ranks"));
+    }
+    if (i > 0 && sorted[i] == sorted[i - 1]) {
+      return Status(StatusCode::kInvalidArgument,
+                    detail::concat("process set rank ", sorted[i], " appears twice"));
+    }
+  }
+  return {};
+}
+
+int componentsForSet(int jobComponents, int setSize) {
+  if (jobComponents <= 0 || setSize <= 0) return jobComponents;
+  return (jobComponents + setSize - 1) / setSize * setSize;
+}
+
+ProcessSetTable::ProcessSetTable(int jobSize) : jobSize_(jobSize) {
+  ProcessSet all;
+  all.ranks.resize(size_t(jobSize));
+  std::iota(all.ranks.begin(), all.ranks.end(), 0);
+  sets_.emplace(kGlobalProcessSet, std::move(all));
+}
+
+std::optional<ProcessSet> ProcessSetTable::find(int32_t id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = sets_.find(id);
+  if (it == sets_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<int32_t> ProcessSetTable::idOf(const std::vector<int>& ranks) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [id, set] : sets_) {
+    if (set.ranks == ranks) return id;
+  }
+  return std::nullopt;
+}
+
+int32_t ProcessSetTable::add(std::vector<int> ranks) {
+  CERAR_ENFORCE(checkSetRanks(ranks, jobSize_).ok() && std::is_sorted(ranks.begin(), ranks.end()),
+                "process sets: bad ranks for a new set");
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int32_t id = nextId_++;
+  sets_.emplace(id, ProcessSet{id, std::move(ranks)});
+  return id;
+}
+
+bool ProcessSetTable::remove(int32_t id) {
+  if (id == kGlobalProcessSet) return false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sets_.erase(id) > 0;
+}
+
+std::vector<int32_t> ProcessSetTable::ids() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<int32_t> out;
+  for (const auto& [id, set] : sets_) out.push_back(id);
+  return out;
+}
+
+}  // namespace cerar
