@@ -110,9 +110,18 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
     cerar = false;
     c = N;
   }
+  Wire wire = options.wire;
+  bool wireFallback = false;
+  if (wire == Wire::kFloat16 && options.fp16Guard && N > 1) {
+    const uint8_t bits =
+        orAcrossRanks(*transport_, codec::fp16GuardBits(static_cast<const float*>(data), count, N));
+    wireFallback = !codec::fp16GuardPasses(bits);
+    if (wireFallback) wire = Wire::kNone;
+  }
   const Plan& plan = planFor(cerar ? Algorithm::kCerar : Algorithm::kRing, c, count);
-  RunStats stats = runner_->run(plan, *transport_, data, CodecParams{dtype, options.op, eps, options.wire});
+  RunStats stats = runner_->run(plan, *transport_, data, CodecParams{dtype, options.op, eps, wire});
   stats.nonFiniteFallback = fallback;
+  stats.wireFallback = wireFallback;
   if (cerar && options.shareCorrection) {
     applyShareCorrection(Layout(N, c, count), rank(), eps, dtype, data);
   }
