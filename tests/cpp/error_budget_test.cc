@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <iostream>
 #include <random>
 
 #include "core/config.h"
@@ -271,7 +270,6 @@ TEST(ErrorBudgetMultiprocess, RanksRunRankZerosChoicesWithinTheirBounds) {
   const auto results = runLocalJob(options, budgetJob);
   for (int rank = 0; rank < kRanks; ++rank) EXPECT_EQ(results[rank], results[0]) << rank;
   const std::string& r = results[0];
-  std::cout << r << "\n";
   EXPECT_NE(r.find("1:ring-fp16 "), std::string::npos) << r;
   EXPECT_NE(r.find("2:cerar "), std::string::npos) << r;
   EXPECT_NE(r.find("3:ring "), std::string::npos) << r;
