@@ -34,9 +34,11 @@ double wireErrorBound(int N, Wire wire) {
 
 double wireRingSeconds(int N, double bytes, const LinkModel& link) {
   if (N <= 1) return 0;
-  const double m = bytes / N;
+  const double message = bytes / N / 2;  // 16-bit bytes
   const double gammaWire = link.gammaWire > 0 ? link.gammaWire : 2 * link.gamma;
-  return 2.0 * (N - 1) * (link.alpha + m / 2 * link.beta + m * gammaWire);
+  // gammaWire is per float32 byte: twice that per 16-bit byte.
+  const double fill = std::min(message, link.segmentBytes);
+  return 2.0 * (N - 1) * (link.alpha + (message + fill) * (link.beta + 2 * gammaWire));
 }
 
 Selection selectWithinBudget(const BudgetQuery& q, const LinkModel& link,

@@ -20,8 +20,9 @@ double ringErrorBound(int N, DType dtype, ReduceOp op);
 // guard checks before it sends (codec::fp16GuardBits).
 double wireErrorBound(int N, Wire wire);
 
-// The exact ring with a 16-bit wire: one round at a time (not pipelined), so per round
-// alpha + (m/2) beta + m gammaWire for m = d/N float32 bytes; T = 2(N-1) times that.
+// The exact ring with a 16-bit wire, streamed in segments like the float32 ring: per round
+// alpha + (w + min(w, segment)) (beta + 2 gammaWire) for a message of w = d/(2N) 16-bit
+// bytes (gammaWire per float32 byte); T = 2(N-1) times that.
 double wireRingSeconds(int N, double bytes, const LinkModel& link);
 
 // What the budget may choose for one buffer. `wireCapable`: a float32 sum on the host.

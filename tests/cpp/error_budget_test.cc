@@ -42,16 +42,16 @@ TEST(ErrorBudget, BoundsAreTheDocumentedFormulas) {
   EXPECT_EQ(ringErrorBound(8, DType::kInt32, ReduceOp::kSum), 0);
   EXPECT_DOUBLE_EQ(wireErrorBound(8, Wire::kFloat16), 8 * (0x1p-11 + 0x1p-15) + 7 * u32);
   EXPECT_DOUBLE_EQ(wireErrorBound(8, Wire::kBFloat16), 8 * 0x1p-8 + 7 * u32);
-  // The 16-bit ring sends half the bytes, one round at a time.
+  // The 16-bit ring sends half the bytes, streamed in segments like the float32 ring.
   const LinkModel link = slowLink();
-  const double m = 4.0 * k64MiB / 8;
+  const double w = 2.0 * k64MiB / 8;
   EXPECT_DOUBLE_EQ(wireRingSeconds(8, 4.0 * k64MiB, link),
-                   14 * (link.alpha + m / 2 * link.beta + m * 2 * link.gamma));
+                   14 * (link.alpha + (w + link.segmentBytes) * (link.beta + 4 * link.gamma)));
 }
 
 TEST(ErrorBudget, ChoicesOnAFixedModel) {
   const LinkModel link = slowLink();
-  // N = 8, 64 MiB float32: ring 4.9 s, CERAR ~3.6 s (bound 1.34e-3), 16-bit ring 2.4 s
+  // N = 8, 64 MiB float32: ring 4.9 s, CERAR ~3.6 s (bound 1.34e-3), 16-bit ring 2.5 s
   // (bounds 4.2e-3 fp16, 3.1e-2 bf16).
   Selection s = selectWithinBudget(f32Sum(8, k64MiB), link, budget(5e-2, true, true));
   EXPECT_TRUE(s.budgeted);
