@@ -108,8 +108,8 @@ struct RuntimeConfig {
   // the fastest of the exact ring, CERAR and, as CERAR_COMPRESSION allows, 16-bit wires,
   // among those predicted to fit (docs/wires.md, "Error budget"). 0: unset. Job-wide.
   double maxError = 0;
-  // CERAR_DEBUG_ERROR: also reduce each CERAR buffer with the exact ring (doubles the traffic)
-  // and record the measured error. Job-wide (docs/settings.md).
+  // CERAR_DEBUG_ERROR: also reduce each CERAR or 16-bit-wire buffer with the exact float32
+  // ring (doubles the traffic) and record the measured error. Job-wide (docs/settings.md).
   bool debugError = false;
   std::string timeline;                       // CERAR_TIMELINE
   double stallCheckSeconds = 60;              // CERAR_STALL_CHECK_TIME_SECONDS

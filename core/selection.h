@@ -36,7 +36,7 @@ struct SelectionPolicy {
   double minGain = 0.10;
   // Not selection but how a CERAR buffer is decoded and checked, carried with the policy to
   // the dispatcher: share-corrected decoding (CERAR_SHARE_CORRECTION), and a debug mode that
-  // also runs the exact ring on a copy and records CERAR's measured error (CERAR_DEBUG_ERROR).
+  // also runs the exact ring on a copy and records the measured error of CERAR and 16-bit wires.
   bool shareCorrection = false;
   bool measureError = false;
   // The 16-bit wire of float32 host sums that ask for none (CERAR_COMPRESSION=fp16|bf16
