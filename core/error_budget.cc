@@ -47,21 +47,17 @@ Selection selectWithinBudget(const BudgetQuery& q, const LinkModel& link,
   Selection best{Algorithm::kRing, q.N, 0, ringSeconds(q.N, bytes, link)};
   best.budgeted = true;
   best.predictedError = ringErrorBound(q.N, q.dtype, q.op);
-  const bool approximate = q.N > 2 && q.op == ReduceOp::kSum && bytes >= double(policy.minCerarBytes);
-  if (!approximate) return best;
+  if (q.N < 2 || q.op != ReduceOp::kSum || bytes < double(policy.minCerarBytes)) return best;
   const double limit = (1.0 - policy.minGain) * best.predictedSeconds;
+  // Whatever passes beats the exact ring; among those the fastest, on a tie the more accurate.
   const auto consider = [&](const Selection& s) {
     if (s.predictedError > policy.maxError || s.predictedSeconds > limit) return;
-    const bool faster = s.predictedSeconds < best.predictedSeconds ||
-                        (s.predictedSeconds == best.predictedSeconds &&
-                         s.predictedError < best.predictedError);
-    if (best.algorithm == Algorithm::kRing && best.wire == Wire::kNone) {
-      best = s;  // the first approximate one that fits and pays
-    } else if (faster) {
+    if (s.predictedSeconds < best.predictedSeconds ||
+        (s.predictedSeconds == best.predictedSeconds && s.predictedError < best.predictedError)) {
       best = s;
     }
   };
-  if (isCerarDType(q.dtype)) {
+  if (isCerarDType(q.dtype) && q.N > 2) {  // at N = 2 CERAR sends what the ring sends
     const int c = policy.components > 0 ? policy.components
                                         : bestComponents(q.N, bytes, q.elements, link);
     if (c > q.N) {

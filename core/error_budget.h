@@ -35,9 +35,9 @@ struct BudgetQuery {
 };
 
 // The choice (Selection::budgeted set): among candidates whose bound is at most
-// policy.maxError, the fastest by the model. Approximate candidates (CERAR, 16-bit wires) are
-// considered for buffers of at least policy.minCerarBytes and must beat the exact ring's time
-// by policy.minGain; CERAR's eps is policy.eps, else the default, else the eps with the
+// policy.maxError, the fastest by the model. Approximate candidates (CERAR for N > 2, 16-bit
+// wires) are considered for sums of at least policy.minCerarBytes and must beat the exact
+// ring's time by policy.minGain; CERAR's eps is policy.eps, else the default, else the eps with the
 // smallest bound (modelEps) where only that one fits. The exact ring when nothing else fits,
 // even if its own rounding exceeds the budget.
 Selection selectWithinBudget(const BudgetQuery& query, const LinkModel& link,

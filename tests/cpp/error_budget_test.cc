@@ -89,10 +89,13 @@ TEST(ErrorBudget, ChoicesOnAFixedModel) {
 TEST(ErrorBudget, TheExactRingWhereNothingElseCanOrPays) {
   const LinkModel link = slowLink();
   const SelectionPolicy loose = budget(0.5, true, true);
-  // Small buffers, N <= 2, min/max: the exact ring.
+  // Small buffers, min/max: the exact ring.
   EXPECT_EQ(selectWithinBudget(f32Sum(8, 1000), link, loose).algorithm, Algorithm::kRing);
   EXPECT_EQ(selectWithinBudget(f32Sum(8, 1000), link, loose).wire, Wire::kNone);
-  EXPECT_EQ(selectWithinBudget(f32Sum(2, k64MiB), link, loose).wire, Wire::kNone);
+  // N = 2: CERAR saves nothing, a 16-bit wire still halves the bytes.
+  EXPECT_EQ(selectWithinBudget(f32Sum(2, k64MiB), link, budget(0.5, false, false)).algorithm,
+            Algorithm::kRing);
+  EXPECT_EQ(selectWithinBudget(f32Sum(2, k64MiB), link, loose).wire, Wire::kFloat16);
   const Selection max =
       selectWithinBudget({8, DType::kFloat32, ReduceOp::kMax, k64MiB, true}, link, loose);
   EXPECT_EQ(max.algorithm, Algorithm::kRing);
