@@ -9,8 +9,11 @@ A config N@R is N ranks on links shaped to R Mbit/s (bench/netem.sh); loN is N r
 loopback (unshaped: the CPU-bound case). Per config: bring the cluster up, calibrate the links
 (tcp_ring.py, before and after the contenders), run cerar-bench-net (cerar ring, CERAR over a c
 grid and with the modelled c, Gloo's all-reduces), torch.distributed (gloo) and Open MPI's
-MPI_Allreduce, with --runtime also a ResNet-50 gradient step through torch DDP and through
-cerar's runtime; take the cluster down (also on error and Ctrl-C). Writes
+MPI_Allreduce, the lossy contenders on Gaussian data (torch-gloo float32 and cast to fp16,
+cerar's runtime: float32 ring, fp16/bf16 wires, the same casts in Python, CERAR, auto and
+auto within error budgets; each result's error against the float64 sum), with --runtime also a
+ResNet-50 gradient step through torch DDP and through cerar's runtime; take the cluster down
+(also on error and Ctrl-C). --lossy-only runs the calibration and the lossy contenders alone. Writes
 bench/results/NAME/<config>.json, .log, and through suite_report.py results.md and PNGs.
 Exit: 0 ok, 1 a run failed, 2 bad arguments, 3 not root / tools missing, 130 interrupted.
 """
@@ -149,6 +152,22 @@ class Suite:
             self.notes.append(f"mpi: mpirun exit {p.returncode} (see the log)")
         return sink.rows
 
+    def lossy(self, cfg, sizes):
+        """Time and error side by side on Gaussian data: torch-gloo (float32, fp16 cast) and
+        cerar's runtime (its wires, Python casts, CERAR, auto, error budgets)."""
+        a = self.a
+        common = ["--sizes", sizes, "--repeats", str(a.repeats)]
+        rows = self.ranks(["/usr/bin/python3", os.path.join(HERE, "torch_contender.py"),
+                           "--mode", "lossy"] + common, cfg, a.timeout)
+        if subprocess.run([VENV_PY, "-c", "import cerar.torch"], capture_output=True).returncode:
+            self.notes.append("cerar lossy contenders: `import cerar.torch` fails in .venv; skipped")
+            return rows
+        cerar_py = [VENV_PY, os.path.join(HERE, "torch_contender.py"), "--mode", "cerar-lossy"] + common
+        for extra in [["--algorithm", "ring"], ["--algorithm", "cerar"], ["--algorithm", "auto"]] + [
+                ["--algorithm", "auto", "--max-error", str(x)] for x in a.max_errors]:
+            rows += self.ranks(cerar_py + extra, cfg, a.timeout)
+        return rows
+
     def config(self, cfg):
         a, n, rows = self.a, cfg["n"], []
         shaped = cfg["rate_mbit"] is not None
@@ -158,11 +177,13 @@ class Suite:
         try:
             cal = [self.calibrate(cfg)]
             sizes = ",".join(str(s) for s in a.sizes)
-            rows += self.ranks([a.bin, "--sizes", sizes, "--repeats", str(a.repeats),
-                                "--timeout-s", "300"], cfg, a.timeout)
             torch_py = ["/usr/bin/python3", os.path.join(HERE, "torch_contender.py")]
-            rows += self.ranks(torch_py + ["--sizes", sizes, "--repeats", str(a.repeats)], cfg, a.timeout)
-            rows += self.mpi(cfg, a.sizes)
+            if not a.lossy_only:
+                rows += self.ranks([a.bin, "--sizes", sizes, "--repeats", str(a.repeats),
+                                    "--timeout-s", "300"], cfg, a.timeout)
+                rows += self.ranks(torch_py + ["--sizes", sizes, "--repeats", str(a.repeats)], cfg, a.timeout)
+                rows += self.mpi(cfg, a.sizes)
+            rows += self.lossy(cfg, sizes)
             if a.runtime:
                 for hook in ("none", "fp16"):
                     rows += self.ranks(torch_py + ["--mode", "ddp", "--hook", hook, "--repeats",
@@ -204,7 +225,13 @@ def main(argv=None):
     p.add_argument("--sizes", type=parse_sizes)
     p.add_argument("--repeats", type=int, help="timed runs per contender (3; 2 with --headline)")
     p.add_argument("--runtime", action="store_true", help="also the ResNet-50 step (DDP, cerar runtime)")
+    p.add_argument("--lossy-only", action="store_true",
+                   help="only the calibration and the lossy contenders (time and error)")
+    p.add_argument("--max-errors", default="2e-3,5e-3",
+                   type=lambda s: [float(x) for x in s.split(",") if x],
+                   help="CERAR_MAX_ERROR budgets of the cerar-budget-X contenders (%(default)s)")
     p.add_argument("--name", help="results folder under bench/results (default: headline / sweep)")
+    p.add_argument("--outdir", help="results folder (default: bench/results/NAME)")
     p.add_argument("--bin", default=find_bin(), help="cerar-bench-net (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per launch")
     p.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
@@ -218,14 +245,15 @@ def main(argv=None):
     a.name = a.name or ("headline" if a.headline else "sweep")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", a.name):
         p.error("--name: letters, digits, _ . - only")
-    a.outdir = os.path.join(HERE, "results", a.name)
+    a.outdir = a.outdir or os.path.join(HERE, "results", a.name)
     a.builddir = os.path.dirname(os.path.abspath(a.bin))
     plan = (f"{a.name}: configs {[c['name'] for c in a.configs]}, sizes {a.sizes}, "
-            f"repeats {a.repeats}, runtime step {a.runtime}, bin {a.bin}")
+            f"repeats {a.repeats}, runtime step {a.runtime}, lossy only {a.lossy_only}, "
+            f"budgets {a.max_errors}, bin {a.bin}")
     if a.dry_run:
         print(f"run_suite: plan: {plan}")
         return 0
-    if not os.access(a.bin, os.X_OK):
+    if not a.lossy_only and not os.access(a.bin, os.X_OK):
         print(f"run_suite: {a.bin} not found; build it: cmake --build build --target cerar-bench-net",
               file=sys.stderr)
         return 3

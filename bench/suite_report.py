@@ -17,6 +17,8 @@ ORDER = ["cerar-auto", "ring", "torch-gloo", "mpi-allreduce", "mpi-allreduce-rin
 def limit_s(row, n, rate_mbit):
     """The contender's own bound: bytes each rank must send over the link rate."""
     d, bps = row["bytes"], rate_mbit * 1e6 / 8
+    if row.get("wire_bytes"):  # a 16-bit exact ring: half the bytes
+        d = d * row["wire_bytes"] / 4
     if row.get("c"):
         return (1 + (n - 2) / row["c"]) * d / bps
     if row["contender"].startswith("cerar-rt-cerar"):
@@ -75,7 +77,8 @@ def headline(run):
     if shaped:  # the same limits at the rate tbf was given: what the links could carry at best
         out.update({f"{k}_vs_shaped_limit": r["best_s"] / limit_s(r, n, shaped)
                     for k, r in (("cerar_auto", auto), ("ring", ring)) if r})
-    others = {k: v["best_s"] for k, v in rows.items() if not k.startswith("cerar") and k != "ring"}
+    others = {k: v["best_s"] for k, v in rows.items()
+              if not k.startswith("cerar") and k != "ring" and v.get("data") != "gaussian"}
     if auto and "torch-gloo" in rows:
         out["cerar_auto_over_torch_gloo"] = auto["best_s"] / rows["torch-gloo"]["best_s"]
     if auto and others:
@@ -120,6 +123,62 @@ def excess_fit(rows, n, rate):
     return my - b * mx, b
 
 
+def lossy_rows(rows):
+    return {k: r for k, r in rows.items() if r.get("data") == "gaussian"}
+
+
+def lossy_md(run, d, rows):
+    """Time and error side by side on the Gaussian data, every error against the fp64 sum."""
+    n, rate = run["config"]["n"], run["rate_mbit"]
+    ref = [k for k in ("torch-gloo-fp16", "cerar-ring-f32") if k in rows]
+    lines = [f"**{size_text(d)}, time and error** (g = mu + noise, standard normal, mu shared; "
+             "error = max|result - fp64 sum| / max|fp64 sum|, worst rank; predicted = the "
+             "runtime's bound of its choice, relative to max sum|g|)\n",
+             "| contender | ran | best s | best/limit | " + " | ".join(f"÷ {k}" for k in ref)
+             + " | error | predicted |", "|---" * (6 + len(ref)) + "|"]
+    for k in sorted(rows, key=lambda k: rows[k]["best_s"]):
+        r = rows[k]
+        ran = r.get("last_choice") or ("fp16 cast" if k.endswith("fp16") else "float32")
+        if r.get("c"):
+            ran += f" c={r['c']}"
+        pred = f"{r['predicted_error']:.2g}" if r.get("predicted_error") else ""
+        lines.append(f"| {k} | {ran} | {r['best_s']:.3f} | {r['best_s'] / limit_s(r, n, rate):.2f} | "
+                     + " | ".join(f"{r['best_s'] / rows[x]['best_s']:.2f}" for x in ref)
+                     + f" | {r['max_rel_err']:.2g} | {pred} |")
+    return "\n".join(lines) + "\n"
+
+
+def error_plot(outdir, run):
+    """Best time against measured error, one point per lossy contender, at the largest size."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    table = {d: lossy_rows(rows) for d, rows in by_size(run).items()}
+    table = {d: rows for d, rows in table.items() if rows}
+    if not table:
+        return []
+    d = max(table)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for k, r in sorted(table[d].items()):
+        err = max(r["max_rel_err"], 1e-9)  # exact results sit on the axis floor
+        ax.plot([err], [r["best_s"]], "o" if k.startswith("cerar") else "s", label=k)
+        ax.annotate(k, (err, r["best_s"]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel("max relative error against the fp64 sum")
+    ax.set_ylabel("best time per all-reduce (s)")
+    ax.set_title(f"{run['config']['name']}: {size_text(d)}, B = {run['rate_mbit']:.0f} Mbit/s, "
+                 "Gaussian fp32 data")
+    ax.legend(fontsize=6, ncol=2)
+    ax.grid(True, which="both", alpha=0.3)
+    path = f"{run['config']['name']}-time-vs-error.png"
+    fig.savefig(os.path.join(outdir, path), dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return [path]
+
+
 def matrix_md(rows):
     names = sorted(rows, key=sort_key)
     lines = ["Ratio of best times, row ÷ column:\n", "| | " + " | ".join(names) + " |",
@@ -142,9 +201,11 @@ def plots(outdir, run):
     series = {}
     for d in sorted(table):
         for k, r in table[d].items():
-            if not k.startswith(("cerar-rt", "torch-ddp")):
+            if not k.startswith(("cerar-rt", "torch-ddp")) and r.get("data") != "gaussian":
                 series.setdefault(k, []).append((d / 2**20, r["best_s"], r["best_s"] / limit_s(r, n, rate)))
     made = []
+    if not series:  # only the lossy contenders ran: their plot is error_plot's
+        return made
     for what, col, ylabel in (("time", 1, "best time per all-reduce (s)"),
                               ("ratio", 2, "best time / its own limit")):
         fig, ax = plt.subplots(figsize=(8, 5))
@@ -198,11 +259,13 @@ def write(outdir):
         table = by_size(run)
         for d in sorted(table):
             md.append(table_md(run, d, table[d]))
+            if lossy_rows(table[d]):
+                md.append(lossy_md(run, d, lossy_rows(table[d])))
         step = [d for d in table if not any(k.startswith(("cerar-rt", "torch-ddp")) for k in table[d])]
         if step:
             d = HEADLINE_BYTES if HEADLINE_BYTES in step else max(step)
             md.append(matrix_md(table[d]))
-        md += [f"![{p}]({p})" for p in plots(outdir, run)]
+        md += [f"![{p}]({p})" for p in plots(outdir, run) + error_plot(outdir, run)]
     with open(os.path.join(outdir, "results.md"), "w") as out:
         out.write("\n".join(md) + "\n")
     with open(os.path.join(outdir, "headline.json"), "w") as out:

@@ -10,6 +10,14 @@ CERAR_SIZE, CERAR_RENDEZVOUS_ADDR/PORT, CERAR_NETNS_IFACE). Rank 0 prints one JS
                                       on the next port)
   torch_contender.py --mode cerar --algorithm ring|cerar|auto --fusion on|off [--repeats R]
                                       the same gradients through cerar's runtime (cerar.torch)
+  torch_contender.py --mode lossy [--sizes ...]   torch.distributed (gloo) on Gaussian data:
+                                      float32, and cast to half around the sum (as DDP's fp16
+                                      compression hook, without its division by N)
+  torch_contender.py --mode cerar-lossy --algorithm ring|cerar|auto [--max-error X]
+                                      the same data through cerar's runtime; with ring also its
+                                      fp16/bf16 wires and the same casts done in Python
+The lossy modes give every rank g = mu + noise (standard normal; mu shared, noise per rank) and
+measure each result against the float64 sum of every rank's float32 inputs.
 """
 import argparse, datetime, json, os, statistics, sys, time
 
@@ -25,7 +33,7 @@ PORT = int(os.environ.get("CERAR_RENDEZVOUS_PORT", "29500"))
 IFACE = os.environ.get("CERAR_NETNS_IFACE", "lo")
 
 
-def report(contender, nbytes, times, err, **extra):
+def report(contender, nbytes, times, err, c=None, **extra):
     """Slowest rank per run (an all-reduce MAX over the group), printed by rank 0."""
     t = torch.tensor(times + [err], dtype=torch.float64)
     if dist.is_initialized():
@@ -35,7 +43,7 @@ def report(contender, nbytes, times, err, **extra):
         t = hvd.allreduce(t, op=hvd.Max, name=f"report.{contender}")
     runs = [round(x, 6) for x in t[:-1].tolist()]
     if RANK == 0:
-        print(json.dumps(dict(contender=contender, impl="torch", n=SIZE, bytes=nbytes, c=None,
+        print(json.dumps(dict(contender=contender, impl="torch", n=SIZE, bytes=nbytes, c=c,
                               runs_s=runs, best_s=min(runs), median_s=statistics.median(runs),
                               max_rel_err=float(t[-1]), **extra)), flush=True)
 
@@ -118,6 +126,89 @@ def mode_ddp(a):
         cerar.shutdown()
 
 
+def gaussian(rank, n):
+    """Rank `rank`'s input: mu + noise, mu shared by all ranks (correlated gradients)."""
+    mu = torch.randn(n, generator=torch.Generator().manual_seed(12345))
+    return mu + torch.randn(n, generator=torch.Generator().manual_seed(1000 + rank))
+
+
+def reference(n):
+    """The float64 sum of every rank's float32 input (each rank regenerates them)."""
+    total = torch.zeros(n, dtype=torch.float64)
+    for r in range(SIZE):
+        total += gaussian(r, n).double()
+    return total
+
+
+def rel_err(out, ref):
+    """max |out - sum| / max |sum|."""
+    return float((out.double() - ref).abs().max() / ref.abs().max())
+
+
+def mode_lossy(a):
+    init_gloo(a.timeout)
+    for nbytes in a.sizes:
+        n = nbytes // 4
+        mine, ref = gaussian(RANK, n), reference(n)
+        data, out = torch.empty_like(mine), [None]
+        times = timed(dist.barrier, lambda: (data.copy_(mine), dist.all_reduce(data)), a.repeats)
+        report("torch-gloo-f32", nbytes, times, rel_err(data, ref), data="gaussian")
+
+        def half():  # the cast is part of what the hook costs
+            h = mine.half()
+            dist.all_reduce(h)
+            out[0] = h.float()
+        times = timed(dist.barrier, half, a.repeats)
+        report("torch-gloo-fp16", nbytes, times, rel_err(out[0], ref), data="gaussian",
+               wire_bytes=2)
+
+
+def mode_cerar_lossy(a):
+    os.environ.setdefault("CERAR_SECRET", "cerar-bench")
+    import cerar.torch as hvd
+    overrides = dict(max_error=a.max_error, compression="allow") if a.max_error else {}
+    hvd.init(rendezvous_addr=ADDR, rendezvous_port=PORT, host_store=RANK == 0, iface=IFACE,
+             secret=os.environ["CERAR_SECRET"], algorithm=a.algorithm,
+             timeout_seconds=float(a.timeout), **overrides)
+
+    def barrier():
+        hvd.allreduce(torch.zeros(1), name="barrier")
+    if a.algorithm == "ring":
+        contenders = [("cerar-ring-f32", None, None), ("cerar-wire-fp16", hvd.Compression.fp16, None),
+                      ("cerar-wire-bf16", hvd.Compression.bf16, None),
+                      ("cerar-pycast-fp16", None, torch.float16),
+                      ("cerar-pycast-bf16", None, torch.bfloat16)]
+    else:
+        name = f"cerar-budget-{a.max_error:g}" if a.max_error else f"cerar-lossy-{a.algorithm}"
+        contenders = [(name, None, None)]
+    for nbytes in a.sizes:
+        n = nbytes // 4
+        mine, ref = gaussian(RANK, n), reference(n)
+        for contender, compression, cast in contenders:
+            out = [None]
+            label = f"lossy.{contender}.{nbytes}"
+
+            def run():
+                if cast is not None:  # a cast in Python: the runtime sums 16-bit tensors
+                    out[0] = hvd.allreduce(mine.to(cast), op=hvd.Sum, name=label).float()
+                else:
+                    out[0] = hvd.allreduce(mine, op=hvd.Sum, name=label, compression=compression)
+            times = timed(barrier, run, a.repeats)
+            s = hvd.stats()
+            # The runtime's bound of what it decided (none for its plain rings).
+            bounded = s["last_choice"] != "ring" or a.max_error
+            extra = dict(data="gaussian", last_choice=s["last_choice"],
+                         predicted_error=s["predicted_error_last"] if bounded else None)
+            if compression is not None or cast is not None or s["last_choice"].startswith("ring-"):
+                extra["wire_bytes"] = 2
+            if cast is not None:
+                extra["last_choice"] = f"ring of {str(cast)[6:]} tensors"
+            # CERAR's limit follows the c the runtime ran.
+            c = s["last_components"] if s["last_choice"] == "cerar" else None
+            report(contender, nbytes, times, rel_err(out[0], ref), c=c, **extra)
+    hvd.shutdown()
+
+
 def mode_cerar(a):
     os.environ.setdefault("CERAR_SECRET", "cerar-bench")  # the runtime checks it is set
     import cerar.torch as hvd
@@ -152,7 +243,10 @@ def mode_cerar(a):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mode", choices=["allreduce", "ddp", "cerar"], default="allreduce")
+    p.add_argument("--mode", choices=["allreduce", "ddp", "cerar", "lossy", "cerar-lossy"],
+                   default="allreduce")
+    p.add_argument("--max-error", type=float, default=0,
+                   help="--mode cerar-lossy: CERAR_MAX_ERROR, with lossy wires allowed")
     p.add_argument("--sizes", default="1M,64M", type=lambda s: [parse_bytes(x) for x in s.split(",") if x])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--timeout", type=int, default=300, help="seconds, per operation")
@@ -163,7 +257,8 @@ def main():
     a = p.parse_args()
     if a.repeats < 1:
         p.error("--repeats must be >= 1")
-    {"allreduce": mode_allreduce, "ddp": mode_ddp, "cerar": mode_cerar}[a.mode](a)
+    {"allreduce": mode_allreduce, "ddp": mode_ddp, "cerar": mode_cerar, "lossy": mode_lossy,
+     "cerar-lossy": mode_cerar_lossy}[a.mode](a)
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()

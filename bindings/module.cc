@@ -173,12 +173,16 @@ py::dict statsDict(const RuntimeStats& s) {
   d["ring_buffers"] = s.ringBuffers;
   d["cerar_buffers"] = s.cerarBuffers;
   d["wire_buffers"] = s.wireBuffers;
+  d["wire_fallbacks"] = s.wireFallbacks;
+  d["budget_buffers"] = s.budgetBuffers;
+  d["last_choice"] = s.lastChoice;
   d["non_finite_fallbacks"] = s.nonFiniteFallbacks;
   d["last_components"] = s.lastComponents;
   d["allgather_buffers"] = s.allgatherBuffers;
   d["reducescatter_buffers"] = s.reducescatterBuffers;
   d["tensors_scattered"] = s.tensorsScattered;
   d["predicted_error_max"] = s.predictedErrorMax;
+  d["predicted_error_last"] = s.predictedErrorLast;
   d["measured_error_last"] = s.measuredErrorLast;
   d["measured_error_max"] = s.measuredErrorMax;
   d["measured_error_sum"] = s.measuredErrorSum;
@@ -266,6 +270,7 @@ PYBIND11_MODULE(_cerar, m) {
       .def_readwrite("autotune_log", &RuntimeConfig::autotuneLog)
       .def_readwrite("autotune_warmup_samples", &RuntimeConfig::autotuneWarmupSamples)
       .def_readwrite("autotune_steps_per_sample", &RuntimeConfig::autotuneStepsPerSample)
+      .def_readwrite("max_error", &RuntimeConfig::maxError)
       .def_readwrite("timeline", &RuntimeConfig::timeline)
       .def_readwrite("stall_check_seconds", &RuntimeConfig::stallCheckSeconds)
       .def_readwrite("stall_shutdown_seconds", &RuntimeConfig::stallShutdownSeconds)

@@ -206,6 +206,7 @@ RuntimeConfig configFromEnvironment(const EnvironmentLookup& lookup) {
   c.componentsScale = env.number("CERAR_COMPONENTS_SCALE", c.componentsScale, 0);
   c.shareCorrection = env.flag("CERAR_SHARE_CORRECTION", c.shareCorrection);
   c.compression = env.text("CERAR_COMPRESSION").value_or(c.compression);
+  c.maxError = env.number("CERAR_MAX_ERROR", c.maxError, 0);
   c.debugError = env.flag("CERAR_DEBUG_ERROR", c.debugError);
   c.autotune = env.flag("CERAR_AUTOTUNE", c.autotune);
   c.autotuneLog = env.text("CERAR_AUTOTUNE_LOG").value_or("");
@@ -326,9 +327,11 @@ void validateConfig(const RuntimeConfig& c) {
                        "CERAR_DEVICE_TRANSPORT must be auto, nccl or gloo, got '",
                        c.deviceTransport, "'");
   CERAR_CHECK_ARGUMENT(c.compression == "none" || c.compression == "fp16" ||
-                           c.compression == "bf16",
-                       "CERAR_COMPRESSION must be none, fp16 or bf16, got '", c.compression,
-                       "'");
+                           c.compression == "bf16" || c.compression == "allow",
+                       "CERAR_COMPRESSION must be none, fp16, bf16 or allow, got '",
+                       c.compression, "'");
+  CERAR_CHECK_ARGUMENT(c.maxError >= 0 && std::isfinite(c.maxError),
+                       "CERAR_MAX_ERROR must be >= 0 (0: no budget), got ", c.maxError);
   CERAR_CHECK_ARGUMENT(c.algorithm == "auto" || c.algorithm == "ring" || c.algorithm == "cerar",
                        "CERAR_ALGORITHM must be auto, ring or cerar, got '", c.algorithm, "'");
   if (c.components != 0 && c.size > 1) {

@@ -21,7 +21,17 @@ SelectionPolicy policyOf(const RuntimeConfig& config) {
   policy.eps = config.eps;
   policy.shareCorrection = config.shareCorrection;
   policy.measureError = config.debugError;
-  policy.wire = parseWire(config.compression);
+  // CERAR_COMPRESSION: without a budget fp16/bf16 force that wire; with one they, or allow
+  // (both), name the wires the budget may choose.
+  policy.maxError = config.maxError;
+  const bool budget = config.maxError > 0 && config.algorithm == "auto";
+  const std::string& lossy = config.compression;
+  if (budget) {
+    policy.allowFp16 = lossy == "allow" || lossy == "fp16";
+    policy.allowBf16 = lossy == "allow" || lossy == "bf16";
+  } else if (lossy != "allow") {
+    policy.wire = parseWire(lossy);
+  }
   return policy;
 }
 
@@ -93,11 +103,13 @@ void Coordinator::probe() {
   if (config_.measureLink) link_ = probeLink(*transport_);
   if (const auto& figures = config_.linkFigures) {
     link_.alpha = (*figures)[0], link_.beta = (*figures)[1], link_.gamma = (*figures)[2];
+    link_.gammaWire = 0;  // twice the given gamma: a test's figures decide alone
   }
   const LinkModel& link = link_;
   logger_.log(LogLevel::kInfo, detail::concat("link model: alpha ", link.alpha * 1e6,
                                               " us, beta ", link.beta * 1e9, " ns/B, gamma ",
-                                              link.gamma * 1e9, " ns/B"));
+                                              link.gamma * 1e9, " ns/B, 16-bit wire ",
+                                              link.gammaWire * 1e9, " ns/B"));
 }
 
 void Coordinator::setBlameBoard(std::shared_ptr<BlameBoard> board, bool hostedByRankZero) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/error_budget.h"
 #include "core/scaling.h"
 #include "ops/algorithms/share_correction.h"
 #include "ops/collectives.h"
@@ -197,6 +198,8 @@ std::string Dispatcher::measureError(const std::byte* result, size_t total, DTyp
   // Every rank runs the same extra ring (the knob is the same everywhere), so it pairs up.
   AllreduceOptions exact = options;
   exact.algorithm = Algorithm::kRing;
+  exact.wire = Wire::kNone;
+  exact.fp16Guard = false;
   group_->communicator.allreduce(exactCopy_.data(), total, dtype, exact);
   const double error = maxRelativeDifference(dtype, result, exactCopy_.data(), total);
   stats.measuredErrorLast = error;
@@ -230,13 +233,22 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
   options.wire = adasum ? Wire::kNone : decision.wire;
   const bool onDevice = units.front()->reducedOnDevice() && !adasum;
   const bool cerar = decision.algorithm == Algorithm::kCerar && !adasum;
+  options.fp16Guard = decision.budgeted && options.wire == Wire::kFloat16;
+  const bool lossyWire = options.wire != Wire::kNone;
   std::string errorArgs;
-  if (cerar) {
-    const double bound = predictedErrorBound(N, decision.components, decision.eps, d.dtype);
+  // The bound of what was decided (relative to max sum_i |g_i|): CERAR's and a 16-bit wire's
+  // always, the exact ring's under an error budget.
+  if (cerar || lossyWire || decision.budgeted) {
+    const double bound =
+        cerar ? predictedErrorBound(N, decision.components, decision.eps, d.dtype)
+        : lossyWire ? wireErrorBound(N, options.wire)
+                    : ringErrorBound(N, d.dtype, op);
     stats.predictedErrorMax = std::max(stats.predictedErrorMax, bound);
-    errorArgs = detail::concat(", \"predicted_error\": ", bound);
+    stats.predictedErrorLast = bound;
+    errorArgs = detail::concat(", \"predicted_error\": ", bound,
+                               decision.budgeted ? ", \"budgeted\": true" : "");
   }
-  const bool measure = cerar && decision.measureError;
+  const bool measure = (cerar || lossyWire) && decision.measureError;
   const std::string args = detail::concat(
       "\"algorithm\": \"", adasum ? "adasum" : algorithmName(decision.algorithm), "\", \"c\": ",
       decision.components, ", \"eps\": ", decision.eps, ", \"bytes\": ", total * elementSize,
@@ -304,10 +316,12 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
       run = group_->communicator.allreduce(buffer, total, d.dtype, options);
     }
     const auto unpackStart = Clock::now();
-    if (measure && !run.nonFiniteFallback) {
+    if (measure && !run.nonFiniteFallback && !run.wireFallback) {
       errorArgs += measureError(buffer, total, d.dtype, options, stats);
     }
-    record(units, "ALLREDUCE", reduceStart, unpackStart, args + errorArgs + fallbackArgs(run));
+    record(units, "ALLREDUCE", reduceStart, unpackStart,
+           args + errorArgs + fallbackArgs(run) +
+               (run.wireFallback ? ", \"wire_fallback\": true" : ""));
 
     const double factor = d.postscale / (d.op == Op::kAverage ? double(N) : 1.0);
     if (direct) {
@@ -334,7 +348,15 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
   // What ran: a CERAR decision that fell back on non-finite input ran the exact ring.
   const bool ranCerar = cerar && !run.nonFiniteFallback;
   if (!adasum) (ranCerar ? stats.cerarBuffers : stats.ringBuffers) += 1;
-  if (options.wire != Wire::kNone) stats.wireBuffers += 1;
+  const Wire ranWire = run.wireFallback ? Wire::kNone : options.wire;
+  if (ranWire != Wire::kNone) stats.wireBuffers += 1;
+  stats.wireFallbacks += run.wireFallback ? 1 : 0;
+  stats.budgetBuffers += decision.budgeted ? 1 : 0;
+  if (!adasum) {
+    stats.lastChoice = ranCerar ? "cerar"
+                       : ranWire != Wire::kNone ? std::string("ring-") + wireName(ranWire)
+                                                : "ring";
+  }
   stats.nonFiniteFallbacks += run.nonFiniteFallback ? 1 : 0;
   stats.lastComponents = ranCerar ? decision.components : N;
   return end;

@@ -6,6 +6,7 @@
 
 #include "core/dispatch.h"
 #include "core/process_sets.h"
+#include "core/error_budget.h"
 
 namespace cerar {
 
@@ -26,14 +27,19 @@ size_t fusedBytes(const Response& r) {
   return bytes;
 }
 
-// A unit's wire: its own request, else the job's, where a 16-bit wire can carry it (a float32
-// sum reduced on the host); else none.
+// Whether a 16-bit wire can carry a unit: a float32 sum reduced on the host.
+bool wireFits(const Response& unit) {
+  const Description& d = unit.description;
+  return d.dtype == DType::kFloat32 && d.op != Op::kAdasum &&
+         reduceOpOf(d.op) == ReduceOp::kSum && !unit.reducedOnDevice();
+}
+
+// A unit's wire: its own request, else the job's forced one (no budget), where it fits.
 Wire wireFor(const Response& unit, const SelectionPolicy& policy) {
   const Description& d = unit.description;
-  const Wire wire = d.wire != Wire::kNone ? d.wire : policy.wire;
-  const bool fits = d.dtype == DType::kFloat32 && d.op != Op::kAdasum &&
-                    reduceOpOf(d.op) == ReduceOp::kSum && !unit.reducedOnDevice();
-  return fits ? wire : Wire::kNone;
+  const bool budget = policy.maxError > 0 && policy.algorithm == "auto";
+  const Wire wire = d.wire != Wire::kNone ? d.wire : budget ? Wire::kNone : policy.wire;
+  return wireFits(unit) ? wire : Wire::kNone;
 }
 
 }  // namespace
@@ -105,14 +111,19 @@ std::vector<FusedGroup> decideGroups(const std::vector<Response>& units,
         continue;
       }
       const Selection choice =
-          selectAlgorithm(N, d.dtype, reduceOpOf(d.op), total, link, policy);
+          policy.maxError > 0 && policy.algorithm == "auto"
+              ? selectWithinBudget({N, d.dtype, reduceOpOf(d.op), total, wireFits(first)},
+                                   link, policy)
+              : selectAlgorithm(N, d.dtype, reduceOpOf(d.op), total, link, policy);
       group.algorithm = choice.algorithm;
       group.components = choice.components;
       group.eps = choice.eps;
+      group.wire = choice.wire;
+      group.budgeted = choice.budgeted;
       const bool cerar = choice.algorithm == Algorithm::kCerar;
       // Share correction is a host pass over the decoded buffer; device buffers skip it.
       group.shareCorrection = cerar && policy.shareCorrection && !first.reducedOnDevice();
-      group.measureError = cerar && policy.measureError;
+      group.measureError = (cerar || choice.wire != Wire::kNone) && policy.measureError;
     }
     decided.push_back(std::move(group));
   }

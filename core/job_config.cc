@@ -11,7 +11,7 @@
 namespace cerar {
 namespace {
 
-constexpr uint8_t kVersion = 3;  // 2: the autotune settings; 3: dynamic process sets
+constexpr uint8_t kVersion = 4;  // 2: autotune; 3: dynamic process sets; 4: error budget
 
 // Visits every job-wide field of a config with its variable name, in encoding order. One list
 // serves encoding, decoding, comparing and naming, so they cannot drift apart.
@@ -22,6 +22,7 @@ void forEachJobSetting(Config& c, Visit&& visit) {
   visit("CERAR_EPS", c.eps);
   visit("CERAR_SHARE_CORRECTION", c.shareCorrection);
   visit("CERAR_COMPRESSION", c.compression);
+  visit("CERAR_MAX_ERROR", c.maxError);
   visit("CERAR_DEBUG_ERROR", c.debugError);
   visit("CERAR_FUSION_THRESHOLD", c.fusionThresholdBytes);
   visit("CERAR_CYCLE_TIME", c.cycleTimeMs);

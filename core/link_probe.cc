@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ops/codec/codec.h"
+#include "ops/codec/wire.h"
 #include "ops/collectives.h"
 
 namespace cerar {
@@ -44,6 +45,20 @@ double codecSecondsPerByte() {
   return best / (kElements * sizeof(float));
 }
 
+// A 16-bit wire hop per float32 byte: decode, add, encode (ops/codec/wire.h).
+double wireSecondsPerByte() {
+  constexpr size_t kElements = 1 << 18;
+  std::vector<uint16_t> y(kElements, 0x3c00), out(kElements);
+  std::vector<float> g(kElements, 2.0f);
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    const auto start = Clock::now();
+    codec::accumulateWire(Wire::kFloat16, y.data(), g.data(), out.data(), kElements);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return best / (kElements * sizeof(float));
+}
+
 }  // namespace
 
 LinkModel probeLink(Transport& t) {
@@ -55,15 +70,18 @@ LinkModel probeLink(Transport& t) {
   link.alpha = std::max(small, 1e-7);
   link.beta = std::max((large - small) / kLarge, 1e-12);
   link.gamma = codecSecondsPerByte();
+  link.gammaWire = wireSecondsPerByte();
 
   // Every rank adopts rank 0's figures: selection must agree bit for bit across ranks.
-  std::vector<uint8_t> figures(3 * sizeof(double));
-  const double values[3] = {link.alpha, link.beta, link.gamma};
+  const double values[4] = {link.alpha, link.beta, link.gamma, link.gammaWire};
+  std::vector<uint8_t> figures(sizeof values);
   std::memcpy(figures.data(), values, sizeof values);
   figures = broadcastBytes(t, figures, 0);
-  double agreed[3];
+  double agreed[4];
   std::memcpy(agreed, figures.data(), sizeof agreed);
-  return LinkModel{agreed[0], agreed[1], agreed[2]};
+  LinkModel out{agreed[0], agreed[1], agreed[2]};
+  out.gammaWire = agreed[3];
+  return out;
 }
 
 }  // namespace cerar

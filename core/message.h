@@ -129,6 +129,10 @@ struct FusedGroup {
   bool shareCorrection = false;   // share-corrected decoding of a CERAR host buffer
   bool measureError = false;      // debug error mode: also the exact ring on a copy
   Wire wire = Wire::kNone;        // a 16-bit wire on the exact ring (float32 sums on the host)
+  // Chosen within the error budget (CERAR_MAX_ERROR). A budgeted fp16 wire is guarded: the
+  // float32 ring runs instead where its data could overflow or underflow fp16
+  // (core/error_budget.h, wireGuardVerdict).
+  bool budgeted = false;
   bool operator==(const FusedGroup& other) const = default;
 };
 

@@ -223,7 +223,8 @@ std::vector<uint8_t> encode(const ResponseMessage& message) {
     w.put<uint8_t>(static_cast<uint8_t>(group.algorithm));
     w.put<int32_t>(group.components);
     w.put<double>(group.eps);
-    w.put<uint8_t>(uint8_t(group.shareCorrection) | uint8_t(group.measureError) << 1);
+    w.put<uint8_t>(uint8_t(group.shareCorrection) | uint8_t(group.measureError) << 1 |
+                   uint8_t(group.budgeted) << 2);
     w.put<uint8_t>(static_cast<uint8_t>(group.wire));
   }
   return std::move(w.bytes);
@@ -288,6 +289,7 @@ ResponseMessage decodeResponseMessage(const std::vector<uint8_t>& bytes) {
     const uint8_t flags = r.get<uint8_t>();
     group.shareCorrection = flags & 1;
     group.measureError = flags & 2;
+    group.budgeted = flags & 4;
     group.wire = getWire(r);
   }
   r.finish();

@@ -109,8 +109,12 @@ struct RuntimeConfig {
   // CERAR_COMPRESSION: none | fp16 | bf16, the wire of float32 sums on the host that ask for
   // none themselves (docs/wires.md). Job-wide.
   std::string compression = "none";
-  // CERAR_DEBUG_ERROR: also reduce each CERAR buffer with the exact ring (doubles the traffic)
-  // and record the measured error. Job-wide (docs/settings.md).
+  // CERAR_MAX_ERROR: an error budget relative to max |sum|; > 0 makes auto choose per buffer
+  // the fastest of the exact ring, CERAR and, as CERAR_COMPRESSION allows, 16-bit wires,
+  // among those predicted to fit (docs/wires.md, "Error budget"). 0: unset. Job-wide.
+  double maxError = 0;
+  // CERAR_DEBUG_ERROR: also reduce each CERAR or 16-bit-wire buffer with the exact float32
+  // ring (doubles the traffic) and record the measured error. Job-wide (docs/settings.md).
   bool debugError = false;
   // CERAR_AUTOTUNE: the coordinator rank tunes the fusion threshold, the cycle time and
   // CERAR's c while the job runs, then freezes the best (docs/autotune.md). Job-wide, as its
@@ -163,6 +167,11 @@ struct RuntimeStats {
   uint64_t ringBuffers = 0;
   uint64_t cerarBuffers = 0;
   uint64_t wireBuffers = 0;       // of ringBuffers, those sent with a 16-bit wire
+  // Budget-chosen fp16 buffers whose guard refused the wire: sent by the float32 ring.
+  uint64_t wireFallbacks = 0;
+  uint64_t budgetBuffers = 0;     // allreduce buffers decided within CERAR_MAX_ERROR
+  // The last allreduce buffer as run: "ring", "ring-fp16", "ring-bf16" or "cerar".
+  std::string lastChoice;
   // Buffers decided as CERAR that ran on the exact ring (counted in ringBuffers) because some
   // rank's input held a NaN, an Inf or a value near overflow (cerar-protocol.md).
   uint64_t nonFiniteFallbacks = 0;
@@ -170,11 +179,13 @@ struct RuntimeStats {
   uint64_t allgatherBuffers = 0;      // fused buffers dispatched for allgather
   uint64_t reducescatterBuffers = 0;  // fused buffers dispatched for reducescatter
   uint64_t tensorsScattered = 0;      // tensors they held
-  // CERAR's error per fused buffer (0 while no CERAR buffer ran): the bound predicted by the
-  // spec's error terms, relative to sum_i |g_i| (always; ops/algorithms/share_correction.h),
-  // and, with debugError, the measured max |CERAR - exact ring| / max |exact ring| over this
-  // rank's elements (last buffer, worst, and the sum over measuredBuffers buffers).
+  // The error per fused buffer of CERAR, of a 16-bit wire, and of any buffer decided within a
+  // budget (0 while none ran): the bound predicted by the spec's error terms, relative to
+  // max sum_i |g_i| (always; core/error_budget.h), and, with debugError, the measured
+  // max |result - exact float32 ring| / max |exact ring| over this rank's elements for CERAR
+  // and 16-bit wire buffers (last buffer, worst, and the sum over measuredBuffers buffers).
   double predictedErrorMax = 0;
+  double predictedErrorLast = 0;
   double measuredErrorLast = 0;
   double measuredErrorMax = 0;
   double measuredErrorSum = 0;

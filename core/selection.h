@@ -21,6 +21,9 @@ struct LinkModel {
   // segments), and the plain alpha-beta model then picked c in the hundreds at 1.5x its
   // limit; with this term c lands near 24-40, within 4% of the best c on a quiet machine.
   double segmentBytes = double(Executor::kDefaultSegmentBytes);
+  // Per float32 byte, a 16-bit wire hop's decode, add and encode (the probe times it);
+  // 0: twice gamma.
+  double gammaWire = 0;
 };
 
 struct SelectionPolicy {
@@ -35,11 +38,17 @@ struct SelectionPolicy {
   double minGain = 0.10;
   // Not selection but how a CERAR buffer is decoded and checked, carried with the policy to
   // the dispatcher: share-corrected decoding (CERAR_SHARE_CORRECTION), and a debug mode that
-  // also runs the exact ring on a copy and records CERAR's measured error (CERAR_DEBUG_ERROR).
+  // also runs the exact ring on a copy and records the measured error of CERAR and 16-bit wires.
   bool shareCorrection = false;
   bool measureError = false;
-  // The 16-bit wire of float32 host sums that ask for none (CERAR_COMPRESSION).
+  // The 16-bit wire of float32 host sums that ask for none (CERAR_COMPRESSION=fp16|bf16
+  // without a budget).
   Wire wire = Wire::kNone;
+  // CERAR_MAX_ERROR: > 0 makes auto choose within this error budget (core/error_budget.h),
+  // with the 16-bit wires allowed below (CERAR_COMPRESSION=allow, or the one it names).
+  double maxError = 0;
+  bool allowFp16 = false;
+  bool allowBf16 = false;
 };
 
 struct Selection {
@@ -47,6 +56,9 @@ struct Selection {
   int components = 0;  // c (N for the ring)
   double eps = 0;      // 0 for the ring
   double predictedSeconds = 0;
+  Wire wire = Wire::kNone;  // a 16-bit wire on the ring (the error budget's choice)
+  bool budgeted = false;    // chosen within CERAR_MAX_ERROR
+  double predictedError = 0;  // the bound of the choice (error budget only)
 };
 
 // Per round: alpha + (m + min(m, segment)) (beta+gamma) for a message of m bytes: the

@@ -54,4 +54,23 @@ bool agreeOnParameters(Transport& transport, const ParameterRecord& mine) {
   return false;
 }
 
+uint8_t orAcrossRanks(Transport& transport, uint8_t mine) {
+  const int N = transport.size(), rank = transport.rank();
+  std::vector<uint8_t> bytes(N, 0);
+  bytes[rank] = mine;
+  for (int peer = 0; peer < N; ++peer)
+    if (peer != rank) transport.postRecv(peer, &bytes[peer], 1);
+  for (int peer = 0; peer < N; ++peer)
+    if (peer != rank) transport.postSend(peer, &bytes[rank], 1);
+  uint8_t all = 0;
+  for (int peer = 0; peer < N; ++peer) {
+    if (peer != rank) {
+      transport.waitRecv(peer);
+      transport.waitSend(peer);
+    }
+    all |= bytes[peer];
+  }
+  return all;
+}
+
 }  // namespace cerar

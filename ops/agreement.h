@@ -35,4 +35,7 @@ struct ParameterRecord {
 // Returns whether any rank's record has beyondCerarRange set.
 bool agreeOnParameters(Transport& transport, const ParameterRecord& mine);
 
+// The bitwise OR of every rank's byte: one byte to and from every peer (host memory).
+uint8_t orAcrossRanks(Transport& transport, uint8_t mine);
+
 }  // namespace cerar

@@ -106,7 +106,15 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
     record.wire = static_cast<uint8_t>(options.wire);
     fallback = agreeOnParameters(*transport_, record);
   }
-  const CodecParams params{dtype, options.op, eps, options.wire};
+  Wire wire = options.wire;
+  bool wireFallback = false;
+  if (wire == Wire::kFloat16 && options.fp16Guard && N > 1) {
+    const uint8_t bits =
+        orAcrossRanks(*transport_, codec::fp16GuardBits(static_cast<const float*>(data), count, N));
+    wireFallback = !codec::fp16GuardPasses(bits);
+    if (wireFallback) wire = Wire::kNone;
+  }
+  const CodecParams params{dtype, options.op, eps, wire};
   RunStats stats;
   if (inBand) {
     stats = runner_->runUnlessAnyRank(planFor(Algorithm::kCerar, c, count), *transport_, data,
@@ -126,6 +134,7 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
     stats.bytesReceived += stopped.bytesReceived;
   }
   stats.nonFiniteFallback = fallback;
+  stats.wireFallback = wireFallback;
   if (cerar && options.shareCorrection) {
     applyShareCorrection(Layout(N, c, count), rank(), eps, dtype, data);
   }

@@ -41,6 +41,11 @@ struct AllreduceOptions {
   // The exact ring's sum of float32 data with fp16 or bf16 on the wire and float32 adds at
   // every hop (ops/wire_run.h, docs/wires.md); host memory only. Must be the same on every rank.
   Wire wire = Wire::kNone;
+  // With an fp16 wire: ranks first OR codec::fp16GuardBits of their buffers, and unless the
+  // guard passes every rank runs the float32 ring instead (RunStats::wireFallback), so that
+  // no partial sum overflows to inf and no buffer goes as subnormals (the error budget's
+  // fp16 bound, core/error_budget.h). A one-byte exchange and a read of the buffer.
+  bool fp16Guard = false;
 };
 
 // One rank's handle on a group. Thread safety: one operation at a time.

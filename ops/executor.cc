@@ -1,5 +1,7 @@
 #include "ops/executor.h"
 
+#include <algorithm>
+
 #include "ops/codec/codec.h"
 #include "ops/codec/range.h"
 #include "ops/common/error.h"
@@ -94,7 +96,9 @@ RunStats Executor::runHost(const Plan& plan, Transport& transport, void* data,
   if (params.wire != Wire::kNone) {
     CERAR_CHECK_ARGUMENT(params.dtype == DType::kFloat32 && params.op == ReduceOp::kSum,
                          "a 16-bit wire sums float32 data only, got ", dtypeName(params.dtype));
-    return runWireRing(plan, transport, static_cast<float*>(data), params.wire, wire_);
+    // Segments of the same bytes on the wire as the float32 ring's.
+    return runWireRing(plan, transport, static_cast<float*>(data), params.wire, wire_,
+                       std::max<size_t>(1, segmentBytes_ / 2));
   }
   HostCodec codec(params);
   return runPlan(plan, transport, data, dtypeSize(params.dtype), segmentBytes_, codec,

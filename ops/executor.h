@@ -32,6 +32,8 @@ struct RunStats {
   // CERAR was asked for, but some rank's input was non-finite or near overflow, so every rank
   // ran the exact ring (cerar-protocol.md, "Non-finite and near-overflow inputs").
   bool nonFiniteFallback = false;
+  // A guarded fp16 wire (AllreduceOptions::fp16Guard) refused: every rank ran the float32 ring.
+  bool wireFallback = false;
 };
 
 // Runs a plan on one buffer over a transport: the Executor below on host memory, or the

@@ -2,7 +2,8 @@
 // data whose messages travel as fp16 or bf16. Each reduce-scatter hop decodes what arrived,
 // adds its own float32 slice and encodes the sum for the next; the owner of a chunk adds its
 // slice last, encodes the total once and keeps the decoded value, and the allgather forwards
-// those same 16 bits, so every rank ends with bit-identical results.
+// those same 16 bits, so every rank ends with bit-identical results. Rounds stream in
+// segments (as the float32 ring's PlanRun), so the casts overlap the transfers.
 #pragma once
 
 #include <cstdint>
@@ -15,9 +16,9 @@
 namespace cerar {
 
 // Runs `plan` (a ring plan: no CERAR actions, no reduce-scatter finish) in place on plan.d
-// floats at `data`, summing. bytesSent counts the 16-bit wire. One round at a time; a
-// failure is rethrown with "in round t of L" added.
+// floats at `data`, summing, in segments of `segmentElements` 16-bit elements. bytesSent
+// counts the 16-bit wire. A failure is rethrown with "in round t of L" added.
 RunStats runWireRing(const Plan& plan, Transport& transport, float* data, Wire wire,
-                     WireBuffers& buffers);
+                     WireBuffers& buffers, size_t segmentElements);
 
 }  // namespace cerar

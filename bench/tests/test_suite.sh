@@ -71,6 +71,7 @@ bad = {k: (h.get(k), v) for k, v in want.items() if abs(h.get(k, 0) - v) > 1e-9}
 print("     ", bad or want)
 sys.exit(bool(bad))
 EOF
+  lossy_smoke
   if [ -z "$BIN" ]; then echo "SKIP cerar-bench-net parts: no build*/cerar-bench-net"; return 0; fi
   echo "# cerar-bench-net ($BIN)"
   expect 2 "CERAR_RANK and CERAR_SIZE" env -u CERAR_RANK "$BIN"
@@ -79,6 +80,33 @@ EOF
   expect 2 "multiples of 4" "$BIN" --sizes 1001
   expect 0 '^\[0\] \{"contender": "gloo-ring".*"max_rel_err": 0\}' python3 "$RUNNER" --ranks 2 \
     --port $PORT --timeout 60 -- "$BIN" --sizes 64K --repeats 1 --only ring,cerar-auto,gloo-ring
+}
+
+# The lossy contenders on 2 loopback ranks, 256 KiB: every row has a measured error, the
+# 16-bit ones within their bounds, and the report has its time-and-error table.
+lossy_smoke() {
+  echo "# lossy contenders, loopback smoke"
+  if [ ! -x "$BENCH/../.venv/bin/python" ] || ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    echo "SKIP lossy smoke: needs .venv and Debian's torch"; return 0
+  fi
+  expect 0 "results in" python3 "$SUITE" --configs lo2 --sizes 256K --repeats 1 --lossy-only \
+    --max-errors 5e-3 --name smoke --outdir "$TMP/lossy"
+  python3 - "$TMP/lossy" <<'EOF' && ok "lossy rows: errors measured, within bounds, table written" || bad "lossy rows"
+import json, sys
+run = json.load(open(sys.argv[1] + "/n2-loopback.json"))
+rows = {r["contender"]: r for r in run["results"]}
+want = {"torch-gloo-f32", "torch-gloo-fp16", "cerar-ring-f32", "cerar-wire-fp16", "cerar-wire-bf16",
+        "cerar-pycast-fp16", "cerar-pycast-bf16", "cerar-lossy-cerar", "cerar-lossy-auto",
+        "cerar-budget-0.005"}
+missing = want - set(rows)
+print("     ", {k: (r["max_rel_err"], r.get("predicted_error")) for k, r in rows.items()})
+assert not missing, missing
+assert all(0 <= r["max_rel_err"] < 0.1 for r in rows.values())
+for k in ("cerar-wire-fp16", "cerar-wire-bf16"):  # bounds relative to max sum|g|; kappa ~ 1 here
+    assert rows[k]["max_rel_err"] <= rows[k]["predicted_error"], k
+assert rows["cerar-wire-fp16"]["wire_bytes"] == 2
+assert "time and error" in open(sys.argv[1] + "/results.md").read()
+EOF
 }
 
 netns_tests() {

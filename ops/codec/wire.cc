@@ -1,5 +1,8 @@
 #include "ops/codec/wire.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "ops/codec/half.h"
 #include "ops/common/error.h"
 
@@ -64,6 +67,18 @@ void accumulateWire(Wire wire, const uint16_t* y, const float* g, uint16_t* out,
   checkWire(wire);
   wire == Wire::kFloat16 ? accumulateAs<Half>(y, g, out, n)
                          : accumulateAs<BFloat16>(y, g, out, n);
+}
+
+uint8_t fp16GuardBits(const float* x, size_t n, int N) {
+  const float high = 32768.0f / float(N > 1 ? N : 1);
+  float largest = 0;
+  // std::max keeps its first argument against NaN, so NaN counts for neither bit.
+  for (size_t i = 0; i < n; ++i) largest = std::max(largest, std::fabs(x[i]));
+  return uint8_t((largest >= high ? 1 : 0) | (largest >= 0x1p-10f ? 2 : 0));
+}
+
+bool fp16GuardPasses(uint8_t orOverRanks) {
+  return (orOverRanks & 1) == 0 && (orOverRanks & 2) != 0;
 }
 
 }  // namespace codec

@@ -220,6 +220,7 @@ std::vector<std::pair<std::string, std::function<void(RuntimeConfig&)>>> variati
       {"CERAR_EPS", [](RuntimeConfig& c) { c.eps = 1e-3; }},
       {"CERAR_SHARE_CORRECTION", [](RuntimeConfig& c) { c.shareCorrection = true; }},
       {"CERAR_COMPRESSION", [](RuntimeConfig& c) { c.compression = "fp16"; }},
+      {"CERAR_MAX_ERROR", [](RuntimeConfig& c) { c.maxError = 1e-3; }},
       {"CERAR_DEBUG_ERROR", [](RuntimeConfig& c) { c.debugError = true; }},
       {"CERAR_FUSION_THRESHOLD", [](RuntimeConfig& c) { c.fusionThresholdBytes = 50000; }},
       {"CERAR_CYCLE_TIME", [](RuntimeConfig& c) { c.cycleTimeMs = 4; }},

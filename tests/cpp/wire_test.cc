@@ -168,6 +168,24 @@ TEST(WireRing, WithinBoundOfExtendedSumAndIdenticalOnEveryRank) {
         expectWireRingWithinBound(wire, N, d);
 }
 
+// Streamed in segments (cut-through, the casts overlapping the transfers), the ring gives the
+// bits of one segment per message, whatever the segment size and uneven chunk lengths.
+TEST(WireRing, SegmentsChangeNoBit) {
+  for (Wire wire : {Wire::kFloat16, Wire::kBFloat16}) {
+    const int N = 4;
+    const size_t d = 3001;
+    auto whole = testing::correlatedInputs<float>(N, d, 5);
+    auto small = whole, odd = whole;
+    testing::simulate(whole, wireOptions(wire), size_t(1) << 20);
+    testing::simulate(small, wireOptions(wire), 64);  // 32 elements a segment
+    testing::simulate(odd, wireOptions(wire), 2);     // one element a segment
+    for (int rank = 0; rank < N; ++rank) {
+      EXPECT_EQ(small[rank], whole[rank]) << wireName(wire) << " rank " << rank;
+      EXPECT_EQ(odd[rank], whole[rank]) << wireName(wire) << " rank " << rank;
+    }
+  }
+}
+
 TEST(WireRing, HalfTheBytesOfTheFloat32Ring) {
   const int N = 4;
   const size_t d = 4096;

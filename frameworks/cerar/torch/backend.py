@@ -82,8 +82,8 @@ def start_runtime(store, rank, size, timeout_seconds):
     config.rendezvous_addr, config.rendezvous_port = endpoint["addr"], endpoint["port"]
     config.secret = endpoint.get("secret") or os.environ.get("CERAR_SECRET", "")
     config.host_store = False
-    if not os.environ.get("CERAR_ALGORITHM"):
-        config.algorithm = "ring"  # exact unless the job asks for CERAR
+    if not os.environ.get("CERAR_ALGORITHM") and not config.max_error:
+        config.algorithm = "ring"  # exact unless the job asks for CERAR or an error budget
     if not os.environ.get("CERAR_TIMEOUT_SECONDS"):
         config.timeout_seconds = float(timeout_seconds)
     return _cerar.Runtime.start(config), server

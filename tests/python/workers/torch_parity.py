@@ -113,6 +113,10 @@ for compressor, unit in ((hvd.Compression.fp16, 2.0 ** -11), (hvd.Compression.bf
     check(f"{tag} wire within bound of the fp64 sum", bool((error <= bound).all()),
           f"max excess {float((error - bound).max())}")
     check(f"{tag} wire rounds", bool((error > 0).any()), "no element rounded: no wire?")
+    s = cerar.stats()  # the choice and its predicted bound (docs/wires.md, "Error budget")
+    u_pred = unit + (2.0 ** -15 if tag == "fp16" else 0)
+    check(f"{tag} wire in the stats", s["last_choice"] == f"ring-{tag}" and s["budget_buffers"] == 0
+          and abs(s["predicted_error_last"] - (n * u_pred + (n - 1) * 2.0 ** -24)) < 1e-12, str(s))
 avg = hvd.allreduce(g, name="wire.avg", compression=hvd.Compression.fp16)
 check_close("fp16 wire average", avg, (exact / n).float(), atol=0.01)
 # A wire asked for differently on one rank fails on every rank, and the runtime goes on.

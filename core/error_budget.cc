@@ -1,0 +1,88 @@
+#include "core/error_budget.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "ops/algorithms/share_correction.h"
+
+namespace cerar {
+namespace {
+
+double unitRoundoff(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64: return std::ldexp(1.0, -53);
+    case DType::kFloat32: return std::ldexp(1.0, -24);
+    case DType::kFloat16: return std::ldexp(1.0, -11);
+    case DType::kBFloat16: return std::ldexp(1.0, -8);
+    default: return 0;  // integers sum exactly (or wrap, as the ring would anyway)
+  }
+}
+
+}  // namespace
+
+double ringErrorBound(int N, DType dtype, ReduceOp op) {
+  if (N <= 1 || op != ReduceOp::kSum) return 0;  // min/max pick an input: exact
+  return (N - 1) * unitRoundoff(dtype);
+}
+
+double wireErrorBound(int N, Wire wire) {
+  if (N <= 1 || wire == Wire::kNone) return ringErrorBound(N, DType::kFloat32, ReduceOp::kSum);
+  const double uw = wire == Wire::kFloat16 ? std::ldexp(1.0, -11) + std::ldexp(1.0, -15)
+                                           : std::ldexp(1.0, -8);
+  return N * uw + (N - 1) * std::ldexp(1.0, -24);
+}
+
+double wireRingSeconds(int N, double bytes, const LinkModel& link) {
+  if (N <= 1) return 0;
+  const double message = bytes / N / 2;  // 16-bit bytes
+  const double gammaWire = link.gammaWire > 0 ? link.gammaWire : 2 * link.gamma;
+  // gammaWire is per float32 byte: twice that per 16-bit byte.
+  const double fill = std::min(message, link.segmentBytes);
+  return 2.0 * (N - 1) * (link.alpha + (message + fill) * (link.beta + 2 * gammaWire));
+}
+
+Selection selectWithinBudget(const BudgetQuery& q, const LinkModel& link,
+                             const SelectionPolicy& policy) {
+  const double bytes = double(q.elements) * dtypeSize(q.dtype);
+  Selection best{Algorithm::kRing, q.N, 0, ringSeconds(q.N, bytes, link)};
+  best.budgeted = true;
+  best.predictedError = ringErrorBound(q.N, q.dtype, q.op);
+  if (q.N < 2 || q.op != ReduceOp::kSum || bytes < double(policy.minCerarBytes)) return best;
+  const double limit = (1.0 - policy.minGain) * best.predictedSeconds;
+  // Whatever passes beats the exact ring; among those the fastest, on a tie the more accurate.
+  const auto consider = [&](const Selection& s) {
+    if (s.predictedError > policy.maxError || s.predictedSeconds > limit) return;
+    if (s.predictedSeconds < best.predictedSeconds ||
+        (s.predictedSeconds == best.predictedSeconds && s.predictedError < best.predictedError)) {
+      best = s;
+    }
+  };
+  if (isCerarDType(q.dtype) && q.N > 2) {  // at N = 2 CERAR sends what the ring sends
+    const int c = policy.components > 0 ? policy.components
+                                        : bestComponents(q.N, bytes, q.elements, link);
+    if (c > q.N) {
+      double eps = policy.eps > 0 ? policy.eps : defaultEps(q.dtype);
+      if (policy.eps <= 0 &&
+          predictedErrorBound(q.N, c, eps, q.dtype) > policy.maxError) {
+        eps = modelEps(q.N, q.dtype);
+      }
+      Selection cerar{Algorithm::kCerar, c, eps, cerarSeconds(q.N, c, bytes, link)};
+      cerar.budgeted = true;
+      cerar.predictedError = predictedErrorBound(q.N, c, eps, q.dtype);
+      consider(cerar);
+    }
+  }
+  if (q.wireCapable && q.dtype == DType::kFloat32) {
+    for (const Wire wire : {Wire::kFloat16, Wire::kBFloat16}) {
+      if (!(wire == Wire::kFloat16 ? policy.allowFp16 : policy.allowBf16)) continue;
+      Selection ring{Algorithm::kRing, q.N, 0, wireRingSeconds(q.N, bytes, link)};
+      ring.wire = wire;
+      ring.budgeted = true;
+      ring.predictedError = wireErrorBound(q.N, wire);
+      consider(ring);
+    }
+  }
+  return best;
+}
+
+}  // namespace cerar

@@ -1,0 +1,46 @@
+// The error budget (CERAR_MAX_ERROR, docs/wires.md "Error budget"): per fused buffer, the
+// fastest of the float32 exact ring, CERAR(c, eps) and, where allowed, the exact ring with a
+// 16-bit wire, among those whose predicted error fits the budget. Predicted errors are the
+// spec's bounds, relative to max_e sum_i |g_i(e)|; times come from the cost model. Pure.
+#pragma once
+
+#include <cstddef>
+
+#include "core/selection.h"
+
+namespace cerar {
+
+// Bounds on max |result - sum| / max_e sum_i |g_i(e)|, each per element to first order.
+// The exact ring: (N-1) u, u the dtype's unit roundoff (0 for integers and min/max).
+double ringErrorBound(int N, DType dtype, ReduceOp op);
+// The exact ring of float32 data with a 16-bit wire: N casts of at most u_w each (the first
+// slice, N-2 partial sums, the owner's total) and N-1 float32 adds:
+// N u_w + (N-1) 2^-24, u_w = 2^-11 (fp16) or 2^-8 (bf16). fp16 adds N 2^-15: the subnormal
+// casts' absolute 2^-25 each, relative to a largest |g| of at least 2^-10, which the budget's
+// guard checks before it sends (codec::fp16GuardBits).
+double wireErrorBound(int N, Wire wire);
+
+// The exact ring with a 16-bit wire, streamed in segments like the float32 ring: per round
+// alpha + (w + min(w, segment)) (beta + 2 gammaWire) for a message of w = d/(2N) 16-bit
+// bytes (gammaWire per float32 byte); T = 2(N-1) times that.
+double wireRingSeconds(int N, double bytes, const LinkModel& link);
+
+// What the budget may choose for one buffer. `wireCapable`: a float32 sum on the host.
+struct BudgetQuery {
+  int N = 1;
+  DType dtype = DType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  size_t elements = 0;
+  bool wireCapable = false;
+};
+
+// The choice (Selection::budgeted set): among candidates whose bound is at most
+// policy.maxError, the fastest by the model. Approximate candidates (CERAR for N > 2, 16-bit
+// wires) are considered for sums of at least policy.minCerarBytes and must beat the exact
+// ring's time by policy.minGain; CERAR's eps is policy.eps, else the default, else the eps with the
+// smallest bound (modelEps) where only that one fits. The exact ring when nothing else fits,
+// even if its own rounding exceeds the budget.
+Selection selectWithinBudget(const BudgetQuery& query, const LinkModel& link,
+                             const SelectionPolicy& policy);
+
+}  // namespace cerar
