@@ -33,7 +33,9 @@ CYCLES_MS = [0.5, 1, 2, 5, 10, 20]
 SCALES = [0.25, 0.5, 1, 2, 4]
 
 
-def worker(args):
+def resnet50_step():
+    """This rank's step over ResNet-50's gradients (all-reduced last layer first, as backward
+    produces them), as a function returning its seconds."""
     import numpy as np
 
     import cerar
@@ -41,7 +43,6 @@ def worker(args):
     sys.path.insert(0, HERE)
     from resnet50_sizes import SHAPES, numel
 
-    rank = int(os.environ["CERAR_RANK"])
     grads = [np.full(numel(s), 1.0, dtype=np.float32) for s in reversed(SHAPES)]
     names = [f"grad.{i}" for i in range(len(grads))]
 
@@ -51,6 +52,17 @@ def worker(args):
         for h in handles:
             cn.synchronize(h)
         return time.perf_counter() - start
+    return step
+
+
+def worker(args):
+    import numpy as np
+
+    import cerar
+    import cerar.numpy as cn
+
+    rank = int(os.environ["CERAR_RANK"])
+    step = resnet50_step()
 
     def measure(**settings):
         cerar.init(**settings)
@@ -119,23 +131,10 @@ def agreed_best(sweep):
 
 def spread_worker(args):
     """Re-measures two settings (given on the command line) alternately."""
-    import numpy as np  # noqa: F401
-
     import cerar
-    import cerar.numpy as cn
-    sys.path.insert(0, HERE)
-    from resnet50_sizes import SHAPES, numel
 
     rank = int(os.environ["CERAR_RANK"])
-    grads = [np.full(numel(s), 1.0, dtype=np.float32) for s in reversed(SHAPES)]
-    names = [f"grad.{i}" for i in range(len(grads))]
-
-    def step():
-        start = time.perf_counter()
-        handles = [cn.allreduce_async_(g, name=n, op=cerar.Average) for g, n in zip(grads, names)]
-        for h in handles:
-            cn.synchronize(h)
-        return time.perf_counter() - start
+    step = resnet50_step()
 
     settings = json.loads(args.spread)
     for repeat in range(args.repeats):
