@@ -1,8 +1,10 @@
 """CERAR_AUTOTUNE against an exhaustive sweep, in one job, on ResNet-50's gradient list.
 
     .venv/bin/python bench/autotune_resnet50.py -np 4 [--json out.json]
+    sudo .venv/bin/python bench/autotune_resnet50.py -np 4 --rate-mbit 300 --steps 4 --warmup 1
 
-One cerarrun job of N ranks on loopback; every rank holds ResNet-50's 161 gradients (float32,
+One job of N ranks, on loopback (cerarrun) or, with --rate-mbit, one rank per network namespace
+of the emulated cluster (bench/netem.sh: links shaped both ways; needs root); every rank holds ResNet-50's 161 gradients (float32,
 97.5 MiB, bench/resnet50_sizes.py) and a step all-reduces all of them, submitted last layer
 first as backward produces them, then waits for all. In that one job (the runtime restarted
 with init() overrides for each setting; a restart is a new rendezvous, not a new process):
@@ -150,15 +152,41 @@ def spread_worker(args):
                                               "step_s": statistics.median(times)}), flush=True)
 
 
+NETEM_PREFIX = "cerartune"
+
+
+class Captured:
+    """A file-like sink for bench/runner.py's prefixed output lines."""
+
+    def __init__(self):
+        self.lines = []
+
+    def write(self, text):
+        self.lines.extend(text.splitlines())
+
+    def flush(self):
+        pass
+
+
 def run(args, extra):
-    command = [sys.executable, "-m", "cerar.run", "-np", str(args.np), sys.executable,
-               os.path.abspath(__file__), *extra]
-    out = subprocess.run(command, capture_output=True, text=True, timeout=args.job_timeout)
-    results = [json.loads(line.split("RESULT ", 1)[1]) for line in out.stdout.splitlines()
-               if "RESULT " in line]
-    if out.returncode != 0:
-        raise RuntimeError(f"job failed (exit {out.returncode}):\n{out.stdout[-3000:]}"
-                           f"{out.stderr[-3000:]}")
+    worker = [sys.executable, os.path.abspath(__file__), *extra]
+    if not args.rate_mbit:
+        command = [sys.executable, "-m", "cerar.run", "-np", str(args.np), *worker]
+        out = subprocess.run(command, capture_output=True, text=True, timeout=args.job_timeout)
+        status, lines = out.returncode, out.stdout.splitlines() + out.stderr.splitlines()
+    else:
+        # One rank per namespace; rank 0 hosts the rendezvous store on its link's address.
+        sys.path.insert(0, HERE)
+        import runner
+        os.environ.update(CERAR_HOST_STORE="1", CERAR_IFACE="veth0",
+                          CERAR_SECRET=os.environ.get("CERAR_SECRET", "cerar-bench"))
+        sink = Captured()
+        status = runner.run(worker, args.np, NETEM_PREFIX, args.port, timeout=args.job_timeout,
+                            out=sink, log=sink)
+        lines = sink.lines
+    results = [json.loads(line.split("RESULT ", 1)[1]) for line in lines if "RESULT " in line]
+    if status != 0:
+        raise RuntimeError(f"job failed (exit {status}):\n" + "\n".join(lines[-60:]))
     return results
 
 
@@ -180,6 +208,9 @@ def main():
     parser.add_argument("--autotune-log", default=None, help="CERAR_AUTOTUNE_LOG of the tuning")
     parser.add_argument("--json", default=None, help="write every result here")
     parser.add_argument("--job-timeout", type=float, default=7200)
+    parser.add_argument("--rate-mbit", type=int, default=0,
+                        help="the emulated cluster at this link rate (0: loopback)")
+    parser.add_argument("--port", type=int, default=29650, help="rendezvous port (emulated)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--spread", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -194,11 +225,26 @@ def main():
                 else []),
               "--thresholds-mb",
               *map(str, args.thresholds_mb), "--cycles-ms", *map(str, args.cycles_ms)]
-    print(f"{args.np} ranks, ResNet-50 gradients (161 float32 tensors, 97.5 MiB), loopback",
+    where = (f"emulated cluster @ {args.rate_mbit} Mbit/s" if args.rate_mbit else "loopback")
+    print(f"{args.np} ranks, ResNet-50 gradients (161 float32 tensors, 97.5 MiB), {where}",
           flush=True)
+    if args.rate_mbit:
+        subprocess.run([os.path.join(HERE, "netem.sh"), "up", "--ranks", str(args.np),
+                        "--rate-mbit", str(args.rate_mbit), "--name", NETEM_PREFIX], check=True)
+    try:
+        measure_all(args, common)
+    finally:
+        if args.rate_mbit:
+            subprocess.run([os.path.join(HERE, "netem.sh"), "down", "--name", NETEM_PREFIX])
+
+
+def measure_all(args, common):
     results = run(args, common)
     sweep = [r for r in results if r["kind"] == "sweep"]
     tuned = next(r for r in results if r["kind"] == "tuned")
+    if args.json:  # kept if the re-measurement fails
+        with open(args.json, "w") as f:
+            json.dump({"sweep": sweep, "tuned": tuned}, f, indent=1)
     print(f"{'threshold MiB':>13} {'cycle ms':>8} {'c scale':>7} {'step ms':>8} "
           f"{'min-max ms':>15} {'CERAR bufs':>10}")
     for r in sweep:

@@ -189,6 +189,44 @@ def matrix_md(rows):
     return "\n".join(lines) + "\n"
 
 
+def size_lines(plt, series, col, ylabel, what):
+    """One line per contender over buffer sizes."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for k in sorted(series, key=sort_key):
+        pts = series[k]
+        style = "-o" if k in ("cerar-auto", "ring") else ("--." if k.startswith("cerar-c") else ":x")
+        ax.plot([p[0] for p in pts], [p[col] for p in pts], style, label=k)
+    ax.set_xscale("log", base=2)
+    if what == "time":
+        ax.set_yscale("log")
+    else:
+        ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xlabel("buffer (MiB)")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(True, which="both", alpha=0.3)
+    return fig
+
+
+def single_size_bars(plt, series, col, xlabel, what):
+    """One horizontal bar per contender, fastest on top, its value written beside it."""
+    names = sorted(series, key=lambda k: series[k][0][col], reverse=True)
+    values = [series[k][0][col] for k in names]
+    fig, ax = plt.subplots(figsize=(8, 0.6 + 0.32 * len(names)))
+    colors = ["C0" if k.startswith("cerar") else "C7" for k in names]
+    ax.barh(range(len(names)), values, color=colors)
+    ax.set_yticks(range(len(names)))
+    ax.set_yticklabels(names, fontsize=8)
+    for i, v in enumerate(values):
+        ax.text(v, i, f" {v:.3g}", va="center", fontsize=7)
+    if what == "ratio":
+        ax.axvline(1.0, color="gray", lw=0.8)
+    ax.set_xlim(0, max(values) * 1.15)
+    ax.set_xlabel(xlabel)
+    ax.grid(True, axis="x", alpha=0.3)
+    return fig
+
+
 def plots(outdir, run):
     try:
         import matplotlib
@@ -206,23 +244,16 @@ def plots(outdir, run):
     made = []
     if not series:  # only the lossy contenders ran: their plot is error_plot's
         return made
+    sizes = {p[0] for pts in series.values() for p in pts}
     for what, col, ylabel in (("time", 1, "best time per all-reduce (s)"),
                               ("ratio", 2, "best time / its own limit")):
-        fig, ax = plt.subplots(figsize=(8, 5))
-        for k in sorted(series, key=sort_key):
-            pts = series[k]
-            style = "-o" if k in ("cerar-auto", "ring") else ("--." if k.startswith("cerar-c") else ":x")
-            ax.plot([p[0] for p in pts], [p[col] for p in pts], style, label=k)
-        ax.set_xscale("log", base=2)
-        if what == "time":
-            ax.set_yscale("log")
+        if len(sizes) == 1:  # one size: a line through one point says nothing; bars do
+            fig = single_size_bars(plt, series, col, ylabel, what)
+            fig.axes[0].set_title(f"{name}: {size_text(int(next(iter(sizes)) * 2**20))}, "
+                                  f"B = {rate:.0f} Mbit/s calibrated, fp32 sum")
         else:
-            ax.axhline(1.0, color="gray", lw=0.8)
-        ax.set_xlabel("buffer (MiB)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(f"{name}: B = {rate:.0f} Mbit/s calibrated, fp32 sum")
-        ax.legend(fontsize=7, ncol=2)
-        ax.grid(True, which="both", alpha=0.3)
+            fig = size_lines(plt, series, col, ylabel, what)
+            fig.axes[0].set_title(f"{name}: B = {rate:.0f} Mbit/s calibrated, fp32 sum")
         path = f"{name}-{what}.png"
         fig.savefig(os.path.join(outdir, path), dpi=90, bbox_inches="tight")
         plt.close(fig)

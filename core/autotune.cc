@@ -93,9 +93,9 @@ void Autotuner::advance() {
   // dimension_ counts the sweeps done (a stage of kSweeps).
   while (dimension_ < kStages) {
     const size_t dimension = kSweeps[dimension_];
-    // c only matters where CERAR runs; with no CERAR buffer so far, its sweep would score
-    // noise.
-    if (dimension == 2 && !cerarRan_) {
+    // c only matters where CERAR runs: where the best point ran no CERAR buffer (the ring
+    // or fusion below CERAR's sizes), every scale would score the same point again.
+    if (dimension == 2 && !cerarPoints_.count(best_)) {
       ++dimension_;
       continue;
     }
@@ -116,7 +116,6 @@ void Autotuner::advance() {
 std::optional<AutotuneSample> Autotuner::record(const std::vector<std::string>& names,
                                                 double bytes, bool cerarRan, double seconds) {
   if (frozen_ || names.empty()) return std::nullopt;
-  cerarRan_ = cerarRan_ || cerarRan;
   std::optional<AutotuneSample> sample;
   if (stepStart_ < 0) {
     stepStart_ = seconds;
@@ -134,6 +133,8 @@ std::optional<AutotuneSample> Autotuner::record(const std::vector<std::string>& 
   }
   seen_.insert(names.begin(), names.end());
   stepBytes_ += bytes;
+  // This cycle belongs to the running step; a settling step's buffers mix two points.
+  if (cerarRan && !settling_) sampleRanCerar_ = true;
   return sample;
 }
 
@@ -155,6 +156,8 @@ AutotuneSample Autotuner::endSample() {
   sample.point = current_;
   sample.score = median(stepScores_);
   stepScores_.clear();
+  if (sampleRanCerar_) cerarPoints_.insert(current_);
+  sampleRanCerar_ = false;
   if (warmupLeft_ > 0) {
     sample.warmup = true;
     if (--warmupLeft_ == 0) advance();

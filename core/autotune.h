@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -101,7 +102,8 @@ class Autotuner {
   double stepStart_ = -1, stepBytes_ = 0;
   bool settling_ = true;  // the running step began under another point: not scored
   std::vector<double> stepScores_;  // of the running sample
-  bool cerarRan_ = false;           // some CERAR buffer ran while sampling
+  bool sampleRanCerar_ = false;     // some CERAR buffer ran in the running sample
+  std::set<TuningPoint> cerarPoints_;  // points whose sample ran a CERAR buffer
   // The walk: the sweep under way (an index into the order above) and the next index in its
   // grid.
   size_t dimension_ = 0, next_ = 0;

@@ -1,5 +1,5 @@
 // The autotuner's walk on synthetic step times: it finds the optimum of the grid, freezes
-// there, discards warm-up and mixed steps, skips c where CERAR never ran, and its log lines.
+// there, discards warm-up and mixed steps, skips c where CERAR did not run at the best point, and its log lines.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,14 +24,17 @@ double bowl(const TuningPoint& p) {
 }
 
 // Drives `tuner` like a training loop: each step submits four tensors over two cycles, and
-// lasts stepSeconds(point in force at its start, step index). Returns the samples seen.
+// lasts stepSeconds(point in force at its start, step index); its buffers ran CERAR where
+// cerarAt(that point). Returns the samples seen.
+using CerarAt = std::function<bool(const TuningPoint&)>;
 std::vector<AutotuneSample> train(Autotuner& tuner, int steps,
                                   const std::function<double(const TuningPoint&, int)>& stepSeconds,
-                                  bool cerarRan = true) {
+                                  const CerarAt& cerarAt = [](const TuningPoint&) { return true; }) {
   std::vector<AutotuneSample> samples;
   double now = 10.0;
   for (int step = 0; step < steps; ++step) {
     const double length = stepSeconds(tuner.current(), step);
+    const bool cerarRan = cerarAt(tuner.current());
     for (auto names : {std::vector<std::string>{"a", "b"}, std::vector<std::string>{"c", "d"}}) {
       if (auto s = tuner.record(names, kStepBytes / 2, cerarRan, now)) samples.push_back(*s);
       now += length / 2;
@@ -98,11 +101,34 @@ TEST(Autotune, WithoutCerarTheScaleIsNotSwept) {
   options.stepsPerSample = 2;
   Autotuner tuner(options, {8 * kMiB, 5.0, 1.0});
   const auto samples =
-      train(tuner, 200, [](const TuningPoint& p, int) { return bowl(p); }, /*cerarRan=*/false);
+      train(tuner, 200, [](const TuningPoint& p, int) { return bowl(p); },
+            [](const TuningPoint&) { return false; });
   ASSERT_TRUE(tuner.frozen());
   EXPECT_EQ(samples.size(), size_t(1 + 9 + 5 + 8));
   for (const auto& s : samples) EXPECT_EQ(s.point.componentsScale, 1.0);
   EXPECT_EQ(tuner.best(), (TuningPoint{16 * kMiB, 2.0, 1.0}));
+}
+
+// CERAR ran at other points (the large thresholds) but not at the best one: every scale would
+// score the best point again, so c is not swept.
+TEST(Autotune, WithoutCerarAtTheBestPointTheScaleIsNotSwept) {
+  AutotuneOptions options;
+  options.warmupSamples = 1;
+  options.stepsPerSample = 2;
+  Autotuner tuner(options, {64 * kMiB, 1.0, 1.0});
+  const auto samples = train(tuner, 200, [](const TuningPoint& p, int) { return bowl(p); },
+                             [](const TuningPoint& p) { return p.thresholdBytes >= 32 * kMiB; });
+  ASSERT_TRUE(tuner.frozen());
+  EXPECT_EQ(samples.size(), size_t(1 + 9 + 5 + 8));
+  for (const auto& s : samples) EXPECT_EQ(s.point.componentsScale, 1.0);
+  EXPECT_EQ(tuner.best(), (TuningPoint{16 * kMiB, 2.0, 1.0}));
+
+  // The same walk with CERAR at 16 MiB too sweeps the scales there.
+  Autotuner swept(options, {64 * kMiB, 1.0, 1.0});
+  train(swept, 300, [](const TuningPoint& p, int) { return bowl(p); },
+        [](const TuningPoint& p) { return p.thresholdBytes >= 16 * kMiB; });
+  ASSERT_TRUE(swept.frozen());
+  EXPECT_EQ(swept.best(), (TuningPoint{16 * kMiB, 2.0, 2.0}));
 }
 
 TEST(Autotune, EmptyGridsFreezeAtTheStart) {
