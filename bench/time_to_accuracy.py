@@ -63,34 +63,49 @@ def run_one(a, variant, seed, port):
     return sink.result
 
 
-def summarize(runs, baseline):
-    """Per variant: seeds, median and range of time to target, final loss, link bytes."""
+def time_to(run, target):
+    """(training seconds, step) at the first validation at or below `target`, from the run's
+    log (a run that stopped at a lower target of its own passed this one on the way)."""
+    return next(((p["train_s"], p["step"]) for p in run["log"] if p["val_loss"] <= target),
+                (None, None))
+
+
+def summarize(runs, baseline, target):
+    """Per variant: seeds, median and range of time to target, the per-seed ratio to the
+    baseline's run with the same seed, final loss, link bytes, step time."""
     rows, by = [], {}
     for r in runs:
+        if "failed" not in r:
+            r["to_target_s"], r["to_target_step"] = time_to(r, target)
         by.setdefault(r["variant"], []).append(r)
+    base_by_seed = {r["seed"]: r for r in by.get(baseline, []) if r.get("to_target_s")}
     base = None
     for variant, rs in by.items():
         ok = [r for r in rs if "failed" not in r]
-        times = sorted(r["seconds_to_target"] for r in ok if r["reached"])
+        times = sorted(r["to_target_s"] for r in ok if r["to_target_s"] is not None)
+        ratios = sorted(r["to_target_s"] / base_by_seed[r["seed"]]["to_target_s"] for r in ok
+                        if r["to_target_s"] is not None and r["seed"] in base_by_seed)
         row = dict(variant=variant, runs=len(rs), reached=len(times),
                    median_s=statistics.median(times) if times else None,
                    min_s=times[0] if times else None, max_s=times[-1] if times else None,
+                   ratios=ratios,
                    final_loss=statistics.median(r["final_val_loss"] for r in ok) if ok else None,
-                   tx_mib=statistics.median(r["tx_bytes_rank0"] / 2**20 for r in ok)
+                   tx_mib_per_step=statistics.median(r["tx_bytes_rank0"] / 2**20 / r["steps"]
+                                                     for r in ok)
                    if ok and ok[0]["tx_bytes_rank0"] is not None else None,
-                   steps=statistics.median(r["steps"] for r in ok) if ok else None,
                    step_s=statistics.median(r["train_s"] / r["steps"] for r in ok) if ok else None)
         rows.append(row)
         if variant == baseline:
             base = row
     for row in rows:
-        row["vs_baseline"] = (row["median_s"] / base["median_s"]
-                              if base and base["median_s"] and row["median_s"] else None)
-        # A difference is claimed only where two or more seeds each give ranges that do not
-        # overlap (one seed has no spread to compare with).
+        # Unpaired: the ranges over seeds are apart (needs two or more seeds each). Paired:
+        # every seed's ratio to the baseline's run with the same seed (same data, weights and
+        # validation windows) is on the same side of 1.
         row["beyond_spread"] = bool(base and row is not base and row["reached"] >= 2 and
                                     base["reached"] >= 2 and (row["max_s"] < base["min_s"] or
                                                               row["min_s"] > base["max_s"]))
+        r = row["ratios"]
+        row["paired_apart"] = bool(row is not base and len(r) >= 2 and (r[-1] < 1 or r[0] > 1))
     return rows
 
 
@@ -101,33 +116,40 @@ def fmt(x, spec):
 def report(rows, runs, a):
     lines = [f"Time to validation loss {a.target_loss}, {a.ranks} ranks "
              + ("on loopback" if a.loopback else f"@ {a.rate_mbit} Mbit/s") +
-             f", {a.seeds} seed(s); times are training seconds (validation excluded)", "",
-             f"| variant | reached | median s | range s | vs {a.baseline} | beyond spread "
-             "| final loss | MiB sent (rank 0) | steps | s/step |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "; times are training seconds (validation excluded); ratio: to the "
+             f"{a.baseline} run of the same seed", "",
+             f"| variant | reached | median s | range s | ratio to {a.baseline}, median (range) "
+             "| apart: ranges / paired | final loss | MiB sent per step (rank 0) | s/step |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         rng = "-" if r["min_s"] is None else f"{r['min_s']:.1f}-{r['max_s']:.1f}"
+        q = r["ratios"]
+        ratio = "-" if not q else (f"{statistics.median(q):.3f}" +
+                                   (f" ({q[0]:.3f}-{q[-1]:.3f})" if len(q) > 1 else ""))
+        apart = f"{'yes' if r['beyond_spread'] else 'no'} / {'yes' if r['paired_apart'] else 'no'}"
         lines.append(f"| {r['variant']} | {r['reached']}/{r['runs']} | {fmt(r['median_s'], '.1f')} "
-                     f"| {rng} | {fmt(r['vs_baseline'], '.3f')} | {'yes' if r['beyond_spread'] else 'no'} "
-                     f"| {fmt(r['final_loss'], '.3f')} | {fmt(r['tx_mib'], '.0f')} | {fmt(r['steps'], '.0f')} "
-                     f"| {fmt(r['step_s'], '.2f')} |")
+                     f"| {rng} | {ratio} | {apart} | {fmt(r['final_loss'], '.3f')} "
+                     f"| {fmt(r['tx_mib_per_step'], '.1f')} | {fmt(r['step_s'], '.2f')} |")
     lines += ["", "Every run:", "",
-              "| variant | seed | s to target | steps to target | final loss | MiB sent (rank 0) "
-              "| CERAR / ring buffers |", "|---|---|---|---|---|---|---|"]
+              "| variant | seed | s to target | steps to target | steps run | final loss "
+              "| MiB sent per step (rank 0) | CERAR / ring / 16-bit wire buffers |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in sorted(runs, key=lambda r: (r["variant"], r["seed"])):
         if "failed" in r:
-            lines.append(f"| {r['variant']} | {r['seed']} | failed ({r['failed']}) | | | | |")
+            lines.append(f"| {r['variant']} | {r['seed']} | failed ({r['failed']}) | | | | | |")
             continue
-        at = next((p["step"] for p in r["log"] if p["val_loss"] <= r["target_loss"]), None)
         st = r.get("stats") or {}
-        bufs = f"{st['cerar_buffers']} / {st['ring_buffers']}" if "cerar_buffers" in st else "-"
-        tx = "-" if r["tx_bytes_rank0"] is None else f"{r['tx_bytes_rank0'] / 2**20:.0f}"
-        lines.append(f"| {r['variant']} | {r['seed']} | {fmt(r['seconds_to_target'], '.1f')} "
-                     f"| {fmt(at, 'd')} | {r['final_val_loss']:.4f} | {tx} | {bufs} |")
+        bufs = (f"{st['cerar_buffers']} / {st['ring_buffers']} / {st.get('wire_buffers', 0)}"
+                if "cerar_buffers" in st else "-")
+        tx = ("-" if r["tx_bytes_rank0"] is None
+              else f"{r['tx_bytes_rank0'] / 2**20 / r['steps']:.1f}")
+        lines.append(f"| {r['variant']} | {r['seed']} | {fmt(r['to_target_s'], '.1f')} "
+                     f"| {fmt(r['to_target_step'], 'd')} | {r['steps']} | {r['final_val_loss']:.4f} "
+                     f"| {tx} | {bufs} |")
     return "\n".join(lines) + "\n"
 
 
-def plot(runs, path):
+def plot(runs, path, target):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -143,7 +165,7 @@ def plot(runs, path):
         ax.plot([p["train_s"] for p in r["log"]], [p["val_loss"] for p in r["log"]], color=color,
                 alpha=0.8, label=r["variant"] if r["seed"] == min(
                     x["seed"] for x in runs if x["variant"] == r["variant"]) else None)
-    ax.axhline(runs[0].get("target_loss", 0), color="gray", linestyle="--", linewidth=0.8)
+    ax.axhline(target, color="gray", linestyle="--", linewidth=0.8)
     ax.set_xlabel("training seconds")
     ax.set_ylabel("validation loss")
     ax.legend()
@@ -162,7 +184,8 @@ def parse(argv=None):
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--one-seed", default="",
                    help="variants (comma-separated, also listed in --variants) run with seed 0 only")
-    p.add_argument("--target-loss", type=float, default=2.8)
+    p.add_argument("--target-loss", type=float, default=None,
+                   help="validation loss to reach (default 2.8; --report-only: the saved one)")
     p.add_argument("--max-seconds", type=float, default=600)
     p.add_argument("--max-error", type=float, default=3e-3,
                    help="cerar-budget's error budget (3e-3 admits the fp16 wire at N <= 5)")
@@ -192,11 +215,15 @@ def parse(argv=None):
 def main(argv=None):
     a = parse(argv)
     os.makedirs(a.out, exist_ok=True)
+    if not a.report_only and a.target_loss is None:
+        a.target_loss = 2.8
     if a.report_only:
         with open(os.path.join(a.out, "results.json")) as f:
             saved = json.load(f)
-        for key in ("ranks", "rate_mbit", "loopback", "seeds", "target_loss", "baseline"):
+        for key in ("ranks", "rate_mbit", "loopback", "seeds", "baseline"):
             setattr(a, key, saved["args"][key])
+        if a.target_loss is None:
+            a.target_loss = saved["args"]["target_loss"]
         return write_report(saved["runs"], a)
     if not a.loopback:
         subprocess.run([os.path.join(HERE, "netem.sh"), "up", "--ranks", str(a.ranks),
@@ -222,11 +249,11 @@ def main(argv=None):
 
 
 def write_report(runs, a):
-    table = report(summarize(runs, a.baseline), runs, a)
+    table = report(summarize(runs, a.baseline, a.target_loss), runs, a)
     with open(os.path.join(a.out, "report.md"), "w") as f:
         f.write(table)
     print(table)
-    if not plot(runs, os.path.join(a.out, "loss_vs_time.png")):
+    if not plot(runs, os.path.join(a.out, "loss_vs_time.png"), a.target_loss):
         print("(no matplotlib: no plot)")
     return 1 if any("failed" in r for r in runs) else 0
 
