@@ -156,19 +156,24 @@ def plot(runs, path, target):
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    # One panel per seed: runs are compared with the same seed's runs (same data, weights and
+    # validation windows); seeds differ more from each other than variants within a seed.
+    ok = [r for r in runs if "failed" not in r]
+    seeds = sorted({r["seed"] for r in ok}) or [0]
+    fig, axes = plt.subplots(1, len(seeds), figsize=(4.2 * len(seeds) + 1, 4.5), sharey=True,
+                             squeeze=False)
     colors = {}
-    for r in runs:
-        if "failed" in r:
-            continue
-        color = colors.setdefault(r["variant"], f"C{len(colors)}")
-        ax.plot([p["train_s"] for p in r["log"]], [p["val_loss"] for p in r["log"]], color=color,
-                alpha=0.8, label=r["variant"] if r["seed"] == min(
-                    x["seed"] for x in runs if x["variant"] == r["variant"]) else None)
-    ax.axhline(target, color="gray", linestyle="--", linewidth=0.8)
-    ax.set_xlabel("training seconds")
-    ax.set_ylabel("validation loss")
-    ax.legend()
+    for r in ok:
+        colors.setdefault(r["variant"], f"C{len(colors)}")
+    for ax, seed in zip(axes[0], seeds):
+        for r in (r for r in ok if r["seed"] == seed):
+            ax.plot([p["train_s"] for p in r["log"]], [p["val_loss"] for p in r["log"]],
+                    color=colors[r["variant"]], alpha=0.85, label=r["variant"])
+        ax.axhline(target, color="gray", linestyle="--", linewidth=0.8)
+        ax.set_title(f"seed {seed}")
+        ax.set_xlabel("training seconds")
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("validation loss")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return True
