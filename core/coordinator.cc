@@ -135,7 +135,15 @@ RuntimeStats Coordinator::stats() const {
 
 void Coordinator::publishStats() {
   std::lock_guard<std::mutex> lock(statsMutex_);
+  for (const auto& count : late_) count(working_);
+  late_.clear();
   published_ = working_;
+}
+
+void Coordinator::countLate(std::function<void(RuntimeStats&)> count) {
+  std::lock_guard<std::mutex> lock(statsMutex_);
+  count(published_);
+  late_.push_back(std::move(count));
 }
 
 void Coordinator::run() {
@@ -332,12 +340,12 @@ void Coordinator::process(const ResponseMessage& message) {
         timeline_.record(name, "WAIT", entries[i]->responded, dispatched);
       }
     }
-    DeviceEvent end = dispatcher_.run(members, entries, group, working_, *set);
+    DeviceUnit unit = dispatcher_.run(members, entries, group, working_, *set);
     // Before any handle of the group completes: a caller that has waited sees the
     // operation's effects in stats() (runtime.h).
     publishStats();
-    if (end) {
-      completeOnDevice(members, std::move(end));
+    if (unit.mark) {
+      completeOnDevice(members, std::move(unit));
     } else {
       for (const Response* member : members) complete(member->key(), {});
     }
@@ -454,7 +462,7 @@ void Coordinator::changeSets(const Response& unit) {
 }
 
 void Coordinator::completeOnDevice(const std::vector<const Response*>& members,
-                                   DeviceEvent end) {
+                                   DeviceUnit unit) {
   auto done = std::make_shared<std::vector<std::unique_ptr<Entry>>>();
   for (const Response* member : members) {
     auto it = pending_.find(member->key());
@@ -462,10 +470,12 @@ void Coordinator::completeOnDevice(const std::vector<const Response*>& members,
     done->push_back(std::move(it->second));
     pending_.erase(it);
   }
-  if (done->empty()) return;
   // The names stay in flight until the results are there: a rank that enqueues one again
-  // before then is refused, as on the host.
-  finalizer_.add(devices_.get(-1), std::move(end), [this, done](const Status& status) {
+  // before then is refused, as on the host. A joined rank (no entries) counts its run too.
+  auto finish = std::move(unit.finish);
+  finalizer_.add(devices_.get(-1), std::move(unit.mark),
+                 [this, done, finish](const Status& status) {
+    if (status.ok() && finish) countLate(finish);
     for (auto& entry : *done) {
       queue_.release(entry->request);
       entry->state->complete(status);
@@ -486,7 +496,10 @@ void Coordinator::farewell() {
 }
 
 void Coordinator::finish(const Status& why) {
-  finalizer_.drain();  // device work already dispatched completes with its own outcome
+  // Device work already dispatched runs to its end (no device work touches a tensor after
+  // shutdown) and completes with its own outcome.
+  devices_.drain();
+  finalizer_.drain();
   logger_.log(why.code == StatusCode::kShutDown ? LogLevel::kDebug : LogLevel::kError,
               why.message);
   std::shared_ptr<OperationState> join;

@@ -56,8 +56,12 @@ class Coordinator {
   void complete(const std::string& key, const Status& status);
   // Adds or removes a process set as `unit` says, alike on every rank (same order, same ids).
   void changeSets(const Response& unit);
-  // Hands the group's entries to the finalizer, which completes them once `end` is reached.
-  void completeOnDevice(const std::vector<const Response*>& members, DeviceEvent end);
+  // Hands the group's entries to the finalizer, which completes them once the unit's mark is
+  // reached, after counting it (countLate).
+  void completeOnDevice(const std::vector<const Response*>& members, DeviceUnit unit);
+  // Stats of work that ends off the coordinator thread: applied to what stats() returns at
+  // once, and to working_ at the next publishStats().
+  void countLate(std::function<void(RuntimeStats&)> count);
   // Autotuning: feeds the cycle's reduced units to the tuner (coordinator rank), and applies
   // the response's parameters on every rank (pace, stats, timeline).
   void feedTuner(const std::vector<Response>& units, const std::vector<FusedGroup>& groups);
@@ -85,6 +89,7 @@ class Coordinator {
   RuntimeStats working_;  // the coordinator thread's
   mutable std::mutex statsMutex_;
   RuntimeStats published_;
+  std::vector<std::function<void(RuntimeStats&)>> late_;  // for working_, under statsMutex_
   TuningState tuning_;   // the coordinator rank's while not autotuning
   std::unique_ptr<Autotuner> tuner_;  // coordinator rank with CERAR_AUTOTUNE only
   std::ofstream tuneLog_;              // CERAR_AUTOTUNE_LOG, coordinator rank only

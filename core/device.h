@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -18,6 +19,10 @@ namespace cerar {
 // A point in a device stream's work (a CUDA event); null: nothing to wait for.
 using DeviceEvent = std::shared_ptr<void>;
 
+// The channel (Transport::channel) of the device work's transfers; process sets take small
+// tags, so this one is never theirs.
+constexpr uint32_t kDeviceChannelTag = 0xD0000000u;
+
 // One slice of a batched device-to-device copy.
 struct DeviceCopy {
   const void* src = nullptr;
@@ -25,8 +30,9 @@ struct DeviceCopy {
   size_t bytes = 0;
 };
 
-// What a DeviceOps may use: the runtime's host transport (driven by the coordinator thread
-// only, which is where allreduce() runs) and the runtime's settings.
+// What a DeviceOps may use: a channel of the runtime's links for device work alone (driven by
+// the DeviceQueue's thread, where allreduce() runs, while the coordinator drives the others)
+// and the runtime's settings.
 struct DeviceSetup {
   std::shared_ptr<Transport> transport;
   std::string transportKind = "auto";  // CERAR_DEVICE_TRANSPORT: auto | nccl | gloo
@@ -35,8 +41,8 @@ struct DeviceSetup {
 };
 
 // One rank's device work, on one device and one stream of its own (the runtime stream).
-// ready() and wait() may be called from any thread; everything else from the coordinator
-// thread only, and it is enqueued on the runtime stream in call order.
+// ready() and wait() may be called from any thread; everything else from one thread (the
+// DeviceQueue's, core/device_queue.h), and it is enqueued on the runtime stream in call order.
 class DeviceOps {
  public:
   virtual ~DeviceOps() = default;
@@ -61,29 +67,37 @@ class DeviceOps {
   virtual void download(void* host, const void* device, size_t bytes) = 0;
   virtual void upload(void* device, const void* host, size_t bytes) = 0;
   // The all-reduce of `data` (device memory) with every rank; collective, like
-  // Communicator::allreduce, and bit-identical to it. Returns once it is done on the device.
+  // Communicator::allreduce, and bit-identical to it. Returns once it is enqueued on the
+  // runtime stream (later work there sees the result); it may wait on the host where data
+  // cross to it (a staged transport, the non-finite verdict).
   virtual RunStats allreduce(void* data, size_t count, DType dtype,
                              const AllreduceOptions& options) = 0;
   // An event after everything enqueued so far on the runtime stream.
   virtual DeviceEvent record() = 0;
 };
 
-// The runtime's DeviceOps, made on first use: by the first device tensor enqueued on this rank
+class DeviceQueue;
+
+// The runtime's DeviceOps behind its DeviceQueue, made on first use: by the first device tensor enqueued on this rank
 // (its device), or by the coordinator when a joined rank takes part in a device collective
 // (device -1: the factory's choice). A rank uses one device. Thread safety: any thread.
 class DeviceSlot {
  public:
   DeviceSlot(DeviceOpsFactory factory, DeviceSetup setup);
+  ~DeviceSlot();  // finishes the queued work
   bool available() const { return static_cast<bool>(factory_); }
-  // The ops; throws Error when this build has no device support, the factory fails, or this
-  // rank already uses another device.
-  DeviceOps& get(int device);
+  // The queue; throws Error when this build has no device support, the factory fails, or
+  // this rank already uses another device.
+  DeviceQueue& get(int device);
+  // Returns once the queue (if made) has run all its work: no device work touches a tensor
+  // after this (shutdown).
+  void drain();
 
  private:
   DeviceOpsFactory factory_;
   DeviceSetup setup_;
   std::mutex mutex_;
-  std::unique_ptr<DeviceOps> ops_;
+  std::unique_ptr<DeviceQueue> queue_;
 };
 
 }  // namespace cerar

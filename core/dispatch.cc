@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/device_queue.h"
 #include "core/error_budget.h"
 #include "core/scaling.h"
 #include "ops/algorithms/share_correction.h"
@@ -126,6 +127,29 @@ void checkLocalSizes(const Response& unit, const Entry& entry, int rank, int siz
   }
 }
 
+// What one fused all-reduce adds to the stats. What ran: a CERAR decision that fell back on
+// non-finite input ran the exact ring.
+void countAllreduce(RuntimeStats& stats, const RunStats& run, const FusedGroup& decision,
+                    Wire wire, bool adasum, int N, size_t tensors) {
+  stats.fusedBuffers += 1;
+  stats.tensorsReduced += tensors;
+  stats.bytesSent += run.bytesSent;
+  const bool ranCerar = decision.algorithm == Algorithm::kCerar && !adasum &&
+                        !run.nonFiniteFallback;
+  if (!adasum) (ranCerar ? stats.cerarBuffers : stats.ringBuffers) += 1;
+  const Wire ranWire = run.wireFallback ? Wire::kNone : wire;
+  if (ranWire != Wire::kNone) stats.wireBuffers += 1;
+  stats.wireFallbacks += run.wireFallback ? 1 : 0;
+  stats.budgetBuffers += decision.budgeted ? 1 : 0;
+  if (!adasum) {
+    stats.lastChoice = ranCerar ? "cerar"
+                       : ranWire != Wire::kNone ? std::string("ring-") + wireName(ranWire)
+                                                : "ring";
+  }
+  stats.nonFiniteFallbacks += run.nonFiniteFallback ? 1 : 0;
+  stats.lastComponents = ranCerar ? decision.components : N;
+}
+
 }  // namespace
 
 ReduceOp reduceOpOf(Op op) {
@@ -161,17 +185,17 @@ void Dispatcher::record(const std::vector<const Response*>& units, const char* p
   }
 }
 
-DeviceEvent Dispatcher::run(const std::vector<const Response*>& units,
-                            const std::vector<Entry*>& entries, const FusedGroup& decision,
-                            RuntimeStats& stats) {
+DeviceUnit Dispatcher::run(const std::vector<const Response*>& units,
+                           const std::vector<Entry*>& entries, const FusedGroup& decision,
+                           RuntimeStats& stats) {
   ProcessSet all;
   for (int rank = 0; rank < base_->size(); ++rank) all.ranks.push_back(rank);
   return run(units, entries, decision, stats, all);
 }
 
-DeviceEvent Dispatcher::run(const std::vector<const Response*>& units,
-                            const std::vector<Entry*>& entries, const FusedGroup& decision,
-                            RuntimeStats& stats, const ProcessSet& set) {
+DeviceUnit Dispatcher::run(const std::vector<const Response*>& units,
+                           const std::vector<Entry*>& entries, const FusedGroup& decision,
+                           RuntimeStats& stats, const ProcessSet& set) {
   CERAR_ENFORCE(!units.empty() && units.size() == entries.size(), "dispatch: bad group");
   group_ = &groupFor(set);
   set_ = &set;
@@ -190,7 +214,7 @@ DeviceEvent Dispatcher::run(const std::vector<const Response*>& units,
     case Kind::kBarrier: break;  // the negotiation itself was the barrier
     case Kind::kProcessSet: break;  // applied by the coordinator
   }
-  return nullptr;
+  return {};
 }
 
 std::string Dispatcher::measureError(const std::byte* result, size_t total, DType dtype,
@@ -209,9 +233,9 @@ std::string Dispatcher::measureError(const std::byte* result, size_t total, DTyp
   return detail::concat(", \"measured_error\": ", error);
 }
 
-DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
-                                  const std::vector<Entry*>& entries,
-                                  const FusedGroup& decision, RuntimeStats& stats) {
+DeviceUnit Dispatcher::allreduce(const std::vector<const Response*>& units,
+                                 const std::vector<Entry*>& entries,
+                                 const FusedGroup& decision, RuntimeStats& stats) {
   const Description& d = units.front()->description;
   const size_t elementSize = dtypeSize(d.dtype);
   const ReduceOp op = reduceOpOf(d.op);
@@ -257,14 +281,31 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
       options.wire == Wire::kNone ? "" : wireName(options.wire),
       options.wire == Wire::kNone ? "" : "\"");
 
-  RunStats run;
-  DeviceEvent end;
+  size_t tensors = 0;
+  for (Entry* e : entries) tensors += e ? e->inputs.size() : 0;
   if (onDevice) {
     const auto start = Clock::now();
-    end = deviceAllreduce(units, entries, total, options, measure, run, errorArgs, stats);
-    record(units, "ALLREDUCE", start, Clock::now(),
-           args + ", \"device\": true" + errorArgs + fallbackArgs(run));
-  } else {
+    DeviceUnit unit;
+    std::shared_ptr<const RunStats> ran;
+    unit.mark = deviceAllreduce(units, entries, total, options, measure, ran, errorArgs, stats);
+    // The run's figures are there once the mark is reached: counted then, before the handles
+    // complete, with the timeline's ALLREDUCE event from dispatch to completion.
+    std::vector<std::string> names;
+    for (const Response* u : units) names.insert(names.end(), u->names.begin(), u->names.end());
+    const Wire wire = options.wire;
+    unit.finish = [this, ran, names = std::move(names), start, decision, wire, N, tensors,
+                   args = args + ", \"device\": true" + errorArgs](RuntimeStats& s) {
+      if (timeline_.active()) {
+        for (const auto& name : names) {
+          timeline_.record(name, "ALLREDUCE", start, Clock::now(), args + fallbackArgs(*ran));
+        }
+      }
+      countAllreduce(s, *ran, decision, wire, false, N, tensors);
+    };
+    return unit;
+  }
+  RunStats run;
+  {
     // Tensors of this rank on a device (other ranks' are on the host) are copied in and out.
     const bool direct = reducesInPlace(units, entries) && entries[0]->inputs[0].device < 0;
     const std::vector<Slot> slots = fusionLayout(units, entries);
@@ -290,7 +331,7 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
       for (const Slot& slot : slots) {
         std::byte* at = buffer + slot.offset * elementSize;
         if (slot.entry != nullptr && slot.entry->inputs[slot.tensor].device >= 0) {
-          DeviceOps& ops = devices_.get(slot.entry->inputs[slot.tensor].device);
+          DeviceQueue& ops = devices_.get(slot.entry->inputs[slot.tensor].device);
           if (slot.tensor == 0) {
             for (const DeviceEvent& ready : slot.entry->ready) ops.after(ready);
           }
@@ -342,38 +383,21 @@ DeviceEvent Dispatcher::allreduce(const std::vector<const Response*>& units,
     record(units, "MEMCPY_OUT", unpackStart, Clock::now());
   }
 
-  stats.fusedBuffers += 1;
-  for (Entry* e : entries) stats.tensorsReduced += e ? e->inputs.size() : 0;
-  stats.bytesSent += run.bytesSent;
-  // What ran: a CERAR decision that fell back on non-finite input ran the exact ring.
-  const bool ranCerar = cerar && !run.nonFiniteFallback;
-  if (!adasum) (ranCerar ? stats.cerarBuffers : stats.ringBuffers) += 1;
-  const Wire ranWire = run.wireFallback ? Wire::kNone : options.wire;
-  if (ranWire != Wire::kNone) stats.wireBuffers += 1;
-  stats.wireFallbacks += run.wireFallback ? 1 : 0;
-  stats.budgetBuffers += decision.budgeted ? 1 : 0;
-  if (!adasum) {
-    stats.lastChoice = ranCerar ? "cerar"
-                       : ranWire != Wire::kNone ? std::string("ring-") + wireName(ranWire)
-                                                : "ring";
-  }
-  stats.nonFiniteFallbacks += run.nonFiniteFallback ? 1 : 0;
-  stats.lastComponents = ranCerar ? decision.components : N;
-  return end;
+  countAllreduce(stats, run, decision, options.wire, adasum, N, tensors);
+  return {};
 }
 
-DeviceEvent Dispatcher::deviceAllreduce(const std::vector<const Response*>& units,
-                                        const std::vector<Entry*>& entries, size_t total,
-                                        const AllreduceOptions& options, bool measure,
-                                        RunStats& run, std::string& errorArgs,
-                                        RuntimeStats& stats) {
+std::shared_ptr<DeviceMark> Dispatcher::deviceAllreduce(
+    const std::vector<const Response*>& units, const std::vector<Entry*>& entries, size_t total,
+    const AllreduceOptions& options, bool measure, std::shared_ptr<const RunStats>& run,
+    std::string& errorArgs, RuntimeStats& stats) {
   const Description& d = units.front()->description;
   const size_t elementSize = dtypeSize(d.dtype);
   int device = -1;  // -1 for a joined rank without tensors of its own
   for (const Entry* e : entries) {
     if (e != nullptr) device = e->inputs.front().device;
   }
-  DeviceOps& ops = devices_.get(device);
+  DeviceQueue& ops = devices_.get(device);
   for (const Entry* e : entries) {
     if (e == nullptr) continue;
     for (const DeviceEvent& ready : e->ready) ops.after(ready);  // the producers' kernels
@@ -400,22 +424,25 @@ DeviceEvent Dispatcher::deviceAllreduce(const std::vector<const Response*>& unit
       }
     }
   }
-  ops.copy(in);
+  ops.copy(std::move(in));
   if (d.prescale != 1.0) ops.scale(d.dtype, buffer, total, d.prescale);
   if (measure) {
     exactCopy_.resize(total * elementSize);
     ops.download(exactCopy_.data(), buffer, exactCopy_.size());
   }
   run = ops.allreduce(buffer, total, d.dtype, options);  // tests the range itself
-  if (measure && !run.nonFiniteFallback) {
+  if (measure) {
+    // Debug mode waits here for the device (the download follows the run).
     staged_.resize(total * elementSize);
     ops.download(staged_.data(), buffer, staged_.size());
-    errorArgs += measureError(staged_.data(), total, d.dtype, options, stats);
+    if (!run->nonFiniteFallback) {
+      errorArgs += measureError(staged_.data(), total, d.dtype, options, stats);
+    }
   }
   const double N = double(group_->transport->size());
   const double factor = d.postscale / (d.op == Op::kAverage ? N : 1.0);
   if (factor != 1.0) ops.scale(d.dtype, buffer, total, factor);
-  ops.copy(out);
+  ops.copy(std::move(out));
   return ops.record();
 }
 
@@ -426,7 +453,7 @@ namespace {
 const std::byte* hostBytes(const Tensor& t, const Entry& entry, DeviceSlot& devices,
                            std::vector<std::byte>& staged) {
   if (t.device < 0) return static_cast<const std::byte*>(t.data);
-  DeviceOps& ops = devices.get(t.device);
+  DeviceQueue& ops = devices.get(t.device);
   for (const DeviceEvent& ready : entry.ready) ops.after(ready);
   staged.resize(t.bytes());
   ops.download(staged.data(), t.data, staged.size());
@@ -638,7 +665,7 @@ void Dispatcher::broadcast(const Response& unit, Entry* entry, RuntimeStats& sta
   const size_t bytes = d.bytes();
   void* data = nullptr;
   // Device tensors travel through host memory here (a broadcast is rare: initial weights).
-  DeviceOps* ops =
+  DeviceQueue* ops =
       entry && entry->inputs[0].device >= 0 ? &devices_.get(entry->inputs[0].device) : nullptr;
   const int rootRank = set_->rankOf(d.root);  // a global rank; validated at enqueue
   CERAR_ENFORCE(rootRank >= 0, "broadcast root ", d.root, " is not in process set ", set_->id);

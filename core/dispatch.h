@@ -5,6 +5,7 @@
 // thread only.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -19,6 +20,16 @@
 
 namespace cerar {
 
+class DeviceMark;
+
+// A fusion group left running on the device. Once `mark` is reached, `finish` adds what it
+// ran to the stats (and the timeline), then its handles may complete. Null mark: the group
+// is done and counted.
+struct DeviceUnit {
+  std::shared_ptr<DeviceMark> mark;
+  std::function<void(RuntimeStats&)> finish;
+};
+
 class Dispatcher {
  public:
   Dispatcher(std::shared_ptr<Transport> transport, Timeline& timeline, DeviceSlot& devices);
@@ -28,27 +39,29 @@ class Dispatcher {
   // or null when this rank has joined and contributes the op's identity. Results are written to the entries'
   // outputs (allgather: to the state); completing the handles is the caller's. Transport
   // failures propagate (the runtime cannot continue after them).
-  // Returns null when the results are in place, or, for device tensors, the event after which
-  // they are (the work is enqueued on the runtime stream of devices.get(-1)).
+  // For device tensors, returns as soon as the work is enqueued on devices.get(-1)'s queue,
+  // with the mark after which the results are in place (DeviceUnit).
   // `set` is the units' process set, which has this rank: its ranks are numbered 0..n-1 in
   // every schedule (a view of the job's links; broadcast roots are global ranks).
-  DeviceEvent run(const std::vector<const Response*>& units, const std::vector<Entry*>& entries,
-                  const FusedGroup& decision, RuntimeStats& stats, const ProcessSet& set);
+  DeviceUnit run(const std::vector<const Response*>& units, const std::vector<Entry*>& entries,
+                 const FusedGroup& decision, RuntimeStats& stats, const ProcessSet& set);
   // In set 0 (every rank of the transport).
-  DeviceEvent run(const std::vector<const Response*>& units, const std::vector<Entry*>& entries,
-                  const FusedGroup& decision, RuntimeStats& stats);
+  DeviceUnit run(const std::vector<const Response*>& units, const std::vector<Entry*>& entries,
+                 const FusedGroup& decision, RuntimeStats& stats);
   // Set `id` is gone: drops its view of the links.
   void forget(int32_t id) { groups_.erase(id); }
 
  private:
-  DeviceEvent allreduce(const std::vector<const Response*>& units,
-                        const std::vector<Entry*>& entries, const FusedGroup& decision,
-                        RuntimeStats& stats);
-  // The fusion group on the device: the same steps as on the host, as device work.
-  DeviceEvent deviceAllreduce(const std::vector<const Response*>& units,
-                              const std::vector<Entry*>& entries, size_t total,
-                              const AllreduceOptions& options, bool measure, RunStats& run,
-                              std::string& errorArgs, RuntimeStats& stats);
+  DeviceUnit allreduce(const std::vector<const Response*>& units,
+                       const std::vector<Entry*>& entries, const FusedGroup& decision,
+                       RuntimeStats& stats);
+  // The fusion group on the device: the same steps as on the host, enqueued as device work;
+  // `run` gets the run's figures by the returned mark.
+  std::shared_ptr<DeviceMark> deviceAllreduce(const std::vector<const Response*>& units,
+                                              const std::vector<Entry*>& entries, size_t total,
+                                              const AllreduceOptions& options, bool measure,
+                                              std::shared_ptr<const RunStats>& run,
+                                              std::string& errorArgs, RuntimeStats& stats);
   // Debug error mode: the exact ring on `exactCopy_` (the input, on the host), compared with
   // `result` (host memory); returns the timeline arguments.
   std::string measureError(const std::byte* result, size_t total, DType dtype,

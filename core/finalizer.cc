@@ -13,10 +13,10 @@ Finalizer::~Finalizer() {
   if (thread_.joinable()) thread_.join();  // the loop finishes every job first
 }
 
-void Finalizer::add(DeviceOps& ops, DeviceEvent event,
+void Finalizer::add(DeviceQueue& queue, std::shared_ptr<DeviceMark> mark,
                     std::function<void(const Status&)> done) {
   std::lock_guard<std::mutex> lock(mutex_);
-  jobs_.push_back(Job{&ops, std::move(event), std::move(done)});
+  jobs_.push_back(Job{&queue, std::move(mark), std::move(done)});
   if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
   changed_.notify_all();
 }
@@ -42,7 +42,7 @@ void Finalizer::loop() {
     lock.unlock();
     Status error;
     try {
-      if (!job.ops->wait(job.event, timeout_)) {
+      if (!job.queue->wait(job.mark, timeout_)) {
         error = Status(StatusCode::kTimeout,
                        detail::concat("cerar: the device did not finish within ",
                                       timeout_.count(), " ms"));

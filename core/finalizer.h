@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "core/device.h"
+#include "core/device_queue.h"
 #include "ops/common/status.h"
 
 namespace cerar {
@@ -25,9 +25,11 @@ class Finalizer {
   Finalizer(const Finalizer&) = delete;
   Finalizer& operator=(const Finalizer&) = delete;
 
-  // Calls done(ok) on the finalizer thread once `ops` reaches `event`, or done(why) when
-  // waiting fails (device error, timeout). The thread starts with the first job.
-  void add(DeviceOps& ops, DeviceEvent event, std::function<void(const Status&)> done);
+  // Calls done(ok) on the finalizer thread once `queue` reaches `mark` (its thread has run the
+  // work before it and the device has done it), or done(why) when waiting fails (the queue's
+  // failure, a device error, the timeout). The thread starts with the first job.
+  void add(DeviceQueue& queue, std::shared_ptr<DeviceMark> mark,
+           std::function<void(const Status&)> done);
   // Returns once every job added so far has finished.
   void drain();
   // True on the finalizer thread (where the `done` callbacks run).
@@ -35,8 +37,8 @@ class Finalizer {
 
  private:
   struct Job {
-    DeviceOps* ops;
-    DeviceEvent event;
+    DeviceQueue* queue;
+    std::shared_ptr<DeviceMark> mark;
     std::function<void(const Status&)> done;
   };
   void loop();

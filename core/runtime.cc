@@ -11,6 +11,7 @@
 #include "core/config.h"
 #include "core/coordinator.h"
 #include "core/device.h"
+#include "core/device_queue.h"
 #include "core/job_config.h"
 #ifndef CERAR_NO_GLOO
 #include "core/rendezvous/data_address.h"
@@ -359,7 +360,10 @@ class RuntimeImpl final : public Runtime {
   static DeviceSetup deviceSetup(const RuntimeConfig& config,
                                  std::shared_ptr<Transport> transport) {
     DeviceSetup setup;
-    setup.transport = std::move(transport);
+    // Device work runs on the device queue's thread, beside the coordinator's on the same
+    // links: it gets a channel of its own (Gloo's and the in-process transport have them).
+    std::shared_ptr<Transport> channel = transport->channel(kDeviceChannelTag);
+    setup.transport = channel ? std::move(channel) : std::move(transport);
     setup.transportKind = config.deviceTransport;
     setup.localRank = config.localRank;
     setup.timeout = timeoutOf(config);
@@ -371,7 +375,7 @@ class RuntimeImpl final : public Runtime {
   // enqueuing thread). Returns why not.
   Status prepareDevice(Entry& entry) {
     try {
-      DeviceOps& ops = devices_.get(entry.inputs.front().device);
+      DeviceQueue& ops = devices_.get(entry.inputs.front().device);
       std::vector<void*> streams;
       for (const Tensor& t : entry.inputs) {
         if (std::find(streams.begin(), streams.end(), t.stream) != streams.end()) continue;

@@ -10,7 +10,7 @@
 #include "ops/codec/cuda/codec_cuda.h"
 #include "ops/codec/range.h"
 #include "ops/codec/cuda/cuda_util.h"
-#include "ops/codec/cuda/device_executor.h"
+#include "ops/device_executor.h"
 #include "ops/collectives.h"
 #include "ops/common/error.h"
 #ifndef CERAR_NO_NCCL

@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <vector>
 
@@ -34,10 +35,14 @@ struct InprocHub::State {
   Transport::Duration timeout;
   std::mutex mutex;
   std::condition_variable moved;
-  std::vector<Channel> channels;  // channels[from * size + to]
+  std::map<uint32_t, std::vector<Channel>> channels;  // [tag][from * size + to]
   std::vector<bool> dead;
 
-  Channel& channel(int from, int to) { return channels[from * size + to]; }
+  Channel& channel(uint32_t tag, int from, int to) {
+    std::vector<Channel>& all = channels[tag];
+    if (all.empty()) all.resize(size_t(size) * size);
+    return all[from * size + to];
+  }
 
   // Moves bytes for every matched pair at the heads of the channel; called with the lock held.
   void match(Channel& ch) {
@@ -64,22 +69,26 @@ namespace {
 
 class InprocTransport : public Transport {
  public:
-  InprocTransport(std::shared_ptr<InprocHub::State> state, int rank)
-      : state_(std::move(state)), rank_(rank), pendingSends_(state_->size),
+  InprocTransport(std::shared_ptr<InprocHub::State> state, int rank, uint32_t tag = 0)
+      : state_(std::move(state)), rank_(rank), tag_(tag), pendingSends_(state_->size),
         pendingRecvs_(state_->size) {}
 
   int rank() const override { return rank_; }
   int size() const override { return state_->size; }
   Duration timeout() const override { return state_->timeout; }
+  // Transfers of another tag are matched apart, as Gloo's slots are.
+  std::shared_ptr<Transport> channel(uint32_t tag) override {
+    return std::make_shared<InprocTransport>(state_, rank_, tag);
+  }
 
   void postSend(int peer, const void* data, size_t bytes) override {
     auto transfer = post(peer, bytes, "send");
     transfer->from = data;
     std::lock_guard<std::mutex> lock(state_->mutex);
     if (state_->dead[rank_]) return;  // a dead rank's data never leaves
-    state_->channel(rank_, peer).sends.push_back(transfer);
+    state_->channel(tag_, rank_, peer).sends.push_back(transfer);
     pendingSends_[peer].push_back(transfer);
-    state_->match(state_->channel(rank_, peer));
+    state_->match(state_->channel(tag_, rank_, peer));
   }
 
   void postRecv(int peer, void* data, size_t bytes) override {
@@ -87,9 +96,9 @@ class InprocTransport : public Transport {
     transfer->to = data;
     std::lock_guard<std::mutex> lock(state_->mutex);
     if (state_->dead[rank_]) return;
-    state_->channel(peer, rank_).recvs.push_back(transfer);
+    state_->channel(tag_, peer, rank_).recvs.push_back(transfer);
     pendingRecvs_[peer].push_back(transfer);
-    state_->match(state_->channel(peer, rank_));
+    state_->match(state_->channel(tag_, peer, rank_));
   }
 
   void waitSend(int peer) override { wait(pendingSends_, peer, "send to"); }
@@ -126,6 +135,7 @@ class InprocTransport : public Transport {
 
   std::shared_ptr<InprocHub::State> state_;
   int rank_;
+  uint32_t tag_;
   std::vector<std::deque<std::shared_ptr<Transfer>>> pendingSends_;
   std::vector<std::deque<std::shared_ptr<Transfer>>> pendingRecvs_;
 };
@@ -136,7 +146,6 @@ InprocHub::InprocHub(int size, Transport::Duration timeout) : state_(std::make_s
   CERAR_ENFORCE(size >= 1, "in-process group size must be >= 1, got ", size);
   state_->size = size;
   state_->timeout = timeout;
-  state_->channels.resize(size_t(size) * size);
   state_->dead.assign(size, false);
 }
 
@@ -154,9 +163,11 @@ void InprocHub::kill(int rank) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   state_->dead[rank] = true;
   // Whatever the dead rank had posted is lost.
-  for (int peer = 0; peer < state_->size; ++peer) {
-    state_->channel(rank, peer).sends.clear();
-    state_->channel(peer, rank).recvs.clear();
+  for (auto& [tag, channels] : state_->channels) {
+    for (int peer = 0; peer < state_->size; ++peer) {
+      channels[rank * state_->size + peer].sends.clear();
+      channels[peer * state_->size + rank].recvs.clear();
+    }
   }
 }
 

@@ -1,7 +1,8 @@
 // A stand-in for the CUDA device in runtime tests: "device memory" is host memory, streams and
 // events are gates a test opens, and the all-reduce is the host Communicator over the
-// runtime's own transport. Lets the runtime's device path (ordering after the producers'
-// streams, fusion on the device, completion off the coordinator thread) run without a GPU.
+// device work's channel of the runtime's links. Lets the runtime's device path (ordering after
+// the producers' streams, fusion on the device, device work off the coordinator thread,
+// completion through marks) run without a GPU.
 #pragma once
 
 #include <atomic>
@@ -44,6 +45,11 @@ struct FakeDeviceLog {
   std::atomic<bool> holdCompletion{false};  // record() returns closed gates ...
   std::mutex mutex;
   std::vector<std::shared_ptr<Gate>> held;  // ... collected here for the test to open
+  std::shared_ptr<Gate> allreduceGate;      // set: each all-reduce waits for it (a busy GPU)
+  void holdAllreduces(std::shared_ptr<Gate> gate) {
+    std::lock_guard<std::mutex> lock(mutex);
+    allreduceGate = std::move(gate);
+  }
   void releaseHeld() {
     std::lock_guard<std::mutex> lock(mutex);
     for (auto& gate : held) gate->open();
@@ -94,6 +100,13 @@ class HostDeviceOps : public DeviceOps {
   RunStats allreduce(void* data, size_t count, DType dtype,
                      const AllreduceOptions& options) override {
     log_->allreduces += 1;
+    std::shared_ptr<Gate> gate;
+    {
+      std::lock_guard<std::mutex> lock(log_->mutex);
+      gate = log_->allreduceGate;
+    }
+    CERAR_ENFORCE(!gate || gate->waitFor(std::chrono::seconds(20)),
+                  "fake device: all-reduce held for 20 s");
     return communicator_.allreduce(data, count, dtype, options);
   }
   DeviceEvent record() override {

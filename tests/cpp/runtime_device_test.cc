@@ -181,6 +181,14 @@ TEST(RuntimeDevice, CompletionDoesNotBlockTheCoordinator) {
     // The name is still in flight meanwhile.
     check(failure(rt.allreduce("grad", onDevice(f32(grad)), onDevice(f32(grad)), Op::kSum))
               .find("in flight") != std::string::npos, "name released early");
+    // The device queue records the unit's end on its own thread: release it once it is there.
+    for (int i = 0; i < 5000; ++i) {
+      {
+        std::lock_guard<std::mutex> lock(log.mutex);
+        if (!log.held.empty()) break;
+      }
+      std::this_thread::sleep_for(1ms);
+    }
     log.releaseHeld();
     device.wait();
     // The callback runs just after waiters wake (operation.h).
@@ -188,6 +196,142 @@ TEST(RuntimeDevice, CompletionDoesNotBlockTheCoordinator) {
     check(calledBack, "callback did not run");
     check(grad[0] == 3.0f, "grad ", grad[0]);
     rt.barrier().wait();
+    return std::string("ok");
+  });
+}
+
+// Polls `h` until it completes or `limit` passes (a blocked coordinator fails, never hangs).
+bool completesWithin(const Handle& h, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!h.poll()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+// The device is busy inside a unit's all-reduce (its rounds have not all run): the coordinator
+// has handed the unit to the device queue and goes on, so a host operation enqueued after it
+// completes meanwhile; the device unit completes, correct, once the device moves on.
+TEST(RuntimeDevice, HostUnitCompletesWhileADeviceUnitIsBlockedInItsRounds) {
+  runWithDevice(3, [](int rank, Runtime& rt, FakeDeviceLog& log) {
+    auto busy = std::make_shared<Gate>();
+    log.holdAllreduces(busy);
+    std::vector<float> grad(1000, float(rank)), other(10, float(rank));
+    Handle device = rt.allreduce("grad", onDevice(f32(grad)), onDevice(f32(grad)), Op::kSum);
+    Handle host = rt.allreduce("other", f32(other), f32(other), Op::kSum);
+    const bool hostDone = completesWithin(host, 5000ms);
+    const bool deviceDone = device.poll();
+    busy->open();
+    check(hostDone, "the host unit waited for the device unit's rounds");
+    check(!deviceDone, "the device unit completed while its all-reduce was held");
+    check(completesWithin(device, 10000ms), "the device unit never completed");
+    check(outcome(device).ok(), failure(device));
+    check(other[0] == 3.0f && grad[0] == 3.0f && grad[999] == 3.0f, "results ", other[0], " ",
+          grad[0]);
+    check(rt.stats().ringBuffers == 2, "ring buffers ", rt.stats().ringBuffers);
+    return std::string("ok");
+  });
+}
+
+// Device units end in the order they were enqueued even when the device reaches the second
+// one's end first (the held marks are released in reverse).
+TEST(RuntimeDevice, MarksReachedOutOfOrderCompleteInOrder) {
+  runWithDevice(2, [](int rank, Runtime& rt, FakeDeviceLog& log) {
+    log.holdCompletion = true;
+    std::vector<float> a(300, float(rank + 1)), b(500, float(2 * rank + 1));
+    Handle first = rt.allreduce("a", onDevice(f32(a)), onDevice(f32(a)), Op::kSum);
+    Handle second = rt.allreduce("b", onDevice(f32(b)), onDevice(f32(b)), Op::kMax);
+    std::vector<std::shared_ptr<Gate>> held;
+    for (int i = 0; i < 5000 && held.size() < 2; ++i) {
+      std::this_thread::sleep_for(1ms);
+      std::lock_guard<std::mutex> lock(log.mutex);
+      held = log.held;
+    }
+    check(held.size() == 2, "held marks: ", held.size());
+    held[1]->open();
+    std::this_thread::sleep_for(50ms);
+    check(!first.poll() && !second.poll(), "completed before the first mark was reached");
+    held[0]->open();
+    check(completesWithin(first, 5000ms) && completesWithin(second, 5000ms), "never completed");
+    check(a[0] == 3.0f && a[299] == 3.0f && b[0] == 3.0f, "results ", a[0], " ", b[0]);
+    log.releaseHeld();
+    return std::string("ok");
+  });
+}
+
+// Held inside the all-reduce past the timeout: the operation fails with the timeout, and the
+// runtime still shuts down once the device moves on.
+TEST(RuntimeDevice, DeviceStuckInItsRoundsFailsTheOperation) {
+  RuntimeConfig config = testConfig();
+  config.timeoutSeconds = 0.3;
+  runWithDevice(2, [](int, Runtime& rt, FakeDeviceLog& log) {
+    auto busy = std::make_shared<Gate>();
+    log.holdAllreduces(busy);
+    std::vector<float> g(10, 1.0f);
+    Handle stuck = rt.allreduce("stuck", onDevice(f32(g)), onDevice(f32(g)), Op::kSum);
+    const bool done = completesWithin(stuck, 5000ms);
+    busy->open();
+    rt.shutdown();  // runs the device work to its end while `g` is alive
+    check(done, "no timeout");
+    check(failure(stuck).find("did not finish within 300 ms") != std::string::npos,
+          failure(stuck));
+    check(outcome(stuck).code == StatusCode::kTimeout, "code ", int(outcome(stuck).code));
+    return std::string("ok");
+  }, config);
+}
+
+// Every dtype and reduction of the device path, fused, equals the host path bit for bit (the
+// runtime scales integers in Python, cerar.torch, so they take no scale factors here).
+template <typename T>
+std::string dtypeEqualsHost(int rank, Runtime& rt, DType dtype, const char* label) {
+  const std::vector<size_t> sizes = {5, 777, 4096};
+  const bool floating = dtype != DType::kInt32 && dtype != DType::kInt64 &&
+                        dtype != DType::kUInt8;
+  for (Op op : {Op::kSum, Op::kAverage, Op::kMin, Op::kMax}) {
+    if (op == Op::kAverage && !floating) continue;  // the runtime's integers: sum, min, max
+    std::vector<std::vector<T>> host, device;
+    std::vector<Tensor> hostViews, deviceViews;
+    std::vector<std::string> hostNames, deviceNames;
+    std::mt19937 gen(7 * rank + int(op));
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      std::vector<T> v(sizes[i]);
+      for (auto& x : v) {
+        const int bits = int(gen() % 200);
+        if constexpr (sizeof(T) == 2) x = T(0x3c00 + bits);  // f16 / bf16 bit patterns near 1
+        else x = T(bits);
+      }
+      host.push_back(v);
+      device.push_back(v);
+      hostNames.push_back(detail::concat("h.", label, ".", opName(op), ".", i));
+      deviceNames.push_back(detail::concat("d.", label, ".", opName(op), ".", i));
+    }
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      hostViews.push_back(view(host[i], {int64_t(sizes[i])}, dtype));
+      deviceViews.push_back(onDevice(view(device[i], {int64_t(sizes[i])}, dtype)));
+    }
+    const double pre = floating && op == Op::kSum ? 2.0 : 1.0;
+    const double post = floating && op == Op::kAverage ? 0.5 : 1.0;
+    rt.groupedAllreduce(hostNames, hostViews, hostViews, op, pre, post).wait();
+    rt.groupedAllreduce(deviceNames, deviceViews, deviceViews, op, pre, post).wait();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      check(std::memcmp(host[i].data(), device[i].data(), sizes[i] * sizeof(T)) == 0, label,
+            " ", opName(op), " tensor ", i, ": device result differs from host");
+    }
+  }
+  return "ok";
+}
+
+TEST(RuntimeDevice, EveryDtypeAndOpEqualsHostBitForBit) {
+  runWithDevice(3, [](int rank, Runtime& rt, FakeDeviceLog& log) {
+    dtypeEqualsHost<double>(rank, rt, DType::kFloat64, "f64");
+    dtypeEqualsHost<float>(rank, rt, DType::kFloat32, "f32");
+    dtypeEqualsHost<uint16_t>(rank, rt, DType::kFloat16, "f16");
+    dtypeEqualsHost<uint16_t>(rank, rt, DType::kBFloat16, "bf16");
+    dtypeEqualsHost<int32_t>(rank, rt, DType::kInt32, "i32");
+    dtypeEqualsHost<int64_t>(rank, rt, DType::kInt64, "i64");
+    dtypeEqualsHost<uint8_t>(rank, rt, DType::kUInt8, "u8");
+    check(log.allreduces == 4 * 4 + 3 * 3, "device all-reduces: ", int(log.allreduces));
     return std::string("ok");
   });
 }
