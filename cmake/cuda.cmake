@@ -19,7 +19,8 @@ message(STATUS "cerar: CUDA/NCCL parts ${CERAR_HAVE_CUDA}")
 # The engine's source glob also picks up the device transports and the runtime's CUDA device
 # side, which need CUDA: they belong to cerar_cuda alone.
 get_target_property(_cerar_sources cerar SOURCES)
-list(FILTER _cerar_sources EXCLUDE REGEX "/ops/transport/(nccl|staged)\\.cc$|/core/cuda/")
+list(FILTER _cerar_sources EXCLUDE REGEX
+  "/ops/transport/(nccl|staged|device_select)\\.cc$|/ops/device_executor\\.cc$|/core/cuda/")
 set_property(TARGET cerar PROPERTY SOURCES ${_cerar_sources})
 
 if(CERAR_HAVE_CUDA)
@@ -35,8 +36,9 @@ if(CERAR_HAVE_CUDA)
   set(_cerar_cuda_dir ${PROJECT_SOURCE_DIR}/ops/codec/cuda)
   add_library(cerar_cuda STATIC
     ${_cerar_cuda_dir}/codec_cuda.cu ${_cerar_cuda_dir}/cuda_util.cc
-    ${_cerar_cuda_dir}/device_executor.cc
+    ${PROJECT_SOURCE_DIR}/ops/device_executor.cc
     ${PROJECT_SOURCE_DIR}/ops/transport/nccl.cc ${PROJECT_SOURCE_DIR}/ops/transport/staged.cc
+    ${PROJECT_SOURCE_DIR}/ops/transport/device_select.cc
     ${PROJECT_SOURCE_DIR}/core/cuda/cuda_device_ops.cc)
   # The directory's compile options are for the host compiler: hand them to nvcc through
   # -Xcompiler. No FMA contraction on the device either (cerar-protocol.md).

@@ -54,53 +54,29 @@ void DeviceQueue::push(Job job) {
   changed_.notify_all();
 }
 
-void DeviceQueue::work(std::function<void()> job) {
-  push([job = std::move(job)](const Status& failed) {
-    if (failed.ok()) job();
+void DeviceQueue::enqueue(std::function<void(DeviceOps&)> work) {
+  push([this, work = std::move(work)](const Status& failed) {
+    if (failed.ok()) work(*ops_);  // skipped after a failure
   });
 }
 
-void DeviceQueue::sync(const std::function<void()>& job) {
+void DeviceQueue::run(const std::function<void(DeviceOps&)>& work) {
   auto done = std::make_shared<DeviceMark>();
-  push([&job, done](const Status& failed) {
+  push([this, &work, done](const Status& failed) {
     if (!failed.ok()) return done->resolve(nullptr, failed);
     try {
-      job();
+      work(*ops_);
     } catch (const std::exception& e) {
       done->resolve(nullptr, statusOf(e));
       throw;  // the queue fails as with any job
     }
     done->resolve(nullptr, {});
   });
-  // No deadline of our own: `job` writes the caller's memory, so it must not outlive this
-  // call; every wait of the device ops it runs has one.
+  // No deadline of our own: `work` may write the caller's memory, so it must not outlive
+  // this call; every wait of the device ops it runs has one.
   std::unique_lock<std::mutex> lock(done->mutex_);
   done->resolved_.wait(lock, [&] { return done->done_; });
   if (!done->failure_.ok()) done->failure_.raise();
-}
-
-void DeviceQueue::after(DeviceEvent event) {
-  work([this, event = std::move(event)] { ops_->after(event); });
-}
-
-void DeviceQueue::copy(std::vector<DeviceCopy> copies) {
-  if (copies.empty()) return;
-  work([this, copies = std::move(copies)] { ops_->copy(copies); });
-}
-
-void DeviceQueue::scale(DType dtype, void* data, size_t n, double factor) {
-  work([=] { ops_->scale(dtype, data, n, factor); });
-}
-
-void DeviceQueue::fillIdentity(DType dtype, ReduceOp op, void* data, size_t n) {
-  work([=] { ops_->fillIdentity(dtype, op, data, n); });
-}
-
-std::shared_ptr<const RunStats> DeviceQueue::allreduce(void* data, size_t count, DType dtype,
-                                                       const AllreduceOptions& options) {
-  auto ran = std::make_shared<RunStats>();
-  work([=] { *ran = ops_->allreduce(data, count, dtype, options); });
-  return ran;
 }
 
 std::shared_ptr<DeviceMark> DeviceQueue::record() {
@@ -115,20 +91,6 @@ std::shared_ptr<DeviceMark> DeviceQueue::record() {
     }
   });
   return mark;
-}
-
-std::byte* DeviceQueue::fusionBuffer(size_t bytes) {
-  std::byte* buffer = nullptr;
-  sync([&] { buffer = ops_->fusionBuffer(bytes); });
-  return buffer;
-}
-
-void DeviceQueue::download(void* host, const void* device, size_t bytes) {
-  sync([&] { ops_->download(host, device, bytes); });
-}
-
-void DeviceQueue::upload(void* device, const void* host, size_t bytes) {
-  sync([&] { ops_->upload(device, host, bytes); });
 }
 
 void DeviceQueue::drain() {

@@ -52,21 +52,15 @@ class DeviceQueue {
     return mark->wait(*ops_, timeout);
   }
 
-  // Enqueued; each returns at once. Arguments are copied; device memory must stay valid until
-  // the work has run.
-  void after(DeviceEvent event);
-  void copy(std::vector<DeviceCopy> copies);
-  void scale(DType dtype, void* data, size_t n, double factor);
-  void fillIdentity(DType dtype, ReduceOp op, void* data, size_t n);
-  // The figures of the run are written to the result before any later mark is reached.
-  std::shared_ptr<const RunStats> allreduce(void* data, size_t count, DType dtype,
-                                            const AllreduceOptions& options);
+  // Enqueued: `work` runs on the queue's thread after everything enqueued before, with the
+  // device ops; returns at once. What it captures must stay valid until it has run (device
+  // memory, host memory it writes).
+  void enqueue(std::function<void(DeviceOps&)> work);
+  // A mark after everything enqueued so far.
   std::shared_ptr<DeviceMark> record();
-
-  // Synchronous: run after everything enqueued before them, and return once done.
-  std::byte* fusionBuffer(size_t bytes);
-  void download(void* host, const void* device, size_t bytes);
-  void upload(void* device, const void* host, size_t bytes);
+  // Synchronous: `work` runs after everything enqueued before it; returns once it has, and
+  // rethrows its failure.
+  void run(const std::function<void(DeviceOps&)>& work);
 
   // Returns once everything enqueued so far has run (or been skipped after a failure).
   void drain();
@@ -78,8 +72,6 @@ class DeviceQueue {
   // A job is called with the queue's failure so far: ok, or the reason to skip its work.
   using Job = std::function<void(const Status& failed)>;
   void push(Job job);
-  void work(std::function<void()> job);  // skipped after a failure
-  void sync(const std::function<void()>& job);
   void loop();
 
   std::unique_ptr<DeviceOps> ops_;

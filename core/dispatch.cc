@@ -36,6 +36,22 @@ double maxRelativeDifference(DType dtype, const std::byte* a, const std::byte* b
                                reinterpret_cast<const float*>(b), n);
 }
 
+// The host paths' copies of device tensors: after the device queue's earlier work and, for a
+// download, the producers' events `ready`; they return once done.
+void download(DeviceSlot& devices, int device, void* host, const void* data, size_t bytes,
+              const std::vector<DeviceEvent>* ready) {
+  devices.get(device).run([&](DeviceOps& ops) {
+    if (ready) {
+      for (const DeviceEvent& event : *ready) ops.after(event);
+    }
+    ops.download(host, data, bytes);
+  });
+}
+
+void upload(DeviceSlot& devices, int device, void* data, const void* host, size_t bytes) {
+  devices.get(device).run([&](DeviceOps& ops) { ops.upload(data, host, bytes); });
+}
+
 // Timeline arguments of a CERAR buffer that took the exact ring (non-finite input).
 std::string fallbackArgs(const RunStats& run) {
   return run.nonFiniteFallback ? ", \"non_finite_fallback\": true" : "";
@@ -331,11 +347,9 @@ DeviceUnit Dispatcher::allreduce(const std::vector<const Response*>& units,
       for (const Slot& slot : slots) {
         std::byte* at = buffer + slot.offset * elementSize;
         if (slot.entry != nullptr && slot.entry->inputs[slot.tensor].device >= 0) {
-          DeviceQueue& ops = devices_.get(slot.entry->inputs[slot.tensor].device);
-          if (slot.tensor == 0) {
-            for (const DeviceEvent& ready : slot.entry->ready) ops.after(ready);
-          }
-          ops.download(at, slot.entry->inputs[slot.tensor].data, slot.elements * elementSize);
+          const Tensor& t = slot.entry->inputs[slot.tensor];
+          download(devices_, t.device, at, t.data, slot.elements * elementSize,
+                   slot.tensor == 0 ? &slot.entry->ready : nullptr);
           pack(at, at, slot.elements);
         } else if (slot.entry != nullptr) {
           pack(slot.entry->inputs[slot.tensor].data, at, slot.elements);
@@ -374,7 +388,7 @@ DeviceUnit Dispatcher::allreduce(const std::vector<const Response*>& units,
         const Tensor& out = slot.entry->outputs[slot.tensor];
         if (out.device >= 0) {
           scaledCopy(d.dtype, at, at, slot.elements, factor);
-          devices_.get(out.device).upload(out.data, at, slot.elements * elementSize);
+          upload(devices_, out.device, out.data, at, slot.elements * elementSize);
         } else {
           scaledCopy(d.dtype, at, out.data, slot.elements, factor);
         }
@@ -392,58 +406,78 @@ std::shared_ptr<DeviceMark> Dispatcher::deviceAllreduce(
     const AllreduceOptions& options, bool measure, std::shared_ptr<const RunStats>& run,
     std::string& errorArgs, RuntimeStats& stats) {
   const Description& d = units.front()->description;
-  const size_t elementSize = dtypeSize(d.dtype);
+  const DType dtype = d.dtype;
+  const size_t elementSize = dtypeSize(dtype);
   int device = -1;  // -1 for a joined rank without tensors of its own
-  for (const Entry* e : entries) {
-    if (e != nullptr) device = e->inputs.front().device;
-  }
-  DeviceQueue& ops = devices_.get(device);
+  std::vector<DeviceEvent> ready;  // the producers' kernels
   for (const Entry* e : entries) {
     if (e == nullptr) continue;
-    for (const DeviceEvent& ready : e->ready) ops.after(ready);  // the producers' kernels
+    device = e->inputs.front().device;
+    ready.insert(ready.end(), e->ready.begin(), e->ready.end());
   }
+  DeviceQueue& queue = devices_.get(device);
   // The same steps and arithmetic as the host path: pack (copy, then prescale in place),
-  // reduce, postscale in place, unpack.
-  std::byte* buffer;
-  std::vector<DeviceCopy> in, out;
+  // reduce, postscale in place, unpack; one job on the queue, which owns the fusion buffer.
+  struct Part {
+    const void* in;  // null: a joined rank's share (the op's identity)
+    void* out;
+    size_t offset, elements;
+  };
+  std::vector<Part> parts;
+  void* direct = nullptr;  // one tensor reduced in its output
   if (reducesInPlace(units, entries)) {
-    buffer = static_cast<std::byte*>(entries[0]->outputs[0].data);
-    if (entries[0]->inputs[0].data != buffer) {
-      in.push_back({entries[0]->inputs[0].data, buffer, total * elementSize});
-    }
+    direct = entries[0]->outputs[0].data;
+    parts.push_back({entries[0]->inputs[0].data, direct, 0, total});
   } else {
-    buffer = ops.fusionBuffer(total * elementSize);
     for (const Slot& slot : fusionLayout(units, entries)) {
-      std::byte* at = buffer + slot.offset * elementSize;
-      const size_t bytes = slot.elements * elementSize;
-      if (slot.entry != nullptr) {
-        in.push_back({slot.entry->inputs[slot.tensor].data, at, bytes});
-        out.push_back({at, slot.entry->outputs[slot.tensor].data, bytes});
-      } else {
-        ops.fillIdentity(d.dtype, options.op, at, slot.elements);  // a joined rank
-      }
-    }
-  }
-  ops.copy(std::move(in));
-  if (d.prescale != 1.0) ops.scale(d.dtype, buffer, total, d.prescale);
-  if (measure) {
-    exactCopy_.resize(total * elementSize);
-    ops.download(exactCopy_.data(), buffer, exactCopy_.size());
-  }
-  run = ops.allreduce(buffer, total, d.dtype, options);  // tests the range itself
-  if (measure) {
-    // Debug mode waits here for the device (the download follows the run).
-    staged_.resize(total * elementSize);
-    ops.download(staged_.data(), buffer, staged_.size());
-    if (!run->nonFiniteFallback) {
-      errorArgs += measureError(staged_.data(), total, d.dtype, options, stats);
+      parts.push_back({slot.entry ? slot.entry->inputs[slot.tensor].data : nullptr,
+                       slot.entry ? slot.entry->outputs[slot.tensor].data : nullptr,
+                       slot.offset, slot.elements});
     }
   }
   const double N = double(group_->transport->size());
+  const double prescale = d.prescale;
   const double factor = d.postscale / (d.op == Op::kAverage ? N : 1.0);
-  if (factor != 1.0) ops.scale(d.dtype, buffer, total, factor);
-  ops.copy(std::move(out));
-  return ops.record();
+  auto ran = std::make_shared<RunStats>();
+  run = ran;
+  // Debug error mode: the input and the result come back to the host, and this thread waits.
+  std::byte* input = nullptr;
+  std::byte* result = nullptr;
+  if (measure) {
+    exactCopy_.resize(total * elementSize);
+    staged_.resize(total * elementSize);
+    input = exactCopy_.data();
+    result = staged_.data();
+  }
+  queue.enqueue([=, ready = std::move(ready), parts = std::move(parts)](DeviceOps& ops) {
+    for (const DeviceEvent& event : ready) ops.after(event);
+    const size_t bytes = total * elementSize;
+    auto* buffer = static_cast<std::byte*>(direct ? direct : ops.fusionBuffer(bytes));
+    std::vector<DeviceCopy> in, out;
+    for (const Part& p : parts) {
+      std::byte* at = buffer + p.offset * elementSize;
+      if (p.in == nullptr) {
+        ops.fillIdentity(dtype, options.op, at, p.elements);
+        continue;
+      }
+      if (p.in != at) in.push_back({p.in, at, p.elements * elementSize});
+      if (p.out != at) out.push_back({at, p.out, p.elements * elementSize});
+    }
+    ops.copy(in);
+    if (prescale != 1.0) ops.scale(dtype, buffer, total, prescale);
+    if (input) ops.download(input, buffer, bytes);
+    *ran = ops.allreduce(buffer, total, dtype, options);  // tests the range itself
+    if (result) ops.download(result, buffer, bytes);
+    if (factor != 1.0) ops.scale(dtype, buffer, total, factor);
+    ops.copy(out);
+  });
+  if (measure) {
+    queue.run([](DeviceOps&) {});  // the downloads are done
+    if (!ran->nonFiniteFallback) {
+      errorArgs += measureError(staged_.data(), total, dtype, options, stats);
+    }
+  }
+  return queue.record();
 }
 
 namespace {
@@ -453,10 +487,8 @@ namespace {
 const std::byte* hostBytes(const Tensor& t, const Entry& entry, DeviceSlot& devices,
                            std::vector<std::byte>& staged) {
   if (t.device < 0) return static_cast<const std::byte*>(t.data);
-  DeviceQueue& ops = devices.get(t.device);
-  for (const DeviceEvent& ready : entry.ready) ops.after(ready);
   staged.resize(t.bytes());
-  ops.download(staged.data(), t.data, staged.size());
+  download(devices, t.device, staged.data(), t.data, staged.size(), &entry.ready);
   return staged.data();
 }
 
@@ -531,7 +563,7 @@ void Dispatcher::reducescatter(const std::vector<const Response*>& units,
     std::byte* from = buffer + at * elementSize;
     if (p.output->device >= 0) {
       scaledCopy(d.dtype, from, from, n, factor);
-      devices_.get(p.output->device).upload(p.output->data, from, n * elementSize);
+      upload(devices_, p.output->device, p.output->data, from, n * elementSize);
     } else if (n > 0) {
       scaledCopy(d.dtype, from, p.output->data, n, factor);
     }
@@ -665,8 +697,8 @@ void Dispatcher::broadcast(const Response& unit, Entry* entry, RuntimeStats& sta
   const size_t bytes = d.bytes();
   void* data = nullptr;
   // Device tensors travel through host memory here (a broadcast is rare: initial weights).
-  DeviceQueue* ops =
-      entry && entry->inputs[0].device >= 0 ? &devices_.get(entry->inputs[0].device) : nullptr;
+  const int device = entry ? entry->inputs[0].device : -1;
+  const bool ops = device >= 0;
   const int rootRank = set_->rankOf(d.root);  // a global rank; validated at enqueue
   CERAR_ENFORCE(rootRank >= 0, "broadcast root ", d.root, " is not in process set ", set_->id);
   const bool root = group_->transport->rank() == rootRank;
@@ -677,12 +709,9 @@ void Dispatcher::broadcast(const Response& unit, Entry* entry, RuntimeStats& sta
     data = fusion_.data();
   }
   const auto start = Clock::now();
-  if (ops) {
-    for (const DeviceEvent& ready : entry->ready) ops->after(ready);
-    if (root) ops->download(data, entry->inputs[0].data, bytes);
-  }
+  if (ops && root) download(devices_, device, data, entry->inputs[0].data, bytes, &entry->ready);
   chainBroadcast(*group_->transport, data, bytes, rootRank);
-  if (ops && !root) ops->upload(entry->outputs[0].data, data, bytes);
+  if (ops && !root) upload(devices_, device, entry->outputs[0].data, data, bytes);
   record({&unit}, "BROADCAST", start, Clock::now(),
          detail::concat("\"algorithm\": \"chain\", \"root\": ", d.root, ", \"bytes\": ", bytes));
   const int n = group_->transport->size();

@@ -1,22 +1,16 @@
 #include "core/cuda/cuda_device_ops.h"
 
 #include <cuda_runtime.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
+#include <atomic>
 
 #include "core/device.h"
 #include "ops/codec/cuda/codec_cuda.h"
-#include "ops/codec/range.h"
 #include "ops/codec/cuda/cuda_util.h"
-#include "ops/device_executor.h"
-#include "ops/collectives.h"
 #include "ops/common/error.h"
-#ifndef CERAR_NO_NCCL
-#include "ops/transport/nccl.h"
-#endif
-#include "ops/transport/staged.h"
+#include "ops/device_executor.h"
+#include "ops/transport/device_select.h"
 
 namespace cerar {
 namespace {
@@ -35,108 +29,12 @@ class DeviceScope {
   int previous_ = 0;
 };
 
-// The runtime's host transport, shared with the runtime (StagedTransport owns its inner one).
-class SharedTransport : public Transport {
- public:
-  explicit SharedTransport(std::shared_ptr<Transport> inner) : inner_(std::move(inner)) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  Duration timeout() const override { return inner_->timeout(); }
-  void postSend(int peer, const void* data, size_t bytes) override {
-    inner_->postSend(peer, data, bytes);
-  }
-  void postRecv(int peer, void* data, size_t bytes) override {
-    inner_->postRecv(peer, data, bytes);
-  }
-  void waitSend(int peer) override { inner_->waitSend(peer); }
-  void waitRecv(int peer) override { inner_->waitRecv(peer); }
-
- private:
-  std::shared_ptr<Transport> inner_;
-};
-
-// Plans on device memory, for Communicator.
-class DeviceRunner : public PlanRunner {
- public:
-  ~DeviceRunner() override {
-    if (scratch_) cudaFree(scratch_);
-  }
-  RunStats run(const Plan& plan, Transport& transport, void* data,
-               const CodecParams& params) override {
-    return executor_.run(plan, static_cast<DeviceTransport&>(transport), data, params);
-  }
-  bool hostMemory() const override { return false; }
-
-  // A kernel on the transport's stream (which follows the packing), then one word back.
-  bool beyondCerarRange(Transport& transport, const void* data, size_t count,
-                        DType dtype) override {
-    void* stream = static_cast<DeviceTransport&>(transport).stream();
-    auto* flag = static_cast<unsigned*>(scratch(transport.size()));
-    cuda::check(cudaMemsetAsync(flag, 0, sizeof(unsigned), static_cast<cudaStream_t>(stream)),
-                "cudaMemsetAsync (range flag)");
-    cuda::rangeTest(dtype, data, count, codec::rangeExponentLimit(dtype, transport.size()),
-                    flag, stream);
-    unsigned host = 0;
-    toHost(transport, &host, flag, sizeof host);
-    return host != 0;
-  }
-
-  // The device transport moves device memory only: the flags travel from a device buffer.
-  bool anyRank(Transport& transport, bool mine) override {
-    const int N = transport.size();
-    auto stream = static_cast<cudaStream_t>(static_cast<DeviceTransport&>(transport).stream());
-    auto* flags = static_cast<uint8_t*>(scratch(N));
-    cuda::check(cudaMemsetAsync(flags, 0, N, stream), "cudaMemsetAsync (flags)");
-    cuda::check(cudaMemsetAsync(flags + transport.rank(), mine ? 1 : 0, 1, stream),
-                "cudaMemsetAsync (flag)");
-    ringAllgather(transport, flags, std::vector<size_t>(N, 1));
-    std::vector<uint8_t> host(N, 0);
-    toHost(transport, host.data(), flags, N);
-    return std::any_of(host.begin(), host.end(), [](uint8_t flag) { return flag != 0; });
-  }
-
- private:
-  // At least max(bytes, one word) of device memory, kept.
-  void* scratch(size_t bytes) {
-    bytes = std::max(bytes, sizeof(unsigned));
-    if (bytes > scratchBytes_) {
-      if (scratch_) cudaFree(scratch_);
-      scratch_ = nullptr;
-      scratchBytes_ = 0;
-      cuda::check(cudaMalloc(&scratch_, bytes), "cudaMalloc (flags)");
-      scratchBytes_ = bytes;
-    }
-    return scratch_;
-  }
-  void toHost(Transport& transport, void* host, const void* device, size_t bytes) {
-    void* stream = static_cast<DeviceTransport&>(transport).stream();
-    cuda::check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost,
-                                static_cast<cudaStream_t>(stream)),
-                "cudaMemcpyAsync (flags)");
-    if (!cuda::waitStream(stream, transport.timeout()))
-      throw TimeoutError(detail::concat("rank ", transport.rank(),
-                                        ": the device did not finish the range check"),
-                         transport.rank());
-  }
-
-  DeviceExecutor executor_;
-  void* scratch_ = nullptr;
-  size_t scratchBytes_ = 0;
-};
-
 DeviceEvent newEvent() {
   cudaEvent_t event = nullptr;
   cuda::check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreate");
   return DeviceEvent(static_cast<void*>(event),
                      [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
 }
-
-// What each rank says before the ranks pick the device transport together.
-struct TransportVote {
-  static constexpr size_t kBytes = 128;
-  char want = 'a';  // 'a'uto, 'n'ccl, 'g'loo
-  std::string gpu;  // host name and PCI bus id: two ranks on one GPU cannot use NCCL
-};
 
 class CudaDeviceOps final : public DeviceOps {
  public:
@@ -150,6 +48,7 @@ class CudaDeviceOps final : public DeviceOps {
     cudaSetDevice(device_);
     cudaStreamSynchronize(stream());
     communicator_.reset();  // the device transport and executor buffers first
+    std::atomic_store(&transport_, std::shared_ptr<DeviceTransport>());
     if (buffer_) cudaFree(buffer_);
     if (descriptors_) cudaFree(descriptors_);
     if (staging_) cudaFreeHost(staging_);
@@ -167,8 +66,13 @@ class CudaDeviceOps final : public DeviceOps {
     return event;
   }
 
+  // Any thread (the finalizer's). Once the device transport exists, through it: NCCL's
+  // asynchronous errors and stuck peers surface here as its typed errors.
   bool wait(const DeviceEvent& event, std::chrono::milliseconds timeout) override {
-    return cuda::waitEvent(event.get(), timeout);
+    if (!event) return true;
+    std::shared_ptr<DeviceTransport> transport = std::atomic_load(&transport_);
+    return transport ? transport->waitEvent(event.get(), timeout)
+                     : cuda::waitEvent(event.get(), timeout);
   }
 
   void after(const DeviceEvent& event) override {
@@ -257,13 +161,19 @@ class CudaDeviceOps final : public DeviceOps {
                      const AllreduceOptions& options) override {
     enter();
     if (!communicator_) connect();
-    // The executor works on the transport's stream: order it after the packing on ours.
+    // The executor works on the transport's stream: order it after the packing on ours, and
+    // later work on ours after the run (enqueued, not waited for: stream-ordered rounds).
+    auto theirs = static_cast<cudaStream_t>(transport_->stream());
     DeviceEvent packed = record();
-    cuda::check(cudaStreamWaitEvent(static_cast<cudaStream_t>(transport_->stream()),
-                                    static_cast<cudaEvent_t>(packed.get()), 0),
+    cuda::check(cudaStreamWaitEvent(theirs, static_cast<cudaEvent_t>(packed.get()), 0),
                 "cudaStreamWaitEvent");
-    // Returns once the result is complete on the device, so later work on ours sees it.
-    return communicator_->allreduce(data, count, dtype, options);
+    const RunStats run = communicator_->allreduce(data, count, dtype, options);
+    DeviceEvent reduced = newEvent();
+    cuda::check(cudaEventRecord(static_cast<cudaEvent_t>(reduced.get()), theirs),
+                "cudaEventRecord (after the run)");
+    cuda::check(cudaStreamWaitEvent(stream(), static_cast<cudaEvent_t>(reduced.get()), 0),
+                "cudaStreamWaitEvent");
+    return run;
   }
 
   DeviceEvent record() override {
@@ -287,58 +197,15 @@ class CudaDeviceOps final : public DeviceOps {
 
   // Every rank at once (the first device all-reduce is dispatched everywhere in one order).
   void connect() {
-    Transport& host = *setup_.transport;
-    const bool nccl = chooseNccl(host);
-    if (nccl) {
-#ifdef CERAR_NO_NCCL
-      throw Error("this build has no NCCL (CERAR_DEVICE_TRANSPORT=gloo)");
-#else
-      NcclId id{};
-      if (host.rank() == 0) id = newNcclId();
-      chainBroadcast(host, id.data(), id.size(), 0);
-      NcclOptions options;
-      options.timeout = setup_.timeout;
-      transport_ = connectNcclWithId(id, host.rank(), host.size(), device_, options);
-#endif
-    } else {
-      transport_ = std::make_shared<StagedTransport>(
-          std::make_unique<SharedTransport>(setup_.transport), device_);
-    }
-    communicator_ = std::make_unique<Communicator>(transport_, std::make_unique<DeviceRunner>());
-  }
-
-  bool chooseNccl(Transport& host) {
-    TransportVote mine;
-    mine.want = setup_.transportKind.empty() ? 'a' : setup_.transportKind[0];
-#ifdef CERAR_NO_NCCL
-    if (mine.want == 'a') mine.want = 'g';
-#endif
-    char bus[64] = {};
-    cuda::check(cudaDeviceGetPCIBusId(bus, sizeof bus, device_), "cudaDeviceGetPCIBusId");
-    char name[64] = {};
-    gethostname(name, sizeof name - 1);
-    mine.gpu = std::string(name) + "/" + bus;
-    const size_t B = TransportVote::kBytes;
-    std::vector<char> all(B * host.size(), 0);
-    char* slot = all.data() + B * host.rank();
-    slot[0] = mine.want;
-    std::memcpy(slot + 1, mine.gpu.data(), std::min(mine.gpu.size(), B - 2));
-    ringAllgather(host, all.data(), std::vector<size_t>(host.size(), B));
-    bool anyGloo = false, anyNccl = false, shared = false;
-    std::vector<std::string> gpus;
-    for (int r = 0; r < host.size(); ++r) {
-      const char* at = all.data() + B * r;
-      anyGloo |= at[0] == 'g';
-      anyNccl |= at[0] == 'n';
-      std::string gpu(at + 1, strnlen(at + 1, B - 1));
-      shared |= std::find(gpus.begin(), gpus.end(), gpu) != gpus.end();
-      gpus.push_back(gpu);
-    }
-    const bool nccl = !anyGloo && !shared;
-    CERAR_ENFORCE(nccl || !anyNccl, "rank ", host.rank(), ": CERAR_DEVICE_TRANSPORT=nccl was "
-                  "asked for, but ", anyGloo ? "another rank asked for gloo"
-                                             : "two ranks share a GPU, which NCCL refuses");
-    return nccl;
+    DeviceTransportOptions options;
+    options.wish = setup_.transportKind.empty() ? "auto" : setup_.transportKind;
+    options.timeout = setup_.timeout;
+    std::shared_ptr<DeviceTransport> transport =
+        connectDeviceTransport(setup_.transport, device_, options);
+    communicator_ = std::make_unique<Communicator>(
+        transport, std::make_unique<DevicePlanRunner>(transport,
+                                                      DeviceExecutor::Completion::kEnqueue));
+    std::atomic_store(&transport_, std::move(transport));
   }
 
   int device_;

@@ -15,6 +15,16 @@ class DeviceTransport : public Transport {
  public:
   // The cudaStream_t that device work touching posted buffers must be enqueued on.
   virtual void* stream() const = 0;
+  // True when waitSend/waitRecv return as soon as the transfer is ordered on stream(), without
+  // a host wait (NCCL): a whole plan is then enqueued at once, and only waitEvent() observes
+  // that it has run. False: the waits block on the host (a staged transport).
+  virtual bool streamOrdered() const { return false; }
+  // Waits on the host until the device reaches `event` (a cudaEvent_t recorded after work that
+  // used this transport); false when `timeout` passes first. A transport whose failures come
+  // asynchronously (NCCL) watches for them meanwhile and, on one, fails as a wait does: it
+  // becomes unusable and throws an Error naming this rank. Thread safety: may run beside the
+  // driving thread's calls.
+  virtual bool waitEvent(void* event, Duration timeout) = 0;
 };
 
 }  // namespace cerar

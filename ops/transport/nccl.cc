@@ -76,8 +76,9 @@ NcclId newNcclId() {
 }
 
 NcclTransport::NcclTransport(std::unique_ptr<Impl> impl, int rank, int size, int device,
-                             Duration timeout)
-    : impl_(std::move(impl)), rank_(rank), size_(size), device_(device), timeout_(timeout) {
+                             Duration timeout, bool streamOrdered)
+    : impl_(std::move(impl)), rank_(rank), size_(size), device_(device), timeout_(timeout),
+      streamOrdered_(streamOrdered) {
   impl_->sends.resize(size_);
   impl_->recvs.resize(size_);
 }
@@ -103,19 +104,34 @@ NcclTransport::~NcclTransport() {
 
 void* NcclTransport::stream() const { return impl_->stream; }
 
-void NcclTransport::checkUsable(int peer, const char* op) const {
-  if (!failure_.empty())
+void NcclTransport::checkUsable(int peer, const char* op) {
+  std::string failed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    failed = failure_;
+  }
+  if (!failed.empty()) {
+    // A failure seen by waitEvent() on another thread: abort here, on the driving thread.
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (impl_->comm) {
+      ncclCommAbort(impl_->comm);
+      impl_->comm = nullptr;
+    }
     throw Error(detail::concat("rank ", rank_, ": NCCL transport unusable after an earlier "
-                               "failure (", failure_, "); cannot ", op, " rank ", peer));
+                               "failure (", failed, "); cannot ", op, " rank ", peer));
+  }
   CERAR_ENFORCE(peer >= 0 && peer < size_, "rank ", rank_, ": cannot ", op, " rank ", peer,
                 " of ", size_);
 }
 
 void NcclTransport::fail(const std::string& what, bool timedOut, int peer) {
-  failure_ = what;
-  if (impl_->comm) {
-    ncclCommAbort(impl_->comm);  // also unblocks whatever NCCL left on the stream
-    impl_->comm = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failure_.empty()) failure_ = what;
+    if (impl_->comm) {
+      ncclCommAbort(impl_->comm);  // also unblocks whatever NCCL left on the stream
+      impl_->comm = nullptr;
+    }
   }
   if (timedOut) throw TimeoutError(what, peer);
   throw Error(what);
@@ -176,24 +192,57 @@ void NcclTransport::wait(bool send, int peer) {
   const std::shared_ptr<Group> group = queue.front();
   queue.pop_front();
   if (!group->event) flush();
-  const auto deadline = Clock::now() + timeout_;
+  if (streamOrdered_) return;  // later work on the stream follows the group
+  bool timedOut = false;
+  const std::string why = poll(group->event, Clock::now() + timeout_, timedOut);
+  if (!why.empty()) {
+    fail(detail::concat("rank ", rank_, ": ", why, " waiting to ", what, " rank ", peer,
+                        timedOut ? " (NCCL)" : ""), timedOut, peer);
+  }
+}
+
+std::string NcclTransport::poll(void* event, Clock::time_point deadline, bool& timedOut) const {
   int spins = 0;
   for (;;) {
-    const cudaError_t status = cudaEventQuery(group->event);
-    if (status == cudaSuccess) return;
+    const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (status == cudaSuccess) return "";
     if (status != cudaErrorNotReady)
-      fail(detail::concat("rank ", rank_, ": CUDA error waiting to ", what, " rank ", peer, ": ",
-                          cudaGetErrorString(status)), false, peer);
+      return detail::concat("CUDA error ", cudaGetErrorString(status));
     ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(impl_->comm, &async);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);  // the communicator may be aborted meanwhile
+      if (!impl_->comm) return "the communicator was aborted";
+      ncclCommGetAsyncError(impl_->comm, &async);
+    }
     if (async != ncclSuccess && async != ncclInProgress)
-      fail(detail::concat("rank ", rank_, ": NCCL error waiting to ", what, " rank ", peer, ": ",
-                          ncclGetErrorString(async)), false, peer);
-    if (Clock::now() >= deadline)
-      fail(detail::concat("rank ", rank_, ": timed out after ", timeout_.count(),
-                          " ms waiting to ", what, " rank ", peer, " (NCCL)"), true, peer);
+      return detail::concat("NCCL error ", ncclGetErrorString(async));
+    if (Clock::now() >= deadline) {
+      timedOut = true;
+      return detail::concat("timed out after ", timeout_.count(), " ms");
+    }
     backoff(spins);
   }
+}
+
+// Off the driving thread: records the failure (the driving thread aborts) and throws it.
+bool NcclTransport::waitEvent(void* event, Duration timeout) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!failure_.empty())
+      throw Error(detail::concat("rank ", rank_, ": NCCL transport failed earlier (", failure_,
+                                 ")"));
+  }
+  bool timedOut = false;
+  const std::string why = poll(event, Clock::now() + timeout, timedOut);
+  if (why.empty()) return true;
+  const std::string what =
+      detail::concat("rank ", rank_, ": ", why, " waiting for the device's NCCL transfers");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (failure_.empty()) failure_ = what;
+  }
+  if (timedOut) throw TimeoutError(what, -1);
+  throw Error(what);
 }
 
 std::unique_ptr<NcclTransport> connectNcclWithId(const NcclId& id, int rank, int size,
@@ -223,7 +272,8 @@ std::unique_ptr<NcclTransport> connectNcclWithId(const NcclId& id, int rank, int
                    ? detail::concat("timed out after ", options.timeout.count(), " ms")
                    : std::string(ncclGetErrorString(result)));
   }
-  return std::make_unique<NcclTransport>(std::move(impl), rank, size, device, options.timeout);
+  return std::make_unique<NcclTransport>(std::move(impl), rank, size, device, options.timeout,
+                                         options.streamOrdered);
 }
 
 #ifndef CERAR_NO_GLOO

@@ -4,9 +4,10 @@
 #include <array>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 
-#include "ops/codec/cuda/device_transport.h"
+#include "ops/transport/device_transport.h"
 
 namespace gloo::rendezvous {
 class Store;
@@ -19,6 +20,9 @@ struct NcclOptions {
   // Key prefix of the unique id in the store: fresh per connection on one store, the same on
   // every rank (keys are never overwritten).
   std::string prefix = "cerar-nccl";
+  // Waits only order later work on the stream (no host wait; DeviceTransport::streamOrdered):
+  // completion and failures are then observed by waitEvent().
+  bool streamOrdered = false;
 };
 
 // The 128 bytes of an ncclUniqueId.
@@ -35,7 +39,9 @@ NcclId newNcclId();
 //
 // Failure: an NCCL error or a timeout aborts the communicator (ncclCommAbort) and throws
 // TimeoutError/Error naming this rank and the peer; every later call throws at once. Build a
-// new transport with a new id to recover.
+// new transport with a new id to recover. waitEvent() may run on another thread than the
+// driving one: there a failure is recorded and thrown, and the driving thread aborts the
+// communicator at its next call (or the destructor does), never both at once.
 // Sending to oneself is allowed (NCCL supports it; a 1-rank communicator can only do that).
 class NcclTransport : public DeviceTransport {
  public:
@@ -45,6 +51,8 @@ class NcclTransport : public DeviceTransport {
   int size() const override { return size_; }
   Duration timeout() const override { return timeout_; }
   void* stream() const override;
+  bool streamOrdered() const override { return streamOrdered_; }
+  bool waitEvent(void* event, Duration timeout) override;
   int device() const { return device_; }
 
   void postSend(int peer, const void* data, size_t bytes) override;
@@ -56,11 +64,16 @@ class NcclTransport : public DeviceTransport {
 
   // Made by connectNcclWithId (Impl holds the communicator, the stream and the pending posts).
   struct Impl;
-  NcclTransport(std::unique_ptr<Impl> impl, int rank, int size, int device, Duration timeout);
+  NcclTransport(std::unique_ptr<Impl> impl, int rank, int size, int device, Duration timeout,
+                bool streamOrdered = false);
 
  private:
-  void checkUsable(int peer, const char* op) const;
+  void checkUsable(int peer, const char* op);
   void wait(bool send, int peer);
+  // Polls `event` and the communicator's asynchronous error until `deadline`: "" once reached,
+  // else why not (and whether it timed out).
+  std::string poll(void* event, std::chrono::steady_clock::time_point deadline,
+                   bool& timedOut) const;
   [[noreturn]] void fail(const std::string& what, bool timedOut, int peer);
 
   std::unique_ptr<Impl> impl_;
@@ -68,6 +81,8 @@ class NcclTransport : public DeviceTransport {
   int size_;
   int device_;
   Duration timeout_;
+  bool streamOrdered_;
+  mutable std::mutex mutex_;  // failure_ (waitEvent may run beside the driving thread)
   std::string failure_;  // the first error; non-empty means unusable
 };
 

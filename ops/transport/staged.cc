@@ -7,7 +7,7 @@
 
 namespace cerar {
 
-StagedTransport::StagedTransport(std::unique_ptr<Transport> inner, int device)
+StagedTransport::StagedTransport(std::shared_ptr<Transport> inner, int device)
     : device_(device), inner_(std::move(inner)) {
   CERAR_ENFORCE(inner_ != nullptr, "StagedTransport: no inner transport");
   sends_.resize(inner_->size());
@@ -19,15 +19,25 @@ StagedTransport::StagedTransport(std::unique_ptr<Transport> inner, int device)
 }
 
 StagedTransport::~StagedTransport() {
-  // The inner transport may still write into pinned blocks (transfers never waited for).
+  // The inner transport may still write into pinned blocks (transfers never waited for), and
+  // it may outlive this one (shared): then the blocks are left to it, never freed under it.
+  bool pending = false;
+  for (const auto& queue : sends_) pending = pending || !queue.empty();
+  for (const auto& queue : recvs_) pending = pending || !queue.empty();
+  const bool lastOwner = inner_.use_count() == 1;
   inner_.reset();
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
   for (auto& block : blocks_) {
     if (block->event) cudaEventDestroy(static_cast<cudaEvent_t>(block->event));
-    cudaFreeHost(block->host);
+    if (!pending || lastOwner) cudaFreeHost(block->host);
   }
   if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+}
+
+// The host transport's failures surface in its own waits; the device's here.
+bool StagedTransport::waitEvent(void* event, Duration timeout) {
+  return cuda::waitEvent(event, timeout);
 }
 
 size_t StagedTransport::pinnedBytes() const {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/codec/cuda/device_transport.h"
+#include "ops/transport/device_transport.h"
 
 namespace cerar {
 
@@ -21,7 +21,9 @@ namespace cerar {
 class StagedTransport : public DeviceTransport {
  public:
   // `device`: the CUDA device of the buffers; the transport makes its own stream there.
-  StagedTransport(std::unique_ptr<Transport> inner, int device);
+  // `inner` may be shared (the runtime's links): this transport is its only driver while
+  // alive.
+  StagedTransport(std::shared_ptr<Transport> inner, int device);
   ~StagedTransport() override;
   StagedTransport(const StagedTransport&) = delete;
   StagedTransport& operator=(const StagedTransport&) = delete;
@@ -30,6 +32,7 @@ class StagedTransport : public DeviceTransport {
   int size() const override { return inner_->size(); }
   Duration timeout() const override { return inner_->timeout(); }
   void* stream() const override { return stream_; }
+  bool waitEvent(void* event, Duration timeout) override;
   Transport& inner() { return *inner_; }
 
   void postSend(int peer, const void* data, size_t bytes) override;
@@ -62,7 +65,7 @@ class StagedTransport : public DeviceTransport {
   std::vector<Block*> free_;
   std::vector<std::deque<Pending>> sends_, recvs_;  // per peer, oldest first
   std::string failure_;
-  std::unique_ptr<Transport> inner_;  // reset first in the destructor, before the pinned memory
+  std::shared_ptr<Transport> inner_;  // reset first in the destructor, before the pinned memory
 };
 
 }  // namespace cerar

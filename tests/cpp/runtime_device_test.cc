@@ -218,18 +218,24 @@ TEST(RuntimeDevice, HostUnitCompletesWhileADeviceUnitIsBlockedInItsRounds) {
     auto busy = std::make_shared<Gate>();
     log.holdAllreduces(busy);
     std::vector<float> grad(1000, float(rank)), other(10, float(rank));
+    std::vector<float> a(300, 1.0f), b(70, float(rank));
     Handle device = rt.allreduce("grad", onDevice(f32(grad)), onDevice(f32(grad)), Op::kSum);
+    // A fused device unit behind it (the device's fusion buffer is still in use).
+    Handle fused = rt.groupedAllreduce({"a", "b"}, {onDevice(f32(a)), onDevice(f32(b))},
+                                       {onDevice(f32(a)), onDevice(f32(b))}, Op::kMax);
     Handle host = rt.allreduce("other", f32(other), f32(other), Op::kSum);
     const bool hostDone = completesWithin(host, 5000ms);
-    const bool deviceDone = device.poll();
+    const bool deviceDone = device.poll() || fused.poll();
     busy->open();
-    check(hostDone, "the host unit waited for the device unit's rounds");
-    check(!deviceDone, "the device unit completed while its all-reduce was held");
-    check(completesWithin(device, 10000ms), "the device unit never completed");
-    check(outcome(device).ok(), failure(device));
+    check(hostDone, "the host unit waited for the device units' rounds");
+    check(!deviceDone, "a device unit completed while its all-reduce was held");
+    check(completesWithin(device, 10000ms) && completesWithin(fused, 10000ms),
+          "a device unit never completed");
+    check(outcome(device).ok() && outcome(fused).ok(), failure(device), failure(fused));
     check(other[0] == 3.0f && grad[0] == 3.0f && grad[999] == 3.0f, "results ", other[0], " ",
           grad[0]);
-    check(rt.stats().ringBuffers == 2, "ring buffers ", rt.stats().ringBuffers);
+    check(a[0] == 1.0f && b[69] == 2.0f, "fused results ", a[0], " ", b[69]);
+    check(rt.stats().ringBuffers == 3, "ring buffers ", rt.stats().ringBuffers);
     return std::string("ok");
   });
 }

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ops/algorithms/plan.h"
-#include "ops/codec/cuda/device_executor.h"
+#include "ops/device_executor.h"
 #include "ops/executor.h"
 #include "ops/transport/inproc.h"
 #include "ops/transport/staged.h"
