@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/allreduce_pipeline.h"
 #include "core/device_queue.h"
 #include "core/error_budget.h"
 #include "core/scaling.h"
@@ -299,11 +300,62 @@ DeviceUnit Dispatcher::allreduce(const std::vector<const Response*>& units,
 
   size_t tensors = 0;
   for (Entry* e : entries) tensors += e ? e->inputs.size() : 0;
+  // The group's layout and steps, the same wherever it is reduced.
+  PipelineJob job;
+  job.dtype = d.dtype;
+  job.op = op;
+  job.total = total;
+  job.prescale = d.prescale;
+  job.factor = d.postscale / (d.op == Op::kAverage ? double(N) : 1.0);
+  std::vector<PipelinePart> parts;
+  if (reducesInPlace(units, entries) &&
+      (onDevice || (entries[0]->inputs[0].device < 0 && entries[0]->outputs[0].device < 0))) {
+    job.direct = entries[0]->outputs[0].data;
+  }
+  for (const Slot& slot : fusionLayout(units, entries)) {
+    PipelinePart part;
+    part.offset = slot.offset;
+    part.elements = slot.elements;
+    if (slot.entry != nullptr) {
+      const Tensor& in = slot.entry->inputs[slot.tensor];
+      const Tensor& out = slot.entry->outputs[slot.tensor];
+      part.in = in.data;
+      part.out = out.data;
+      part.inDevice = in.device;
+      part.outDevice = out.device;
+      if (slot.tensor == 0 && in.device >= 0) part.ready = &slot.entry->ready;
+    }
+    parts.push_back(part);
+  }
+  if (measure) {  // debug error mode: the input and the result, on the host
+    exactCopy_.resize(total * elementSize);
+    staged_.resize(total * elementSize);
+    job.input = exactCopy_.data();
+    job.result = staged_.data();
+  }
+  // The exact ring over the input, compared with the result.
+  auto measured = [&](const RunStats& run) {
+    return measure && !run.nonFiniteFallback && !run.wireFallback
+               ? measureError(staged_.data(), total, d.dtype, options, stats)
+               : std::string();
+  };
+
   if (onDevice) {
     const auto start = Clock::now();
+    int device = -1;  // -1 for a joined rank without tensors of its own
+    for (const PipelinePart& p : parts) device = p.in ? p.inDevice : device;
+    DeviceQueue& queue = devices_.get(device);
+    auto ran = std::make_shared<RunStats>();
+    queue.enqueue([ran, parts = std::move(parts), job, options](DeviceOps& ops) {
+      DevicePipelineMemory memory(ops, options);
+      *ran = runPipeline(memory, parts, job);
+    });
+    if (measure) {
+      queue.run([](DeviceOps&) {});  // debug error mode waits for the downloads
+      errorArgs += measured(*ran);
+    }
     DeviceUnit unit;
-    std::shared_ptr<const RunStats> ran;
-    unit.mark = deviceAllreduce(units, entries, total, options, measure, ran, errorArgs, stats);
+    unit.mark = queue.record();
     // The run's figures are there once the mark is reached: counted then, before the handles
     // complete, with the timeline's ALLREDUCE event from dispatch to completion.
     std::vector<std::string> names;
@@ -320,164 +372,27 @@ DeviceUnit Dispatcher::allreduce(const std::vector<const Response*>& units,
     };
     return unit;
   }
-  RunStats run;
-  {
-    // Tensors of this rank on a device (other ranks' are on the host) are copied in and out.
-    const bool direct = reducesInPlace(units, entries) && entries[0]->inputs[0].device < 0;
-    const std::vector<Slot> slots = fusionLayout(units, entries);
-    std::byte* buffer;
-    const auto packStart = Clock::now();
-    // CERAR's range test (AllreduceOptions::exactOnNonFinite) rides on the packing copies,
-    // so the communicator need not read the buffer again.
-    bool beyond = false;
-    auto pack = [&](const void* src, void* dst, size_t n) {
-      if (cerar) {
-        beyond |= scaledCopyChecked(d.dtype, src, dst, n, d.prescale, N);
-      } else {
-        scaledCopy(d.dtype, src, dst, n, d.prescale);
-      }
-    };
-    if (direct) {
-      const Entry& e = *entries[0];
-      buffer = static_cast<std::byte*>(e.outputs[0].data);
-      pack(e.inputs[0].data, buffer, total);
-    } else {
-      if (fusion_.size() < total * elementSize) fusion_.resize(total * elementSize);
-      buffer = fusion_.data();
-      for (const Slot& slot : slots) {
-        std::byte* at = buffer + slot.offset * elementSize;
-        if (slot.entry != nullptr && slot.entry->inputs[slot.tensor].device >= 0) {
-          const Tensor& t = slot.entry->inputs[slot.tensor];
-          download(devices_, t.device, at, t.data, slot.elements * elementSize,
-                   slot.tensor == 0 ? &slot.entry->ready : nullptr);
-          pack(at, at, slot.elements);
-        } else if (slot.entry != nullptr) {
-          pack(slot.entry->inputs[slot.tensor].data, at, slot.elements);
-        } else {
-          fillIdentity(d.dtype, op, at, slot.elements);  // a joined rank
-        }
-      }
-    }
-    const auto reduceStart = Clock::now();
-    record(units, "MEMCPY_IN", packStart, reduceStart);
-    if (measure) exactCopy_.assign(buffer, buffer + total * elementSize);
-    if (cerar) options.beyondCerarRange = beyond;
-    if (adasum) {
-      // Dot products and norms are per tensor of the group (docs/adasum.md).
-      std::vector<size_t> sizes;
-      for (const Slot& slot : slots) sizes.push_back(slot.elements);
-      run = adasum_.run(*group_->transport, buffer, d.dtype, sizes);
-    } else {
-      run = group_->communicator.allreduce(buffer, total, d.dtype, options);
-    }
-    const auto unpackStart = Clock::now();
-    if (measure && !run.nonFiniteFallback && !run.wireFallback) {
-      errorArgs += measureError(buffer, total, d.dtype, options, stats);
-    }
-    record(units, "ALLREDUCE", reduceStart, unpackStart,
-           args + errorArgs + fallbackArgs(run) +
-               (run.wireFallback ? ", \"wire_fallback\": true" : ""));
 
-    const double factor = d.postscale / (d.op == Op::kAverage ? double(N) : 1.0);
-    if (direct) {
-      scaledCopy(d.dtype, buffer, buffer, total, factor);
-    } else {
-      for (const Slot& slot : slots) {
-        if (slot.entry == nullptr) continue;
-        std::byte* at = buffer + slot.offset * elementSize;
-        const Tensor& out = slot.entry->outputs[slot.tensor];
-        if (out.device >= 0) {
-          scaledCopy(d.dtype, at, at, slot.elements, factor);
-          upload(devices_, out.device, out.data, at, slot.elements * elementSize);
-        } else {
-          scaledCopy(d.dtype, at, out.data, slot.elements, factor);
-        }
-      }
-    }
-    record(units, "MEMCPY_OUT", unpackStart, Clock::now());
+  HostPipelineMemory::Reducer reducer{&group_->communicator, options, N};
+  if (adasum) {
+    reducer.adasum = &adasum_;
+    reducer.transport = group_->transport.get();
   }
-
+  HostPipelineMemory memory(fusion_, devices_, reducer);
+  const auto packStart = Clock::now();
+  Clock::time_point reduceStart, unpackStart;
+  const RunStats run = runPipeline(memory, parts, job, [&](const char* done) {
+    (std::string(done) == "pack" ? reduceStart : unpackStart) = Clock::now();
+  });
+  const auto end = Clock::now();
+  errorArgs += measured(run);
+  record(units, "MEMCPY_IN", packStart, reduceStart);
+  record(units, "ALLREDUCE", reduceStart, unpackStart,
+         args + errorArgs + fallbackArgs(run) +
+             (run.wireFallback ? ", \"wire_fallback\": true" : ""));
+  record(units, "MEMCPY_OUT", unpackStart, end);
   countAllreduce(stats, run, decision, options.wire, adasum, N, tensors);
   return {};
-}
-
-std::shared_ptr<DeviceMark> Dispatcher::deviceAllreduce(
-    const std::vector<const Response*>& units, const std::vector<Entry*>& entries, size_t total,
-    const AllreduceOptions& options, bool measure, std::shared_ptr<const RunStats>& run,
-    std::string& errorArgs, RuntimeStats& stats) {
-  const Description& d = units.front()->description;
-  const DType dtype = d.dtype;
-  const size_t elementSize = dtypeSize(dtype);
-  int device = -1;  // -1 for a joined rank without tensors of its own
-  std::vector<DeviceEvent> ready;  // the producers' kernels
-  for (const Entry* e : entries) {
-    if (e == nullptr) continue;
-    device = e->inputs.front().device;
-    ready.insert(ready.end(), e->ready.begin(), e->ready.end());
-  }
-  DeviceQueue& queue = devices_.get(device);
-  // The same steps and arithmetic as the host path: pack (copy, then prescale in place),
-  // reduce, postscale in place, unpack; one job on the queue, which owns the fusion buffer.
-  struct Part {
-    const void* in;  // null: a joined rank's share (the op's identity)
-    void* out;
-    size_t offset, elements;
-  };
-  std::vector<Part> parts;
-  void* direct = nullptr;  // one tensor reduced in its output
-  if (reducesInPlace(units, entries)) {
-    direct = entries[0]->outputs[0].data;
-    parts.push_back({entries[0]->inputs[0].data, direct, 0, total});
-  } else {
-    for (const Slot& slot : fusionLayout(units, entries)) {
-      parts.push_back({slot.entry ? slot.entry->inputs[slot.tensor].data : nullptr,
-                       slot.entry ? slot.entry->outputs[slot.tensor].data : nullptr,
-                       slot.offset, slot.elements});
-    }
-  }
-  const double N = double(group_->transport->size());
-  const double prescale = d.prescale;
-  const double factor = d.postscale / (d.op == Op::kAverage ? N : 1.0);
-  auto ran = std::make_shared<RunStats>();
-  run = ran;
-  // Debug error mode: the input and the result come back to the host, and this thread waits.
-  std::byte* input = nullptr;
-  std::byte* result = nullptr;
-  if (measure) {
-    exactCopy_.resize(total * elementSize);
-    staged_.resize(total * elementSize);
-    input = exactCopy_.data();
-    result = staged_.data();
-  }
-  queue.enqueue([=, ready = std::move(ready), parts = std::move(parts)](DeviceOps& ops) {
-    for (const DeviceEvent& event : ready) ops.after(event);
-    const size_t bytes = total * elementSize;
-    auto* buffer = static_cast<std::byte*>(direct ? direct : ops.fusionBuffer(bytes));
-    std::vector<DeviceCopy> in, out;
-    for (const Part& p : parts) {
-      std::byte* at = buffer + p.offset * elementSize;
-      if (p.in == nullptr) {
-        ops.fillIdentity(dtype, options.op, at, p.elements);
-        continue;
-      }
-      if (p.in != at) in.push_back({p.in, at, p.elements * elementSize});
-      if (p.out != at) out.push_back({at, p.out, p.elements * elementSize});
-    }
-    ops.copy(in);
-    if (prescale != 1.0) ops.scale(dtype, buffer, total, prescale);
-    if (input) ops.download(input, buffer, bytes);
-    *ran = ops.allreduce(buffer, total, dtype, options);  // tests the range itself
-    if (result) ops.download(result, buffer, bytes);
-    if (factor != 1.0) ops.scale(dtype, buffer, total, factor);
-    ops.copy(out);
-  });
-  if (measure) {
-    queue.run([](DeviceOps&) {});  // the downloads are done
-    if (!ran->nonFiniteFallback) {
-      errorArgs += measureError(staged_.data(), total, dtype, options, stats);
-    }
-  }
-  return queue.record();
 }
 
 namespace {

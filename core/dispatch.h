@@ -55,13 +55,6 @@ class Dispatcher {
   DeviceUnit allreduce(const std::vector<const Response*>& units,
                        const std::vector<Entry*>& entries, const FusedGroup& decision,
                        RuntimeStats& stats);
-  // The fusion group on the device: the same steps as on the host, enqueued as device work;
-  // `run` gets the run's figures by the returned mark.
-  std::shared_ptr<DeviceMark> deviceAllreduce(const std::vector<const Response*>& units,
-                                              const std::vector<Entry*>& entries, size_t total,
-                                              const AllreduceOptions& options, bool measure,
-                                              std::shared_ptr<const RunStats>& run,
-                                              std::string& errorArgs, RuntimeStats& stats);
   // Debug error mode: the exact ring on `exactCopy_` (the input, on the host), compared with
   // `result` (host memory); returns the timeline arguments.
   std::string measureError(const std::byte* result, size_t total, DType dtype,
@@ -101,7 +94,7 @@ class Dispatcher {
   std::vector<std::byte> fusion_;  // grows to the largest group, then reused
   std::vector<std::byte> gathered_;  // the same for allgather groups
   std::vector<std::byte> exactCopy_;  // debug error mode: the input reduced by the exact ring
-  std::vector<std::byte> staged_;     // debug error mode on the device: the result
+  std::vector<std::byte> staged_;     // debug error mode: the result
 };
 
 // The engine's reduction of a user-level op (average reduces as a sum).

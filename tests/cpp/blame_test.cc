@@ -71,20 +71,29 @@ BlameOptions optionsFor(int rank, int size, bool rankZeroHosts = false) {
   return o;
 }
 
-// Each survivor's observation in turn, started with a lag (the cascade); returns the results.
-std::map<int, Status> agree(BlameBoard& board, int size, const std::map<int, Status>& seen) {
+// Each survivor's observation in turn (the cascade): each starts once the one before it has
+// posted its report, so a loaded machine cannot reorder them (a fixed lag could: a survivor
+// delayed past the others' agreement would be named as the silent one). Returns the results.
+std::map<int, Status> agree(MemoryBoard& board, int size, const std::map<int, Status>& seen) {
   std::map<int, Status> results;
   std::mutex mutex;
   std::vector<std::thread> threads;
-  int lag = 0;
+  int previous = -1;
   for (const auto& [rank, observed] : seen) {
-    threads.emplace_back([&, rank = rank, observed = observed, lag] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(lag));
+    threads.emplace_back([&, rank = rank, observed = observed, previous] {
+      if (previous >= 0) {
+        const auto until = std::chrono::steady_clock::now() + 10s;
+        while (!board.read(detail::concat("test/failed/", previous), 0ms) &&
+               std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(1ms);
+        }
+        std::this_thread::sleep_for(30ms);  // a lag, as between real failures
+      }
       Status agreed = agreeOnFailure(observed, &board, optionsFor(rank, size));
       std::lock_guard<std::mutex> lock(mutex);
       results[rank] = agreed;
     });
-    lag += 30;
+    previous = rank;
   }
   for (auto& t : threads) t.join();
   return results;
