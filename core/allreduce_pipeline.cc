@@ -103,9 +103,6 @@ void DevicePipelineMemory::pack(const std::vector<PipelinePart>& parts, std::byt
   const size_t elementSize = dtypeSize(job.dtype);
   std::vector<DeviceCopy> copies;
   for (const PipelinePart& p : parts) {
-    if (p.ready) {
-      for (const DeviceEvent& event : *p.ready) ops_.after(event);
-    }
     std::byte* at = buffer + p.offset * elementSize;
     if (p.in != nullptr && p.in != at) copies.push_back({p.in, at, p.elements * elementSize});
   }

@@ -24,7 +24,9 @@ struct PipelinePart {
   size_t elements = 0;
   int inDevice = -1;    // where `in` and `out` are (-1: host memory)
   int outDevice = -1;
-  const std::vector<DeviceEvent>* ready = nullptr;  // the producers' events, to wait for first
+  // Host memory: the producers' events, waited for before a device tensor is copied in (a
+  // device queue's job owns its events instead).
+  const std::vector<DeviceEvent>* ready = nullptr;
 };
 
 struct PipelineJob {

@@ -345,8 +345,17 @@ DeviceUnit Dispatcher::allreduce(const std::vector<const Response*>& units,
     int device = -1;  // -1 for a joined rank without tensors of its own
     for (const PipelinePart& p : parts) device = p.in ? p.inDevice : device;
     DeviceQueue& queue = devices_.get(device);
+    // The job owns what it waits for: a unit that timed out completes (and frees its entries)
+    // while its work may still run.
+    std::vector<DeviceEvent> ready;
+    for (PipelinePart& p : parts) {
+      if (p.ready) ready.insert(ready.end(), p.ready->begin(), p.ready->end());
+      p.ready = nullptr;
+    }
     auto ran = std::make_shared<RunStats>();
-    queue.enqueue([ran, parts = std::move(parts), job, options](DeviceOps& ops) {
+    queue.enqueue([ran, ready = std::move(ready), parts = std::move(parts), job,
+                   options](DeviceOps& ops) {
+      for (const DeviceEvent& event : ready) ops.after(event);  // the producers' kernels
       DevicePipelineMemory memory(ops, options);
       *ran = runPipeline(memory, parts, job);
     });
