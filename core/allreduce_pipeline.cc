@@ -45,12 +45,7 @@ void HostPipelineMemory::pack(const std::vector<PipelinePart>& parts, std::byte*
     if (p.in == nullptr) continue;
     std::byte* at = buffer + p.offset * elementSize;
     if (p.inDevice >= 0) {  // a mixed unit: this rank's tensor is on its device
-      devices_.get(p.inDevice).run([&](DeviceOps& ops) {
-        if (p.ready) {
-          for (const DeviceEvent& event : *p.ready) ops.after(event);
-        }
-        ops.download(at, p.in, p.elements * elementSize);
-      });
+      devices_.get(p.inDevice).download(at, p.in, p.elements * elementSize, p.ready);
       copy(at, at, p.elements);
     } else {
       copy(p.in, at, p.elements);
@@ -88,9 +83,7 @@ void HostPipelineMemory::unpack(const std::vector<PipelinePart>& parts, std::byt
     std::byte* at = buffer + p.offset * elementSize;
     if (p.outDevice >= 0) {
       scaledCopy(job.dtype, at, at, p.elements, job.factor);
-      devices_.get(p.outDevice).run([&](DeviceOps& ops) {
-        ops.upload(p.out, at, p.elements * elementSize);
-      });
+      devices_.get(p.outDevice).upload(p.out, at, p.elements * elementSize);
     } else {
       scaledCopy(job.dtype, at, p.out, p.elements, job.factor);
     }

@@ -18,6 +18,12 @@ bool DeviceMark::wait(DeviceOps& ops, std::chrono::milliseconds timeout) {
   return ops.wait(event, std::max(left, std::chrono::milliseconds(0)));
 }
 
+Status DeviceMark::await() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  resolved_.wait(lock, [&] { return done_; });
+  return failure_;
+}
+
 void DeviceMark::resolve(DeviceEvent event, Status failure) {
   std::lock_guard<std::mutex> lock(mutex_);
   event_ = std::move(event);
@@ -38,11 +44,6 @@ DeviceQueue::~DeviceQueue() {
   }
   changed_.notify_all();
   thread_.join();  // the loop runs every job first (marks are resolved, none left hanging)
-}
-
-Status DeviceQueue::failure() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return failure_;
 }
 
 void DeviceQueue::push(Job job) {
@@ -74,9 +75,22 @@ void DeviceQueue::run(const std::function<void(DeviceOps&)>& work) {
   });
   // No deadline of our own: `work` may write the caller's memory, so it must not outlive
   // this call; every wait of the device ops it runs has one.
-  std::unique_lock<std::mutex> lock(done->mutex_);
-  done->resolved_.wait(lock, [&] { return done->done_; });
-  if (!done->failure_.ok()) done->failure_.raise();
+  const Status failed = done->await();
+  if (!failed.ok()) failed.raise();
+}
+
+void DeviceQueue::download(void* host, const void* device, size_t bytes,
+                           const std::vector<DeviceEvent>* ready) {
+  run([&](DeviceOps& ops) {
+    if (ready) {
+      for (const DeviceEvent& event : *ready) ops.after(event);
+    }
+    ops.download(host, device, bytes);
+  });
+}
+
+void DeviceQueue::upload(void* device, const void* host, size_t bytes) {
+  run([&](DeviceOps& ops) { ops.upload(device, host, bytes); });
 }
 
 std::shared_ptr<DeviceMark> DeviceQueue::record() {
@@ -100,8 +114,7 @@ void DeviceQueue::drain() {
     jobs_.push_back([done](const Status& failed) { done->resolve(nullptr, failed); });
   }
   changed_.notify_all();
-  std::unique_lock<std::mutex> lock(done->mutex_);
-  done->resolved_.wait(lock, [&] { return done->done_; });
+  done->await();
 }
 
 void DeviceQueue::loop() {

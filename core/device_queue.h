@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "core/device.h"
 
@@ -27,6 +28,8 @@ class DeviceMark {
  private:
   friend class DeviceQueue;
   void resolve(DeviceEvent event, Status failure);
+  // Waits, without a deadline, until resolved; returns the failure it carries.
+  Status await();
 
   std::mutex mutex_;
   std::condition_variable resolved_;
@@ -45,7 +48,6 @@ class DeviceQueue {
   DeviceQueue& operator=(const DeviceQueue&) = delete;
 
   int device() const { return ops_->device(); }
-  DeviceOps& ops() { return *ops_; }
   // On the calling thread, at once: an event after the work queued on `stream` so far.
   DeviceEvent ready(void* stream) { return ops_->ready(stream); }
   bool wait(const std::shared_ptr<DeviceMark>& mark, std::chrono::milliseconds timeout) {
@@ -61,12 +63,16 @@ class DeviceQueue {
   // Synchronous: `work` runs after everything enqueued before it; returns once it has, and
   // rethrows its failure.
   void run(const std::function<void(DeviceOps&)>& work);
+  // Synchronous copies (run()), for the host paths' device tensors; a download waits for
+  // the producers' events `ready` first.
+  void download(void* host, const void* device, size_t bytes,
+                const std::vector<DeviceEvent>* ready = nullptr);
+  void upload(void* device, const void* host, size_t bytes);
 
   // Returns once everything enqueued so far has run (or been skipped after a failure).
+  // After the first failure of queued work, later work is skipped, every mark after it
+  // carries it, and enqueueing or synchronous calls throw it.
   void drain();
-  // The first failure of queued work; once there is one, later work is skipped, every mark
-  // after it carries it, and enqueueing or synchronous calls throw it.
-  Status failure() const;
 
  private:
   // A job is called with the queue's failure so far: ok, or the reason to skip its work.

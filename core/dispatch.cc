@@ -37,22 +37,6 @@ double maxRelativeDifference(DType dtype, const std::byte* a, const std::byte* b
                                reinterpret_cast<const float*>(b), n);
 }
 
-// The host paths' copies of device tensors: after the device queue's earlier work and, for a
-// download, the producers' events `ready`; they return once done.
-void download(DeviceSlot& devices, int device, void* host, const void* data, size_t bytes,
-              const std::vector<DeviceEvent>* ready) {
-  devices.get(device).run([&](DeviceOps& ops) {
-    if (ready) {
-      for (const DeviceEvent& event : *ready) ops.after(event);
-    }
-    ops.download(host, data, bytes);
-  });
-}
-
-void upload(DeviceSlot& devices, int device, void* data, const void* host, size_t bytes) {
-  devices.get(device).run([&](DeviceOps& ops) { ops.upload(data, host, bytes); });
-}
-
 // Timeline arguments of a CERAR buffer that took the exact ring (non-finite input).
 std::string fallbackArgs(const RunStats& run) {
   return run.nonFiniteFallback ? ", \"non_finite_fallback\": true" : "";
@@ -412,7 +396,7 @@ const std::byte* hostBytes(const Tensor& t, const Entry& entry, DeviceSlot& devi
                            std::vector<std::byte>& staged) {
   if (t.device < 0) return static_cast<const std::byte*>(t.data);
   staged.resize(t.bytes());
-  download(devices, t.device, staged.data(), t.data, staged.size(), &entry.ready);
+  devices.get(t.device).download(staged.data(), t.data, staged.size(), &entry.ready);
   return staged.data();
 }
 
@@ -487,7 +471,7 @@ void Dispatcher::reducescatter(const std::vector<const Response*>& units,
     std::byte* from = buffer + at * elementSize;
     if (p.output->device >= 0) {
       scaledCopy(d.dtype, from, from, n, factor);
-      upload(devices_, p.output->device, p.output->data, from, n * elementSize);
+      devices_.get(p.output->device).upload(p.output->data, from, n * elementSize);
     } else if (n > 0) {
       scaledCopy(d.dtype, from, p.output->data, n, factor);
     }
@@ -633,9 +617,11 @@ void Dispatcher::broadcast(const Response& unit, Entry* entry, RuntimeStats& sta
     data = fusion_.data();
   }
   const auto start = Clock::now();
-  if (ops && root) download(devices_, device, data, entry->inputs[0].data, bytes, &entry->ready);
+  if (ops && root) {
+    devices_.get(device).download(data, entry->inputs[0].data, bytes, &entry->ready);
+  }
   chainBroadcast(*group_->transport, data, bytes, rootRank);
-  if (ops && !root) upload(devices_, device, entry->outputs[0].data, data, bytes);
+  if (ops && !root) devices_.get(device).upload(entry->outputs[0].data, data, bytes);
   record({&unit}, "BROADCAST", start, Clock::now(),
          detail::concat("\"algorithm\": \"chain\", \"root\": ", d.root, ", \"bytes\": ", bytes));
   const int n = group_->transport->size();
