@@ -1,8 +1,8 @@
 // Runs negotiated units on this rank: packs an allreduce fusion group into the persistent
 // fusion buffer (host memory, or device memory for CUDA tensors), selects the algorithm,
 // reduces, unpacks; reducescatter (fused the same way), alltoall, allgather, broadcast and
-// barrier. Owned and called by the coordinator
-// thread only.
+// barrier (those in dispatch_collectives.cc; the all-reduce's steps in allreduce_pipeline.*).
+// Owned and called by the coordinator thread only.
 #pragma once
 
 #include <functional>
