@@ -63,7 +63,7 @@ std::string env(const char* name, const char* fallback) {
 // The c grid of the fixed contenders, then the auto one, then Gloo's; old-style Gloo last.
 std::vector<std::string> contenders(int n, const std::vector<std::string>& only) {
   std::vector<std::string> all = {"ring"};
-  for (int k : {1, 2, 4, 8, 16}) all.push_back("cerar-c" + std::to_string(k * n));
+  for (int k : {1, 2, 4, 8, 16, 32}) all.push_back("cerar-c" + std::to_string(k * n));
   for (const char* name : {"cerar-auto", "gloo-ring", "gloo-bcube", "gloo-ringchunked", "gloo-hd"})
     all.push_back(name);
   if (only.empty()) return all;
@@ -95,8 +95,10 @@ struct Contender {
     auto context = transport->context();
     components = 0;
     if (name.rfind("cerar-c", 0) == 0) components = std::atoi(name.c_str() + 7);
-    if (name == "cerar-auto") {
-      components = cerar::bestComponents(n, double(count) * sizeof(float), count, link);
+    if (name == "cerar-auto") {  // as the runtime decides: the ring where CERAR does not pay
+      const cerar::Selection choice = cerar::selectAlgorithm(
+          n, cerar::DType::kFloat32, cerar::ReduceOp::kSum, count, link, cerar::SelectionPolicy{});
+      components = choice.algorithm == cerar::Algorithm::kCerar ? choice.components : 0;
     }
     oldStyle.reset();
     if (name == "gloo-ringchunked") {
@@ -110,7 +112,7 @@ struct Contender {
 
   void run(float* data, size_t count) {
     if (oldStyle) return oldStyle->run();
-    if (name == "ring" || components > 0) {
+    if (name == "ring" || name == "cerar-auto" || components > 0) {
       cerar::AllreduceOptions options;
       options.algorithm = components > 0 ? cerar::Algorithm::kCerar : cerar::Algorithm::kRing;
       options.components = components;
@@ -126,6 +128,39 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t m = v.size() / 2;
   return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+// Gathers every rank's times through the store; rank 0 prints the slowest per run.
+void report(cerar::TcpStore& store, const Contender& c, const std::string& key, int rank, int n,
+            size_t bytes, double error, const std::vector<double>& times) {
+  std::ostringstream mine;
+  mine.precision(9);
+  mine << error;
+  for (double t : times) mine << ' ' << t;
+  const std::string text = mine.str();
+  store.set(key + std::to_string(rank), std::vector<char>(text.begin(), text.end()));
+  if (rank != 0) return;
+  std::vector<double> slowest(times.size(), 0);
+  double worstError = 0;
+  for (int r = 0; r < n; ++r) {
+    const auto got = store.get(key + std::to_string(r));
+    std::istringstream in(std::string(got.begin(), got.end()));
+    double e = 0, t = 0;
+    in >> e;
+    worstError = std::max(worstError, e);
+    for (size_t k = 0; k < slowest.size() && in >> t; ++k) slowest[k] = std::max(slowest[k], t);
+  }
+  std::ostringstream line;
+  line.precision(6);
+  line << "{\"contender\": \"" << c.name << "\", \"impl\": \"cerar-bench-net\", \"n\": " << n
+       << ", \"bytes\": " << bytes << ", \"c\": ";
+  if (c.components > 0) line << c.components; else line << "null";
+  line << ", \"runs_s\": [";
+  for (size_t k = 0; k < slowest.size(); ++k) line << (k ? ", " : "") << slowest[k];
+  line << "], \"best_s\": " << *std::min_element(slowest.begin(), slowest.end())
+       << ", \"median_s\": " << median(slowest) << ", \"max_rel_err\": " << worstError << "}";
+  std::printf("%s\n", line.str().c_str());
+  std::fflush(stdout);
 }
 
 int usage(const char* why) {
@@ -211,53 +246,29 @@ int main(int argc, char** argv) {
     int item = 0;
     for (size_t bytes : s.sizes) {
       const size_t count = bytes / sizeof(float);
-      for (auto& c : all) {
-        c.prepare(data.data(), count, n, link);
-        std::vector<double> times;
-        double error = 0;
-        for (int rep = 0; rep <= s.repeats; ++rep) {  // run 0 warms up and is checked
+      const size_t K = all.size();
+      std::vector<std::vector<double>> times(K);
+      std::vector<double> errors(K, 0);
+      for (auto& c : all) c.prepare(data.data(), count, n, link);
+      // Repeats interleaved (every contender once per pass), so that a drift of the machine or
+      // the links spreads over all contenders instead of landing on one; pass 0 warms up and
+      // is checked.
+      for (int rep = 0; rep <= s.repeats; ++rep) {
+        for (size_t i = 0; i < K; ++i) {
           std::memcpy(data.data(), input.data(), bytes);
           gloo::BarrierOptions barrier(main->context());
           gloo::barrier(barrier);
           const auto start = Clock::now();
-          c.run(data.data(), count);
+          all[i].run(data.data(), count);
           const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-          if (rep > 0) times.push_back(seconds);
+          if (rep > 0) times[i].push_back(seconds);
           if (rep == 0)
-            for (size_t i = 0; i < count; ++i)
-              error = std::max(error, double(std::fabs(data[i] - expected[i % 13])) / scale);
+            for (size_t e = 0; e < count; ++e)
+              errors[i] = std::max(errors[i], double(std::fabs(data[e] - expected[e % 13])) / scale);
         }
-        // Gather every rank's times through the store: rank 0 keeps the slowest per run.
-        std::ostringstream mine;
-        mine.precision(9);
-        mine << error;
-        for (double t : times) mine << ' ' << t;
-        const std::string key = "bench/" + std::to_string(item++) + "/";
-        const std::string text = mine.str();
-        store.set(key + std::to_string(rank), std::vector<char>(text.begin(), text.end()));
-        if (rank != 0) continue;
-        std::vector<double> slowest(times.size(), 0);
-        double worstError = 0;
-        for (int r = 0; r < n; ++r) {
-          const auto got = store.get(key + std::to_string(r));
-          std::istringstream in(std::string(got.begin(), got.end()));
-          double e = 0, t = 0;
-          in >> e;
-          worstError = std::max(worstError, e);
-          for (size_t k = 0; k < slowest.size() && in >> t; ++k) slowest[k] = std::max(slowest[k], t);
-        }
-        std::ostringstream line;
-        line.precision(6);
-        line << "{\"contender\": \"" << c.name << "\", \"impl\": \"cerar-bench-net\", \"n\": " << n
-             << ", \"bytes\": " << bytes << ", \"c\": ";
-        if (c.components > 0) line << c.components; else line << "null";
-        line << ", \"runs_s\": [";
-        for (size_t k = 0; k < slowest.size(); ++k) line << (k ? ", " : "") << slowest[k];
-        line << "], \"best_s\": " << *std::min_element(slowest.begin(), slowest.end())
-             << ", \"median_s\": " << median(slowest) << ", \"max_rel_err\": " << worstError << "}";
-        std::printf("%s\n", line.str().c_str());
-        std::fflush(stdout);
       }
+      for (size_t i = 0; i < K; ++i) report(store, all[i], "bench/" + std::to_string(item++) + "/",
+                                            rank, n, bytes, errors[i], times[i]);
     }
     // Nobody leaves (closing links, or rank 0 the store) before everyone is done.
     gloo::BarrierOptions barrier(main->context());

@@ -4,6 +4,7 @@
   sudo python3 bench/run_suite.py --headline          # N=4@400 and N=8@200, 64 MiB, 2 repeats
   sudo python3 bench/run_suite.py [--configs 4@400,8@200,4@100,lo4] [--sizes 1M,4M,16M,64M,256M]
                                   [--repeats R] [--runtime] [--name NAME] [--bin PATH] [--dry-run]
+                                  [--net-only] [--only ring,cerar]
 
 A config N@R is N ranks on links shaped to R Mbit/s (bench/netem.sh); loN is N ranks on
 loopback (unshaped: the CPU-bound case). Per config: bring the cluster up, calibrate the links
@@ -179,11 +180,14 @@ class Suite:
             sizes = ",".join(str(s) for s in a.sizes)
             torch_py = ["/usr/bin/python3", os.path.join(HERE, "torch_contender.py")]
             if not a.lossy_only:
+                only = ["--only", a.only] if a.only else []
                 rows += self.ranks([a.bin, "--sizes", sizes, "--repeats", str(a.repeats),
-                                    "--timeout-s", "300"], cfg, a.timeout)
+                                    "--timeout-s", "300"] + only, cfg, a.timeout)
+            if not a.lossy_only and not a.net_only:
                 rows += self.ranks(torch_py + ["--sizes", sizes, "--repeats", str(a.repeats)], cfg, a.timeout)
                 rows += self.mpi(cfg, a.sizes)
-            rows += self.lossy(cfg, sizes)
+            if not a.net_only:
+                rows += self.lossy(cfg, sizes)
             if a.runtime:
                 for hook in ("none", "fp16"):
                     rows += self.ranks(torch_py + ["--mode", "ddp", "--hook", hook, "--repeats",
@@ -227,6 +231,9 @@ def main(argv=None):
     p.add_argument("--runtime", action="store_true", help="also the ResNet-50 step (DDP, cerar runtime)")
     p.add_argument("--lossy-only", action="store_true",
                    help="only the calibration and the lossy contenders (time and error)")
+    p.add_argument("--net-only", action="store_true",
+                   help="cerar-bench-net alone (no torch, Open MPI or lossy contenders)")
+    p.add_argument("--only", help="cerar-bench-net's contenders (names or prefixes, e.g. ring,cerar)")
     p.add_argument("--max-errors", default="2e-3,5e-3",
                    type=lambda s: [float(x) for x in s.split(",") if x],
                    help="CERAR_MAX_ERROR budgets of the cerar-budget-X contenders (%(default)s)")
@@ -249,6 +256,7 @@ def main(argv=None):
     a.builddir = os.path.dirname(os.path.abspath(a.bin))
     plan = (f"{a.name}: configs {[c['name'] for c in a.configs]}, sizes {a.sizes}, "
             f"repeats {a.repeats}, runtime step {a.runtime}, lossy only {a.lossy_only}, "
+            f"net only {a.net_only}, only {a.only or 'all'}, "
             f"budgets {a.max_errors}, bin {a.bin}")
     if a.dry_run:
         print(f"run_suite: plan: {plan}")

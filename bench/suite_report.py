@@ -123,6 +123,36 @@ def excess_fit(rows, n, rate):
     return my - b * mx, b
 
 
+def spread(row):
+    """Run-to-run spread: the interquartile range of the repeats over their median."""
+    runs = sorted(row.get("runs_s") or [row["best_s"]])
+    q1, q3 = runs[len(runs) // 4], runs[(3 * len(runs)) // 4]
+    return (q3 - q1) / row["median_s"]
+
+
+def selection_md(run, table):
+    """cerar-auto against the best c of the grid and the exact ring, by medians of the
+    interleaved repeats; 'within' = the difference is no larger than the larger spread."""
+    lines = ["**Selection** (medians of the interleaved repeats; spread = interquartile range / "
+             "median, the larger of the two compared)\n",
+             "| size | auto c | auto median s | best grid c | its median s | auto ÷ best c | spread "
+             "| within | ring median s | auto ÷ ring | spread | not slower |", "|---" * 12 + "|"]
+    for d in sorted(table):
+        rows = table[d]
+        auto, ring = rows.get("cerar-auto"), rows.get("ring")
+        grid = {k: r for k, r in rows.items() if k.startswith("cerar-c") and r.get("c")}
+        if not auto or not grid or not ring:
+            continue
+        best = min(grid.values(), key=lambda r: r["median_s"])
+        vs_best, s_best = auto["median_s"] / best["median_s"], max(spread(auto), spread(best))
+        vs_ring, s_ring = auto["median_s"] / ring["median_s"], max(spread(auto), spread(ring))
+        lines.append(f"| {size_text(d)} | {auto.get('c') or 'ring'} | {auto['median_s']:.3f} | {best['c']} | "
+                     f"{best['median_s']:.3f} | {vs_best:.3f} | {s_best:.3f} | "
+                     f"{'yes' if vs_best - 1 <= s_best else 'NO'} | {ring['median_s']:.3f} | {vs_ring:.3f} | "
+                     f"{s_ring:.3f} | {'yes' if vs_ring - 1 <= s_ring else 'NO'} |")
+    return "\n".join(lines) + "\n" if len(lines) > 3 else ""
+
+
 def lossy_rows(rows):
     return {k: r for k, r in rows.items() if r.get("data") == "gaussian"}
 
@@ -292,6 +322,7 @@ def write(outdir):
             md.append(table_md(run, d, table[d]))
             if lossy_rows(table[d]):
                 md.append(lossy_md(run, d, lossy_rows(table[d])))
+        md.append(selection_md(run, table))
         step = [d for d in table if not any(k.startswith(("cerar-rt", "torch-ddp")) for k in table[d])]
         if step:
             d = HEADLINE_BYTES if HEADLINE_BYTES in step else max(step)

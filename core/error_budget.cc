@@ -37,8 +37,8 @@ double wireRingSeconds(int N, double bytes, const LinkModel& link) {
   const double message = bytes / N / 2;  // 16-bit bytes
   const double gammaWire = link.gammaWire > 0 ? link.gammaWire : 2 * link.gamma;
   // gammaWire is per float32 byte: twice that per 16-bit byte.
-  const double fill = std::min(message, link.segmentBytes);
-  return 2.0 * (N - 1) * (link.alpha + (message + fill) * (link.beta + 2 * gammaWire));
+  return 2.0 * (N - 1) *
+         (link.alpha + streamedRoundBytes(message, link) * (link.beta + 2 * gammaWire));
 }
 
 Selection selectWithinBudget(const BudgetQuery& q, const LinkModel& link,

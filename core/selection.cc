@@ -2,17 +2,24 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace cerar {
 
 namespace {
 
 double roundSeconds(double messageBytes, const LinkModel& link) {
-  const double fill = std::min(messageBytes, link.segmentBytes);
-  return link.alpha + (messageBytes + fill) * (link.beta + link.gamma);
+  return link.alpha + streamedRoundBytes(messageBytes, link) * (link.beta + link.gamma);
 }
 
 }  // namespace
+
+// The link stays busy only while a segment waits behind the one in flight; with m <= segment
+// the next round cannot start before this one has crossed.
+double streamedRoundBytes(double m, const LinkModel& link) {
+  if (link.segmentBytes <= 0) return m;
+  return std::max(m, 2 * std::min(m, link.segmentBytes));
+}
 
 double ringSeconds(int N, double bytes, const LinkModel& link) {
   if (N <= 1) return 0;
@@ -27,15 +34,36 @@ double cerarSeconds(int N, int c, double bytes, const LinkModel& link) {
 int bestComponents(int N, double bytes, size_t elements, const LinkModel& link) {
   if (N <= 2) return N;
   const double perByte = link.beta + link.gamma;
-  const double alpha = link.alpha + link.segmentBytes * perByte;
-  const double ideal = alpha > 0 ? std::sqrt((N - 2) * bytes * perByte / alpha) : double(elements);
+  const double seg = link.segmentBytes;
   // More components than elements only adds empty rounds.
   const double maxR = std::max(1.0, std::floor(double(elements) / N));
-  const double low = std::clamp(std::floor(ideal / N), 1.0, maxR);
-  const double high = std::clamp(std::ceil(ideal / N), 1.0, maxR);
-  const int cLow = static_cast<int>(low) * N;
-  const int cHigh = static_cast<int>(high) * N;
-  return cerarSeconds(N, cHigh, bytes, link) < cerarSeconds(N, cLow, bytes, link) ? cHigh : cLow;
+  // T(c) is piecewise (streamedRoundBytes): alpha-beta with messages of at least two segments, flat
+  // per round between one and two, alpha-beta with twice the bytes below one. Its minimum is
+  // at a branch's sqrt((N-2) d b / alpha) or at a breakpoint d/(2 seg), d/seg.
+  std::vector<double> ideal;
+  const auto sqrtOptimum = [&](double factor) {
+    return link.alpha > 0 ? std::sqrt(factor * (N - 2) * bytes * perByte / link.alpha)
+                          : double(elements);
+  };
+  ideal.push_back(sqrtOptimum(1));
+  if (seg > 0) {
+    ideal.push_back(sqrtOptimum(2));
+    ideal.push_back(bytes / (2 * seg));
+    ideal.push_back(bytes / seg);
+  }
+  int best = N;
+  double bestSeconds = cerarSeconds(N, N, bytes, link);
+  for (double x : ideal) {
+    for (double r : {std::floor(x / N), std::ceil(x / N)}) {
+      const int c = static_cast<int>(std::clamp(r, 1.0, maxR)) * N;
+      const double seconds = cerarSeconds(N, c, bytes, link);
+      if (seconds < bestSeconds || (seconds == bestSeconds && c < best)) {
+        best = c;
+        bestSeconds = seconds;
+      }
+    }
+  }
+  return best;
 }
 
 int scaledComponents(int N, int best, double scale, size_t elements) {

@@ -15,11 +15,11 @@ struct LinkModel {
   double alpha = 50e-6;
   double beta = 0.8e-9;
   double gamma = 0.2e-9;
-  // The executor streams rounds in segments of this size; a round can add up to one
-  // segment's time before the next round's first segment leaves (pipeline fill). On the
-  // emulated cluster with busy CPUs that was ~10 ms per round at 268 Mbit/s (256 KiB
-  // segments), and the plain alpha-beta model then picked c in the hundreds at 1.5x its
-  // limit; with this term c lands near 24-40, within 4% of the best c on a quiet machine.
+  // The executor streams rounds in segments of this size; its link idles unless a round's
+  // message spans two segments (one in flight, one queued behind it), so shorter messages pay
+  // up to twice their length per round. Charging every round a whole segment instead (the
+  // earlier model) picked c = 24-40 for 64 MiB on the emulated cluster, where c = 64-128
+  // measured faster side by side (bench/results/README.md); 0 gives the spec's plain model.
   double segmentBytes = double(Executor::kDefaultSegmentBytes);
   // Per float32 byte, a 16-bit wire hop's decode, add and encode (the probe times it);
   // 0: twice gamma.
@@ -61,14 +61,17 @@ struct Selection {
   double predictedError = 0;  // the bound of the choice (error budget only)
 };
 
-// Per round: alpha + (m + min(m, segment)) (beta+gamma) for a message of m bytes: the
-// spec's alpha-beta model plus the pipeline fill of one segment.
+// The bytes a streamed round of an m-byte message costs on the wire: max(m, 2 min(m, segment)),
+// the pipeline's idle link below two segments; m without segments.
+double streamedRoundBytes(double m, const LinkModel& link);
+// Per round: alpha + streamedRoundBytes(m) (beta+gamma) for a message of m bytes: the spec's
+// alpha-beta model with the streamed pipeline's idle link.
 // T = 2(N-1) * per round with m = d/N, d in bytes.
 double ringSeconds(int N, double bytes, const LinkModel& link);
 // T(c) = (c+N-2) * per round with m = d/c.
 double cerarSeconds(int N, int c, double bytes, const LinkModel& link);
-// The multiple of N (>= N, <= max(N, elements)) nearest sqrt((N-2) d (beta+gamma) / alpha'),
-// alpha' = alpha + segment (beta+gamma), with the lower modelled time.
+// The multiple of N (>= N, <= max(N, elements)) with the lowest modelled time: next to
+// sqrt((N-2) d (beta+gamma) / alpha) or to where messages cross one or two segments.
 int bestComponents(int N, double bytes, size_t elements, const LinkModel& link);
 
 // bestComponents' c times `scale`, rounded to a multiple of N within [N, max(N, elements)].

@@ -219,7 +219,13 @@ RunStats runPlan(const Plan& plan, Transport& transport, void* data, size_t elem
   const auto start = std::chrono::steady_clock::now();
   RunStats stats;
   if (plan.rounds.empty()) return stats;
-  const RunBuffers buffers = prepare(plan.maxMessage * elementBytes);
+  const size_t messageBytes = plan.maxMessage * elementBytes;
+  const RunBuffers buffers = prepare(messageBytes);
+  // Every transfer of the run lies in one of these: the transport sets them up once.
+  RegisteredMemory registered[] = {
+      {transport, data, plan.d * elementBytes},
+      {transport, buffers.send[0], messageBytes}, {transport, buffers.send[1], messageBytes},
+      {transport, buffers.recv[0], messageBytes}, {transport, buffers.recv[1], messageBytes}};
   PlanRun run(plan, transport, static_cast<std::byte*>(data), elementBytes,
               std::max<size_t>(1, segmentBytes / elementBytes), buffers.send, buffers.recv,
               codec, verdict);

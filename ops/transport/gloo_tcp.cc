@@ -98,19 +98,64 @@ void GlooTransport::post(bool send, int peer, void* data, size_t bytes) {
   CERAR_ENFORCE(bytes > 0 && data != nullptr, "rank ", rank_, ": zero-byte or null ",
                 send ? "send to" : "receive from", " rank ", peer, " (not allowed)");
   try {
-    auto buffer = context_->createUnboundBuffer(data, bytes);
-    if (send) {
-      buffer->send(peer, slot_);
-    } else {
-      buffer->recv(peer, slot_);
+    Pending op{nullptr, nullptr, bytes};
+    size_t offset = 0;
+    auto* begin = static_cast<std::byte*>(data);
+    for (const Region& region : regions_) {
+      if (begin >= region.base && begin + bytes <= region.base + region.bytes) {
+        op.buffer = region.buffer.get();
+        offset = size_t(begin - region.base);
+        break;
+      }
     }
-    (send ? sends_ : recvs_)[peer].push_back({std::move(buffer), bytes});
+    if (op.buffer == nullptr) {
+      op.owned = context_->createUnboundBuffer(data, bytes);
+      op.buffer = op.owned.get();
+      ++buffersCreated_;
+    }
+    if (send) {
+      op.buffer->send(peer, slot_, offset, bytes);
+    } else {
+      op.buffer->recv(peer, slot_, offset, bytes);
+    }
+    (send ? sends_ : recvs_)[peer].push_back(std::move(op));
   } catch (const std::exception& e) {
     fail(Status(StatusCode::kPeerLost,
                 detail::concat("rank ", rank_, ": posting a ", send ? "send" : "receive", " of ",
                                bytes, " bytes ", send ? "to" : "from", " rank ", peer,
                                " failed: ", glooMessage(e)),
                 peer));
+  }
+}
+
+bool GlooTransport::registerMemory(void* base, size_t bytes) {
+  auto* begin = static_cast<std::byte*>(base);
+  if (begin == nullptr || bytes == 0 || !failure_.ok()) return false;
+  for (const Region& region : regions_) {
+    if (begin < region.base + region.bytes && region.base < begin + bytes) return false;
+  }
+  regions_.push_back({begin, bytes, context_->createUnboundBuffer(base, bytes)});
+  ++buffersCreated_;
+  return true;
+}
+
+bool GlooTransport::pendingOn(const gloo::transport::UnboundBuffer* buffer) const {
+  for (const auto* queues : {&sends_, &recvs_}) {
+    for (const auto& queue : *queues) {
+      for (const Pending& op : queue) {
+        if (op.buffer == buffer) return true;
+      }
+    }
+  }
+  return false;
+}
+
+void GlooTransport::releaseMemory(void* base) {
+  for (auto it = regions_.begin(); it != regions_.end(); ++it) {
+    if (it->base != base) continue;
+    if (pendingOn(it->buffer.get())) retired_.push_back(std::move(it->buffer));
+    regions_.erase(it);
+    return;
   }
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <deque>
 #include <memory>
 #include <string>
@@ -31,9 +32,11 @@ struct GlooOptions {
   std::string prefix = "cerar";
 };
 
-// One rank's link to every other rank of a Gloo context. Each post creates an UnboundBuffer
-// over exactly the caller's bytes (Gloo allows one pending operation per buffer) and queues it
-// per peer, so waits complete posts in order.
+// One rank's link to every other rank of a Gloo context. A post inside a registered region
+// (registerMemory) goes through the region's UnboundBuffer at an offset; any other post creates
+// an UnboundBuffer over exactly the caller's bytes. Posts are queued per peer, so waits
+// complete them in order: Gloo counts the completed sends and receives of a buffer, and those
+// of one (peer, slot) complete in posting order, so the oldest pending one is the one done.
 //
 // Failure: Gloo closes every pair of the context after any error or timeout, so the first
 // failure makes the transport unusable; later calls throw at once, repeating the first error.
@@ -58,16 +61,28 @@ class GlooTransport : public Transport {
   void waitRecv(int peer) override;
   // Another slot on the same context: no new sockets.
   std::shared_ptr<Transport> channel(uint32_t tag) override;
+  // Refuses (false) a region that overlaps a registered one.
+  bool registerMemory(void* base, size_t bytes) override;
+  void releaseMemory(void* base) override;
 
   // The underlying context, e.g. to run Gloo's own collectives over the same links. Gloo's
   // collectives use other slots, so they do not interfere with this transport's transfers.
   std::shared_ptr<gloo::Context> context() const { return context_; }
+  // UnboundBuffers created so far (one per registered region, one per other transfer).
+  uint64_t buffersCreated() const { return buffersCreated_; }
 
  private:
-  struct Pending {
+  struct Region {
+    std::byte* base;
+    size_t bytes;
     std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+  };
+  struct Pending {
+    gloo::transport::UnboundBuffer* buffer;
+    std::unique_ptr<gloo::transport::UnboundBuffer> owned;  // null: a region's buffer
     size_t bytes;
   };
+  bool pendingOn(const gloo::transport::UnboundBuffer* buffer) const;
   void checkUsable(int peer, const char* op) const;
   void post(bool send, int peer, void* data, size_t bytes);
   void wait(bool send, int peer);
@@ -78,9 +93,13 @@ class GlooTransport : public Transport {
   int size_;
   Duration timeout_;
   uint64_t slot_;
+  std::vector<Region> regions_;
+  // Regions released with transfers still pending (after a failure): Gloo may still hold them.
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> retired_;
   std::vector<std::deque<Pending>> sends_;  // per peer, oldest first
   std::vector<std::deque<Pending>> recvs_;
   Status failure_;  // the first error; not ok means unusable
+  uint64_t buffersCreated_ = 0;
 };
 
 // Connects rank `rank` of `size` through `store` over Gloo's TCP transport, under the keys

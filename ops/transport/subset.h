@@ -24,6 +24,10 @@ class SubsetTransport final : public Transport {
   void postRecv(int peer, void* data, size_t bytes) override;
   void waitSend(int peer) override;
   void waitRecv(int peer) override;
+  bool registerMemory(void* base, size_t bytes) override {
+    return base_->registerMemory(base, bytes);
+  }
+  void releaseMemory(void* base) override { base_->releaseMemory(base); }
   // The base rank of `peer`.
   int baseRank(int peer) const;
 

@@ -41,8 +41,32 @@ class Transport {
   // both ends post keeps traffic apart. Not thread-safe against this transport's own use.
   virtual std::shared_ptr<Transport> channel(uint32_t /*tag*/) { return nullptr; }
 
+  // Announces that the transfers until releaseMemory(base) will post parts of
+  // [base, base + bytes), so that the transport can set the region up once instead of once per
+  // transfer (Gloo: one UnboundBuffer, transfers by offset). Returns whether it did; only then
+  // must releaseMemory follow, after every transfer in the region has been waited for. The
+  // default keeps the per-transfer path.
+  virtual bool registerMemory(void* /*base*/, size_t /*bytes*/) { return false; }
+  virtual void releaseMemory(void* /*base*/) {}
+
   int next() const { return (rank() + 1) % size(); }
   int prev() const { return (rank() + size() - 1) % size(); }
+};
+
+// Transport::registerMemory for a scope.
+class RegisteredMemory {
+ public:
+  RegisteredMemory(Transport& transport, void* base, size_t bytes)
+      : transport_(transport), base_(transport.registerMemory(base, bytes) ? base : nullptr) {}
+  ~RegisteredMemory() {
+    if (base_ != nullptr) transport_.releaseMemory(base_);
+  }
+  RegisteredMemory(const RegisteredMemory&) = delete;
+  RegisteredMemory& operator=(const RegisteredMemory&) = delete;
+
+ private:
+  Transport& transport_;
+  void* base_;
 };
 
 }  // namespace cerar

@@ -44,9 +44,13 @@ TEST(ErrorBudget, BoundsAreTheDocumentedFormulas) {
   EXPECT_DOUBLE_EQ(wireErrorBound(8, Wire::kBFloat16), 8 * 0x1p-8 + 7 * u32);
   // The 16-bit ring sends half the bytes, streamed in segments like the float32 ring.
   const LinkModel link = slowLink();
-  const double w = 2.0 * k64MiB / 8;
+  const double w = 2.0 * k64MiB / 8;  // 32 MiB per round: the segments keep the link busy
+  ASSERT_GE(w, 2 * link.segmentBytes);
   EXPECT_DOUBLE_EQ(wireRingSeconds(8, 4.0 * k64MiB, link),
-                   14 * (link.alpha + (w + link.segmentBytes) * (link.beta + 4 * link.gamma)));
+                   14 * (link.alpha + w * (link.beta + 4 * link.gamma)));
+  const double small = 2.0 * (64 << 10) / 8;  // 16 KiB per round: one segment, then idle
+  EXPECT_DOUBLE_EQ(wireRingSeconds(8, 4.0 * (64 << 10), link),
+                   14 * (link.alpha + 2 * small * (link.beta + 4 * link.gamma)));
 }
 
 TEST(ErrorBudget, ChoicesOnAFixedModel) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "ops/common/error.h"
+#include "ops/communicator.h"
 #include "ops/transport/gloo_tcp.h"
 #include "tools/local_job.h"
 
@@ -81,6 +82,78 @@ TEST(GlooTransport, TwoRanksFullDuplexAndRejectedPosts) {
     return rejected;
   });
   EXPECT_EQ(results, (std::vector<std::string>{"zero;self;", "zero;self;"}));
+}
+
+// Transfers inside registered regions go by offset through the region's one buffer, in posting
+// order, mixed with transfers outside any region; an overlapping region is refused.
+TEST(GlooTransport, RegisteredRegionsTransferByOffsetInOrder) {
+  LocalJobOptions options{3, LocalTransport::kGloo, 10s};
+  auto results = runLocalJob(options, [](int, std::shared_ptr<Transport> t) {
+    auto& gloo = dynamic_cast<GlooTransport&>(*t);
+    constexpr size_t kSegment = 5000, kSegments = 7;
+    const auto out = pattern(t->rank(), 1, kSegment * kSegments);
+    std::vector<uint8_t> in(out.size()), loose(999), looseIn(999);
+    std::vector<uint8_t> sendCopy = out;
+    if (!t->registerMemory(sendCopy.data(), sendCopy.size()) ||
+        !t->registerMemory(in.data(), in.size()))
+      throw Error("registration refused");
+    if (t->registerMemory(in.data() + 10, 100)) throw Error("an overlapping region was taken");
+    const uint64_t before = gloo.buffersCreated();
+    for (size_t k = 0; k < kSegments; ++k) {
+      t->postRecv(t->prev(), in.data() + k * kSegment, kSegment);
+      t->postSend(t->next(), sendCopy.data() + k * kSegment, kSegment);
+      if (k == 3) {  // outside every region: a buffer of its own, queued between the others
+        t->postRecv(t->prev(), looseIn.data(), looseIn.size());
+        t->postSend(t->next(), loose.data(), loose.size());
+      }
+    }
+    for (size_t k = 0; k < kSegments + 1; ++k) {
+      t->waitRecv(t->prev());
+      t->waitSend(t->next());
+    }
+    if (gloo.buffersCreated() != before + 2) throw Error("segments did not use the regions");
+    if (in != pattern(t->prev(), 1, in.size())) throw Error("wrong bytes in the region");
+    if (looseIn != loose) throw Error("wrong bytes outside the regions");
+    t->releaseMemory(sendCopy.data());
+    t->releaseMemory(in.data());
+    ringExchange(*t, {4096}, 2);  // released: the per-transfer path again
+    return std::string("ok");
+  });
+  for (const auto& result : results) EXPECT_EQ(result, "ok");
+}
+
+// A run registers its buffers once: hundreds of segments, a handful of buffers, and the ring's
+// exact integer sums.
+TEST(GlooTransport, RunsRegisterTheirBuffersOnce) {
+  LocalJobOptions options{4, LocalTransport::kGloo, 10s};
+  auto results = runLocalJob(options, [](int rank, std::shared_ptr<Transport> t) {
+    auto& gloo = dynamic_cast<GlooTransport&>(*t);
+    Communicator communicator(t, 4096);  // 1 MiB in segments of 4 KiB
+    std::vector<std::string> created;
+    for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kCerar}) {
+      std::vector<float> data(1 << 18);
+      for (size_t i = 0; i < data.size(); ++i) data[i] = float((i + size_t(rank)) % 7);
+      AllreduceOptions run;
+      run.algorithm = algorithm;
+      run.components = 16;
+      const uint64_t before = gloo.buffersCreated();
+      communicator.allreduce(data.data(), data.size(), DType::kFloat32, run);
+      created.push_back(std::to_string(gloo.buffersCreated() - before));
+      if (algorithm != Algorithm::kRing) continue;
+      for (size_t i = 0; i < data.size(); ++i) {
+        float sum = 0;
+        for (int r = 0; r < 4; ++r) sum += float((i + size_t(r)) % 7);
+        if (data[i] != sum) throw Error(detail::concat("element ", i, ": ", data[i]));
+      }
+    }
+    return created[0] + " " + created[1];
+  });
+  // The data and four message buffers, plus at most a few small transfers (parameter checks).
+  for (const auto& result : results) {
+    const auto space = result.find(' ');
+    EXPECT_LE(std::stoi(result.substr(0, space)), 12) << result;
+    EXPECT_LE(std::stoi(result.substr(space + 1)), 12) << result;
+  }
 }
 
 TEST(GlooTransport, DeadPeerFailsTheNeighbourWithinTheTimeout) {

@@ -485,20 +485,32 @@ TEST(RuntimeSelection, ComponentsFollowTheCostModel) {
   EXPECT_EQ(bestComponents(4, 1e9, 3, link), 4);  // never more components than elements
 }
 
-// Streaming in segments adds about one segment's time per round, so fewer components pay:
-// with 256 KiB segments on a 155 Mbit/s link (N = 8, 64 MiB) c lands near 32-40, where the
-// emulated cluster measured its best, not in the hundreds.
-TEST(RuntimeSelection, SegmentFillTakesFewerComponents) {
+// Streamed in segments, a round keeps its link busy only with two segments or more: at N = 8,
+// 64 MiB on a 155 Mbit/s link with 256 KiB segments, c lands near d / (2 segments) = 128, where
+// the emulated cluster measured its best, not in the hundreds (plain model) nor at 24-40 (a whole
+// segment charged to every round).
+TEST(RuntimeSelection, StreamedRoundsTakeMessagesOfTwoSegments) {
   LinkModel slow{150e-6, 8.0 / 155e6, 0.1e-9, 256 * 1024};
   const double bytes = double(64 << 20);
   const int c = bestComponents(8, bytes, size_t(16) << 20, slow);
-  EXPECT_GE(c, 24) << c;
-  EXPECT_LE(c, 48) << c;
+  EXPECT_GE(c, 96) << c;
+  EXPECT_LE(c, 160) << c;
+  EXPECT_DOUBLE_EQ(streamedRoundBytes(1 << 20, slow), 1 << 20);
+  EXPECT_DOUBLE_EQ(streamedRoundBytes(384 << 10, slow), 512 << 10);
+  EXPECT_DOUBLE_EQ(streamedRoundBytes(64 << 10, slow), 128 << 10);
   LinkModel plain = slow;
   plain.segmentBytes = 0;
   EXPECT_GT(bestComponents(8, bytes, size_t(16) << 20, plain), 200);
-  for (int other = 8; other <= 512; other += 8)
-    EXPECT_LE(cerarSeconds(8, c, bytes, slow), cerarSeconds(8, other, bytes, slow) * (1 + 1e-9));
+  // The candidates it compares hold the minimum of the whole grid, here and on other links.
+  for (const LinkModel& link : {slow, plain, LinkModel{20e-6, 1e-9, 0.1e-9, 256 * 1024},
+                                LinkModel{2e-3, 8.0 / 1e9, 0, 64 * 1024}}) {
+    for (double d : {double(1 << 20), double(16 << 20), bytes, double(256u << 20)}) {
+      const int best = bestComponents(8, d, size_t(d / 4), link);
+      for (int other = 8; other <= 4096; other += 8)
+        EXPECT_LE(cerarSeconds(8, best, d, link), cerarSeconds(8, other, d, link) * (1 + 1e-9))
+            << "d " << d << " c " << best << " vs " << other;
+    }
+  }
 }
 
 TEST(RuntimeSelection, ForcedSettingsWinWhereCerarCanRun) {
