@@ -103,24 +103,28 @@ def table_md(run, d, rows):
                      f"{lim:.3f} | {r['best_s'] / lim:.2f} | {r['best_s'] / floor_s(r, rate):.2f} | "
                      + " | ".join(f"{r['best_s'] / rows[x]['best_s']:.2f}" for x in ref)
                      + f" | {r['max_rel_err']:.2g} |")
-    fit = excess_fit(rows, n, rate)
-    if fit:
-        lines.append(f"\nWhere CERAR's time over its limit goes (least squares over the c grid): "
-                     f"{fit[0]:.3f} s fixed + {fit[1] * 1e3:.2f} ms per round (c+N-2 rounds).")
+    fits = [(what, excess_fit(rows, n, rate, most)) for what, most in
+            (("c = N..16N", 16 * n), ("the whole grid", None))]
+    fits = [(what, fit) for what, fit in fits if fit]
+    if fits:
+        lines.append("\nWhere CERAR's time over its limit goes (least squares, excess = fixed + per round "
+                     "x (c+N-2)): " + "; ".join(f"over {what}: {fit[0]:.3f} s fixed + {fit[1] * 1e3:.2f} ms "
+                                                 f"per round ({fit[2]} points)" for what, fit in fits) + ".")
     return "\n".join(lines) + "\n"
 
 
-def excess_fit(rows, n, rate):
-    """excess = a + b*(c+N-2) over the cerar-c<k> rows: b is the per-round cost the limit omits
-    (latency, stalls), a the rest (start-up, bandwidth lost to the CPU or to TCP)."""
+def excess_fit(rows, n, rate, most=None):
+    """excess = a + b*(c+N-2) over the cerar-c<k> rows with c <= most: b is the per-round cost
+    the limit omits (latency, stalls, a link idle between short messages), a the rest
+    (start-up, bandwidth lost to the CPU or to TCP). Returns (a, b, points)."""
     pts = [(r["c"] + n - 2, r["best_s"] - limit_s(r, n, rate))
-           for k, r in rows.items() if k.startswith("cerar-c") and r.get("c")]
+           for k, r in rows.items() if k.startswith("cerar-c") and r.get("c") and (most is None or r["c"] <= most)]
     if len(pts) < 3:
         return None
     mx, my = sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts)
     sxx = sum((p[0] - mx) ** 2 for p in pts)
     b = sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx if sxx else 0.0
-    return my - b * mx, b
+    return my - b * mx, b, len(pts)
 
 
 def spread(row):
@@ -243,7 +247,7 @@ def single_size_bars(plt, series, col, xlabel, what):
     names = sorted(series, key=lambda k: series[k][0][col], reverse=True)
     values = [series[k][0][col] for k in names]
     fig, ax = plt.subplots(figsize=(8, 0.6 + 0.32 * len(names)))
-    colors = ["C0" if k.startswith("cerar") else "C7" for k in names]
+    colors = ["C0" if k.startswith("cerar") or k == "ring" else "C7" for k in names]  # ring: cerar's
     ax.barh(range(len(names)), values, color=colors)
     ax.set_yticks(range(len(names)))
     ax.set_yticklabels(names, fontsize=8)

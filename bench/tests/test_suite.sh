@@ -57,7 +57,8 @@ row = lambda name, c, t: dict(contender=name, n=4, bytes=64 << 20, c=c, runs_s=[
                               median_s=t, max_rel_err=0)
 json.dump(dict(config=dict(name="n4-100mbit", n=4, rate_mbit=100), rate_mbit=100.0,
                calibration=[dict(min_mbit=100.0)], probe=None, notes=[], command="x",
-               results=[row("ring", None, 8.0), row("cerar-auto", 32, 6.0), row("torch-gloo", None, 9.0)]),
+               results=[row("ring", None, 8.0), row("cerar-auto", 32, 6.0), row("torch-gloo", None, 9.0),
+                        row("cerar-c8", 8, 6.6), row("cerar-c16", 16, 6.2), row("cerar-c32", 32, 5.9)]),
           open(sys.argv[1] + "/n4-100mbit.json", "w"))
 EOF
   expect 0 "" /usr/bin/python3 "$REPORT" "$TMP/r"
@@ -71,6 +72,11 @@ bad = {k: (h.get(k), v) for k, v in want.items() if abs(h.get(k, 0) - v) > 1e-9}
 print("     ", bad or want)
 sys.exit(bool(bad))
 EOF
+  grep -q '^| 64 MiB | 32 | 6.000 | 32 | 5.900 | 1.017 | 0.000 | NO | 8.000 | 0.750 | 0.000 | yes |$' \
+    "$TMP/r/results.md" && ok "selection: auto against the best c and the ring, by medians" \
+    || bad "selection table"
+  grep -q "over c = N..16N: .* ms per round (3 points)" "$TMP/r/results.md" \
+    && ok "excess fit over the grid" || bad "excess fit"
   lossy_smoke
   if [ -z "$BIN" ]; then echo "SKIP cerar-bench-net parts: no build*/cerar-bench-net"; return 0; fi
   echo "# cerar-bench-net ($BIN)"
