@@ -240,7 +240,8 @@ def main(argv=None):
     p.add_argument("--name", help="results folder under bench/results (default: headline / sweep)")
     p.add_argument("--outdir", help="results folder (default: bench/results/NAME)")
     p.add_argument("--bin", default=find_bin(), help="cerar-bench-net (default: %(default)s)")
-    p.add_argument("--timeout", type=float, default=900, help="seconds per launch")
+    p.add_argument("--timeout", type=float,
+                   help="seconds per launch (900, scaled with the largest size above 64 MiB)")
     p.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     a = p.parse_args(argv)
     a.repeats = a.repeats if a.repeats is not None else (2 if a.headline else 3)  # headline: < 10 min
@@ -250,6 +251,8 @@ def main(argv=None):
                               (["4@400", "8@200"] if a.headline else ["4@400", "8@200", "4@100", "lo4"])]
     a.sizes = a.sizes or ([64 << 20] if a.headline else parse_sizes("1M,4M,16M,64M,256M"))
     a.name = a.name or ("headline" if a.headline else "sweep")
+    # One launch runs every size and repeat of a contender group: 256 MiB takes 4x as long.
+    a.timeout = a.timeout or 900 * max(1, max(a.sizes) / (64 << 20))
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", a.name):
         p.error("--name: letters, digits, _ . - only")
     a.outdir = a.outdir or os.path.join(HERE, "results", a.name)

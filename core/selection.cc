@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 namespace cerar {
 
@@ -14,11 +13,15 @@ double roundSeconds(double messageBytes, const LinkModel& link) {
 
 }  // namespace
 
-// The link stays busy only while a segment waits behind the one in flight; with m <= segment
-// the next round cannot start before this one has crossed.
+// Measured on the emulated cluster (bench/results/README.md, "Selection"): messages well under
+// a segment cost their length (they go out whole, within the transport's window and the
+// shaper's burst); a message of one to two segments leaves the link idle for about one
+// segment per round (the next round's first segment waits behind it). In between, m (1 + m/s)
+// joins the two without a step, so the search below never jumps across one.
 double streamedRoundBytes(double m, const LinkModel& link) {
-  if (link.segmentBytes <= 0) return m;
-  return std::max(m, 2 * std::min(m, link.segmentBytes));
+  const double s = link.segmentBytes;
+  if (s <= 0) return m;
+  return m <= s ? m * (1 + m / s) : std::max(m, 2 * s);
 }
 
 double ringSeconds(int N, double bytes, const LinkModel& link) {
@@ -33,34 +36,18 @@ double cerarSeconds(int N, int c, double bytes, const LinkModel& link) {
 
 int bestComponents(int N, double bytes, size_t elements, const LinkModel& link) {
   if (N <= 2) return N;
-  const double perByte = link.beta + link.gamma;
-  const double seg = link.segmentBytes;
-  // More components than elements only adds empty rounds.
-  const double maxR = std::max(1.0, std::floor(double(elements) / N));
-  // T(c) is piecewise (streamedRoundBytes): alpha-beta with messages of at least two segments, flat
-  // per round between one and two, alpha-beta with twice the bytes below one. Its minimum is
-  // at a branch's sqrt((N-2) d b / alpha) or at a breakpoint d/(2 seg), d/seg.
-  std::vector<double> ideal;
-  const auto sqrtOptimum = [&](double factor) {
-    return link.alpha > 0 ? std::sqrt(factor * (N - 2) * bytes * perByte / link.alpha)
-                          : double(elements);
-  };
-  ideal.push_back(sqrtOptimum(1));
-  if (seg > 0) {
-    ideal.push_back(sqrtOptimum(2));
-    ideal.push_back(bytes / (2 * seg));
-    ideal.push_back(bytes / seg);
-  }
+  // More components than elements only adds empty rounds; past a few thousand, rounds cost
+  // more than any saving (the search is exhaustive below that).
+  constexpr double kMaxComponents = 16384;
+  const double maxR =
+      std::max(1.0, std::floor(std::min(double(elements), kMaxComponents) / N));
   int best = N;
   double bestSeconds = cerarSeconds(N, N, bytes, link);
-  for (double x : ideal) {
-    for (double r : {std::floor(x / N), std::ceil(x / N)}) {
-      const int c = static_cast<int>(std::clamp(r, 1.0, maxR)) * N;
-      const double seconds = cerarSeconds(N, c, bytes, link);
-      if (seconds < bestSeconds || (seconds == bestSeconds && c < best)) {
-        best = c;
-        bestSeconds = seconds;
-      }
+  for (int r = 2; r <= int(maxR); ++r) {
+    const double seconds = cerarSeconds(N, r * N, bytes, link);
+    if (seconds < bestSeconds) {  // ties keep the smaller c
+      best = r * N;
+      bestSeconds = seconds;
     }
   }
   return best;

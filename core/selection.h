@@ -15,11 +15,12 @@ struct LinkModel {
   double alpha = 50e-6;
   double beta = 0.8e-9;
   double gamma = 0.2e-9;
-  // The executor streams rounds in segments of this size; its link idles unless a round's
-  // message spans two segments (one in flight, one queued behind it), so shorter messages pay
-  // up to twice their length per round. Charging every round a whole segment instead (the
-  // earlier model) picked c = 24-40 for 64 MiB on the emulated cluster, where c = 64-128
-  // measured faster side by side (bench/results/README.md); 0 gives the spec's plain model.
+  // The executor streams rounds in segments of this size. A round's message of one to two
+  // segments leaves the link idle for about a segment; one well under a segment costs its
+  // length (streamedRoundBytes). Charging every round a whole segment instead (the earlier
+  // model) picked c = 24-40 for 64 MiB on the emulated cluster, where c = 64-128 measured
+  // faster side by side, and the ring at 4 MiB, where c = 128-256 did (bench/results/README.md);
+  // 0 gives the spec's plain model.
   double segmentBytes = double(Executor::kDefaultSegmentBytes);
   // Per float32 byte, a 16-bit wire hop's decode, add and encode (the probe times it);
   // 0: twice gamma.
@@ -61,8 +62,8 @@ struct Selection {
   double predictedError = 0;  // the bound of the choice (error budget only)
 };
 
-// The bytes a streamed round of an m-byte message costs on the wire: max(m, 2 min(m, segment)),
-// the pipeline's idle link below two segments; m without segments.
+// The bytes a streamed round of an m-byte message costs on the wire, s the segment:
+// m (1 + m/s) up to one segment, then max(m, 2s); m without segments.
 double streamedRoundBytes(double m, const LinkModel& link);
 // Per round: alpha + streamedRoundBytes(m) (beta+gamma) for a message of m bytes: the spec's
 // alpha-beta model with the streamed pipeline's idle link.
@@ -70,8 +71,8 @@ double streamedRoundBytes(double m, const LinkModel& link);
 double ringSeconds(int N, double bytes, const LinkModel& link);
 // T(c) = (c+N-2) * per round with m = d/c.
 double cerarSeconds(int N, int c, double bytes, const LinkModel& link);
-// The multiple of N (>= N, <= max(N, elements)) with the lowest modelled time: next to
-// sqrt((N-2) d (beta+gamma) / alpha) or to where messages cross one or two segments.
+// The multiple of N (>= N, <= min(max(N, elements), 16384)) with the lowest modelled time
+// (without segments: next to sqrt((N-2) d (beta+gamma) / alpha)).
 int bestComponents(int N, double bytes, size_t elements, const LinkModel& link);
 
 // bestComponents' c times `scale`, rounded to a multiple of N within [N, max(N, elements)].

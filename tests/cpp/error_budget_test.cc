@@ -48,9 +48,11 @@ TEST(ErrorBudget, BoundsAreTheDocumentedFormulas) {
   ASSERT_GE(w, 2 * link.segmentBytes);
   EXPECT_DOUBLE_EQ(wireRingSeconds(8, 4.0 * k64MiB, link),
                    14 * (link.alpha + w * (link.beta + 4 * link.gamma)));
-  const double small = 2.0 * (64 << 10) / 8;  // 16 KiB per round: one segment, then idle
+  const double small = 2.0 * (64 << 10) / 8;  // 16 KiB per round: under one segment
   EXPECT_DOUBLE_EQ(wireRingSeconds(8, 4.0 * (64 << 10), link),
-                   14 * (link.alpha + 2 * small * (link.beta + 4 * link.gamma)));
+                   14 * (link.alpha + streamedRoundBytes(small, link) *
+                                          (link.beta + 4 * link.gamma)));
+  EXPECT_GT(streamedRoundBytes(small, link), small);
 }
 
 TEST(ErrorBudget, ChoicesOnAFixedModel) {

@@ -485,27 +485,34 @@ TEST(RuntimeSelection, ComponentsFollowTheCostModel) {
   EXPECT_EQ(bestComponents(4, 1e9, 3, link), 4);  // never more components than elements
 }
 
-// Streamed in segments, a round keeps its link busy only with two segments or more: at N = 8,
-// 64 MiB on a 155 Mbit/s link with 256 KiB segments, c lands near d / (2 segments) = 128, where
-// the emulated cluster measured its best, not in the hundreds (plain model) nor at 24-40 (a whole
-// segment charged to every round).
-TEST(RuntimeSelection, StreamedRoundsTakeMessagesOfTwoSegments) {
+// Streamed in segments of s, a round of one to two segments idles its link for about one
+// segment, one well under a segment costs its length: at N = 8 on a 155 Mbit/s link with
+// 256 KiB segments, 64 MiB lands near c = d/(2s) = 128 and 4 MiB on small messages (c in the
+// hundreds), where the emulated cluster measured its best; not c = 24-40 (a whole segment
+// charged to every round), nor the ring at 4 MiB.
+TEST(RuntimeSelection, StreamedRoundsAvoidMessagesOfOneToTwoSegments) {
   LinkModel slow{150e-6, 8.0 / 155e6, 0.1e-9, 256 * 1024};
   const double bytes = double(64 << 20);
   const int c = bestComponents(8, bytes, size_t(16) << 20, slow);
   EXPECT_GE(c, 96) << c;
   EXPECT_LE(c, 160) << c;
+  EXPECT_GE(bestComponents(8, double(4 << 20), size_t(1) << 20, slow), 128);
+  EXPECT_EQ(selectAlgorithm(8, DType::kFloat32, ReduceOp::kSum, size_t(1) << 20, slow,
+                            SelectionPolicy{}).algorithm, Algorithm::kCerar);
   EXPECT_DOUBLE_EQ(streamedRoundBytes(1 << 20, slow), 1 << 20);
   EXPECT_DOUBLE_EQ(streamedRoundBytes(384 << 10, slow), 512 << 10);
-  EXPECT_DOUBLE_EQ(streamedRoundBytes(64 << 10, slow), 128 << 10);
+  EXPECT_DOUBLE_EQ(streamedRoundBytes(256 << 10, slow), 512 << 10);
+  EXPECT_DOUBLE_EQ(streamedRoundBytes(64 << 10, slow), 80 << 10);
+  for (double m = 1024; m < 4 << 20; m *= 1.1)  // no step: the search never jumps across one
+    EXPECT_LE(streamedRoundBytes(m, slow), streamedRoundBytes(m * 1.1, slow)) << m;
   LinkModel plain = slow;
   plain.segmentBytes = 0;
   EXPECT_GT(bestComponents(8, bytes, size_t(16) << 20, plain), 200);
-  // The candidates it compares hold the minimum of the whole grid, here and on other links.
   for (const LinkModel& link : {slow, plain, LinkModel{20e-6, 1e-9, 0.1e-9, 256 * 1024},
                                 LinkModel{2e-3, 8.0 / 1e9, 0, 64 * 1024}}) {
     for (double d : {double(1 << 20), double(16 << 20), bytes, double(256u << 20)}) {
       const int best = bestComponents(8, d, size_t(d / 4), link);
+      EXPECT_EQ(best % 8, 0);
       for (int other = 8; other <= 4096; other += 8)
         EXPECT_LE(cerarSeconds(8, best, d, link), cerarSeconds(8, other, d, link) * (1 + 1e-9))
             << "d " << d << " c " << best << " vs " << other;
