@@ -113,12 +113,17 @@ def table_md(run, d, rows):
     return "\n".join(lines) + "\n"
 
 
+def grid_rows(rows):
+    """The cerar-c<k> contenders (fixed c)."""
+    return [r for k, r in rows.items() if k.startswith("cerar-c") and r.get("c")]
+
+
 def excess_fit(rows, n, rate, most=None):
     """excess = a + b*(c+N-2) over the cerar-c<k> rows with c <= most: b is the per-round cost
     the limit omits (latency, stalls, a link idle between short messages), a the rest
     (start-up, bandwidth lost to the CPU or to TCP). Returns (a, b, points)."""
     pts = [(r["c"] + n - 2, r["best_s"] - limit_s(r, n, rate))
-           for k, r in rows.items() if k.startswith("cerar-c") and r.get("c") and (most is None or r["c"] <= most)]
+           for r in grid_rows(rows) if most is None or r["c"] <= most]
     if len(pts) < 3:
         return None
     mx, my = sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts)
@@ -134,7 +139,7 @@ def spread(row):
     return (q3 - q1) / row["median_s"]
 
 
-def selection_md(run, table):
+def selection_md(table):
     """cerar-auto against the best c of the grid and the exact ring, by medians of the
     interleaved repeats. Where the grid also ran auto's c, that c was timed twice (two identical
     contenders on links of their own): its time is the mean of the two medians, and how far
@@ -146,22 +151,21 @@ def selection_md(run, table):
              "| noise | within | ring median s | auto ÷ ring | noise | not slower |", "|---" * 13 + "|"]
     for d in sorted(table):
         rows = table[d]
-        auto, ring = rows.get("cerar-auto"), rows.get("ring")
-        grid = {k: r for k, r in rows.items() if k.startswith("cerar-c") and r.get("c")}
+        auto, ring, grid = rows.get("cerar-auto"), rows.get("ring"), grid_rows(rows)
         if not auto or not grid or not ring:
             continue
-        best = min(grid.values(), key=lambda r: r["median_s"])
-        same = next((r for r in grid.values() if r["c"] == auto.get("c")), None)
-        twin = abs(auto["median_s"] / same["median_s"] - 1) if same else 0
+        best = min(grid, key=lambda r: r["median_s"])
+        same = next((r for r in grid if r["c"] == auto.get("c")), None)
+        twin = auto["median_s"] / same["median_s"] if same else None
         chosen = (auto["median_s"] + same["median_s"]) / 2 if same else auto["median_s"]
-        vs_best, s_best = chosen / best["median_s"], max(spread(auto), spread(best), twin)
-        vs_ring, s_ring = chosen / ring["median_s"], max(spread(auto), spread(ring), twin)
+        noise = max(spread(auto), abs(twin - 1) if same else 0)
+        vs_best, s_best = chosen / best["median_s"], max(noise, spread(best))
+        vs_ring, s_ring = chosen / ring["median_s"], max(noise, spread(ring))
         lines.append(f"| {size_text(d)} | {auto.get('c') or 'ring'} | {auto['median_s']:.3f} | "
-                     f"{auto['median_s'] / same['median_s']:.3f} | " if same else
-                     f"| {size_text(d)} | {auto.get('c') or 'ring'} | {auto['median_s']:.3f} |  | ")
-        lines[-1] += (f"{best['c']} | {best['median_s']:.3f} | {vs_best:.3f} | {s_best:.3f} | "
-                      f"{'yes' if vs_best - 1 <= s_best else 'NO'} | {ring['median_s']:.3f} | {vs_ring:.3f} | "
-                      f"{s_ring:.3f} | {'yes' if vs_ring - 1 <= s_ring else 'NO'} |")
+                     f"{f'{twin:.3f}' if same else ''} | {best['c']} | {best['median_s']:.3f} | "
+                     f"{vs_best:.3f} | {s_best:.3f} | {'yes' if vs_best - 1 <= s_best else 'NO'} | "
+                     f"{ring['median_s']:.3f} | {vs_ring:.3f} | {s_ring:.3f} | "
+                     f"{'yes' if vs_ring - 1 <= s_ring else 'NO'} |")
     return "\n".join(lines) + "\n" if len(lines) > 3 else ""
 
 
@@ -334,7 +338,7 @@ def write(outdir):
             md.append(table_md(run, d, table[d]))
             if lossy_rows(table[d]):
                 md.append(lossy_md(run, d, lossy_rows(table[d])))
-        md.append(selection_md(run, table))
+        md.append(selection_md(table))
         step = [d for d in table if not any(k.startswith(("cerar-rt", "torch-ddp")) for k in table[d])]
         if step:
             d = HEADLINE_BYTES if HEADLINE_BYTES in step else max(step)
