@@ -1,36 +1,21 @@
 """cerar.torch.ddp: DistributedDataParallel's buckets through cerar (4 ranks, started with
 torchrun's variables so that the gloo process group and cerar share one launch)."""
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
 from conftest import WORKERS, needs_runtime
+from ports import free_ports
 
 pytestmark = needs_runtime
 torch = pytest.importorskip("torch")
 NP = 4
 
 
-def two_free_ports():
-    """MASTER_PORT for torch's store; cerar's rendezvous takes the next port."""
-    for _ in range(50):
-        with socket.socket() as a:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-            try:
-                with socket.socket() as b:
-                    b.bind(("127.0.0.1", port + 1))
-                    return port
-            except OSError:
-                continue
-    pytest.skip("no two consecutive free ports")
-
-
 def run_ddp(mode, timeout=90):
-    port = two_free_ports()
+    port = free_ports(2)  # MASTER_PORT for torch's store; cerar's rendezvous takes the next
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("CERAR_", "OMPI_", "SLURM_", "MASTER_"))
             and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}

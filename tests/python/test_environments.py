@@ -1,21 +1,15 @@
 """init() without cerarrun: torchrun's, Open MPI's and SLURM's variables (rank 0 hosts the
 rendezvous store). Each test starts the ranks itself, as those launchers would."""
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
 from conftest import WORKERS, needs_runtime
+from ports import free_port
 
 pytestmark = needs_runtime
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_ranks(envs, timeout=60):

@@ -4,7 +4,6 @@ import json
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ import time
 import pytest
 
 from conftest import WORKERS, assert_ok, needs_runtime, run_job
+from ports import free_port
 
 pytestmark = needs_runtime
 
@@ -39,12 +39,6 @@ def test_each_status_code_has_its_class():
     result = subprocess.run([sys.executable, str(WORKERS / "status_codes.py")],
                             capture_output=True, text=True, timeout=60, env=env)
     assert result.returncode == 0 and "codes OK" in result.stdout, result.stdout + result.stderr
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 TIMEOUT_SECONDS = 3

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import WORKERS, assert_ok, needs_runtime, run_job
-from test_environments import free_port
+from ports import free_port
 
 pytestmark = needs_runtime
 
