@@ -5,16 +5,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ports import free_port
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 VARIANTS = ["ddp", "ddp-fp16", "cerar-ring", "cerar-auto", "cerar-budget"]
 
 
 def driver(tmp_path, *args):
-    # A target between the first and the second validation: every variant reaches it.
+    # A target between the first and the second validation: every variant reaches it. A
+    # reserved port: the driver's own choice is an ephemeral one, which concurrent tests share.
     done = subprocess.run(
         [sys.executable, str(BENCH / "time_to_accuracy.py"), "--loopback", "--ranks", "2",
          "--seeds", "1", "--tiny", "--quiet", "--python", sys.executable,
-         "--target-loss", "5.77", "--out", str(tmp_path), *args],
+         "--target-loss", "5.77", "--out", str(tmp_path), "--port", str(free_port()), *args],
         capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads((tmp_path / "results.json").read_text())["runs"]
