@@ -32,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MiB = 1 << 20
 THRESHOLDS_MB = [0, 1, 2, 4, 8, 16, 32, 64, 128]  # as AutotuneOptions
 CYCLES_MS = [0.5, 1, 2, 5, 10, 20]
-SCALES = [0.25, 0.5, 1, 2, 4]
+SCALES = [0.25, 0.5, 1, 2, 4, 8]
 
 
 def resnet50_step():

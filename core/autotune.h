@@ -41,7 +41,7 @@ struct AutotuneOptions {
   // the best cycle time), scales of c. An empty grid is not tuned.
   std::vector<uint64_t> thresholds = defaultThresholds();
   std::vector<double> cycleTimesMs = {0.5, 1, 2, 5, 10, 20};
-  std::vector<double> componentsScales = {0.25, 0.5, 1, 2, 4};
+  std::vector<double> componentsScales = {0.25, 0.5, 1, 2, 4, 8};
 
   static std::vector<uint64_t> defaultThresholds();  // 0 and 1..128 MiB in powers of two
 };

@@ -59,9 +59,9 @@ TEST(Autotune, FindsTheOptimumAndFreezesThere) {
   EXPECT_NEAR(tuner.bestScore(), kStepBytes / bowl(optimum), 1e-6 * kStepBytes);
 
   // Warm-up at the start point first, then one sample per distinct grid point of the four
-  // sweeps (9 thresholds at 1 ms, 6 cycle times, 9 thresholds at 2 ms, 5 scales; each
+  // sweeps (9 thresholds at 1 ms, 6 cycle times, 9 thresholds at 2 ms, 6 scales; each
   // sweep's best is measured once).
-  ASSERT_EQ(samples.size(), size_t(2 + 9 + 5 + 8 + 4));
+  ASSERT_EQ(samples.size(), size_t(2 + 9 + 5 + 8 + 5));
   EXPECT_TRUE(samples[0].warmup && samples[1].warmup);
   EXPECT_EQ(samples[0].point, start);
   std::set<TuningPoint> scored;

@@ -32,8 +32,8 @@ def test_ranks_with_different_tuning_settings_end_identical(tmp_path):
     assert [r["warmup"] for r in samples[:2]] == ["1", "0"], rows
     assert [int(r["sample"]) for r in samples] == list(range(len(samples)))
     # Four sweeps: 9 thresholds, 5 new cycle times, the thresholds again at the best cycle
-    # time (none new if that is the first sweep's), 4 new scales of c; no point twice.
-    assert len(samples) in (1 + 9 + 5 + 4, 1 + 9 + 5 + 8 + 4), rows
+    # time (none new if that is the first sweep's), 5 new scales of c; no point twice.
+    assert len(samples) in (1 + 9 + 5 + 5, 1 + 9 + 5 + 8 + 5), rows
     points = [(r["fusion_threshold_bytes"], r["cycle_time_ms"], r["components_scale"])
               for r in samples[1:]]
     assert len(set(points)) == len(points), points
