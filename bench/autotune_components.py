@@ -147,7 +147,7 @@ def main():
         subprocess.run([*netem, "up", "--ranks", str(args.np), "--rate-mbit", str(args.rate_mbit),
                         "--name", NETEM_PREFIX], check=True)
     try:
-        results = run(args, ["--worker", *sys.argv[1:]])
+        results = run(args, ["--worker", *sys.argv[1:]], script=__file__)
     finally:
         if args.rate_mbit:
             subprocess.run([*netem, "down", "--name", NETEM_PREFIX])

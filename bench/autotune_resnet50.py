@@ -168,8 +168,10 @@ class Captured:
         pass
 
 
-def run(args, extra):
-    worker = [sys.executable, os.path.abspath(__file__), *extra]
+def run(args, extra, script=__file__):
+    """Runs `script` (this one by default) with `extra` as a job of args.np ranks; returns the
+    RESULT lines' objects."""
+    worker = [sys.executable, os.path.abspath(script), *extra]
     if not args.rate_mbit:
         command = [sys.executable, "-m", "cerar.run", "-np", str(args.np), *worker]
         out = subprocess.run(command, capture_output=True, text=True, timeout=args.job_timeout)

@@ -63,7 +63,7 @@ std::string env(const char* name, const char* fallback) {
 // The c grid of the fixed contenders, then the auto one, then Gloo's; old-style Gloo last.
 std::vector<std::string> contenders(int n, const std::vector<std::string>& only) {
   std::vector<std::string> all = {"ring"};
-  for (int k : {1, 2, 4, 8, 16, 32}) all.push_back("cerar-c" + std::to_string(k * n));
+  for (int k : {1, 2, 4, 8, 16, 32, 64, 128}) all.push_back("cerar-c" + std::to_string(k * n));
   for (const char* name : {"cerar-auto", "gloo-ring", "gloo-bcube", "gloo-ringchunked", "gloo-hd"})
     all.push_back(name);
   if (only.empty()) return all;
