@@ -38,7 +38,7 @@ double wireRingSeconds(int N, double bytes, const LinkModel& link) {
   const double gammaWire = link.gammaWire > 0 ? link.gammaWire : 2 * link.gamma;
   // gammaWire is per float32 byte: twice that per 16-bit byte.
   return 2.0 * (N - 1) *
-         (link.alpha + streamedRoundBytes(message, link) * (link.beta + 2 * gammaWire));
+         (transferSeconds(message, link) + arithmeticBytes(message, link) * 2 * gammaWire);
 }
 
 Selection selectWithinBudget(const BudgetQuery& q, const LinkModel& link,

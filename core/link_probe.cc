@@ -33,6 +33,21 @@ double fastestRound(Transport& t, size_t bytes, int repeats) {
   return best;
 }
 
+// Seconds per round of back-to-back rounds of `bytes`-byte messages (at least 1 MiB in all),
+// the faster of two streams: a lock-step stream is what a CERAR or ring run puts on the links,
+// and links that drop bursts show it only there (single rounds ride on an idle link).
+double streamedRound(Transport& t, size_t bytes) {
+  const int rounds = int(std::max<size_t>(1, (size_t(1) << 20) / bytes));
+  std::vector<std::byte> out(bytes), in(bytes);
+  double best = 1e30;
+  for (int stream = 0; stream < 2; ++stream) {
+    const auto start = Clock::now();
+    for (int r = 0; r < rounds; ++r) ringRoundSeconds(t, out, in);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count() / rounds);
+  }
+  return best;
+}
+
 double codecSecondsPerByte() {
   constexpr size_t kElements = 1 << 18;  // 1 MiB of f32
   std::vector<float> y(kElements, 1.0f), g(kElements, 2.0f), msg(kElements);
@@ -64,24 +79,31 @@ double wireSecondsPerByte() {
 LinkModel probeLink(Transport& t) {
   LinkModel link;
   if (t.size() == 1) return link;
-  constexpr size_t kLarge = 2u << 20;
-  const double small = fastestRound(t, 8, 16);
-  const double large = fastestRound(t, kLarge, 3);
-  link.alpha = std::max(small, 1e-7);
-  link.beta = std::max((large - small) / kLarge, 1e-12);
+  link.alpha = std::max(fastestRound(t, 8, 16), 1e-7);
+  // 16 KiB to 4 MiB, the messages of c from a few N to thousands at the sizes CERAR runs.
+  double floor = link.alpha;  // rounds of longer messages take no less time
+  for (size_t bytes = 16u << 10; bytes <= (4u << 20); bytes *= 4) {
+    floor = std::max(floor, streamedRound(t, bytes));
+    link.rounds.push_back({double(bytes), floor});
+  }
+  const auto& last = link.rounds.back();
+  link.beta = std::max((last.seconds - link.alpha) / last.bytes, 1e-12);
   link.gamma = codecSecondsPerByte();
   link.gammaWire = wireSecondsPerByte();
 
   // Every rank adopts rank 0's figures: selection must agree bit for bit across ranks.
-  const double values[4] = {link.alpha, link.beta, link.gamma, link.gammaWire};
-  std::vector<uint8_t> figures(sizeof values);
-  std::memcpy(figures.data(), values, sizeof values);
+  std::vector<double> values = {link.alpha, link.beta, link.gamma, link.gammaWire};
+  for (const auto& point : link.rounds) values.push_back(point.seconds);
+  std::vector<uint8_t> figures(values.size() * sizeof(double));
+  std::memcpy(figures.data(), values.data(), figures.size());
   figures = broadcastBytes(t, figures, 0);
-  double agreed[4];
-  std::memcpy(agreed, figures.data(), sizeof agreed);
-  LinkModel out{agreed[0], agreed[1], agreed[2]};
-  out.gammaWire = agreed[3];
-  return out;
+  std::memcpy(values.data(), figures.data(), figures.size());
+  link.alpha = values[0];
+  link.beta = values[1];
+  link.gamma = values[2];
+  link.gammaWire = values[3];
+  for (size_t i = 0; i < link.rounds.size(); ++i) link.rounds[i].seconds = values[4 + i];
+  return link;
 }
 
 }  // namespace cerar

@@ -8,7 +8,7 @@ namespace cerar {
 namespace {
 
 double roundSeconds(double messageBytes, const LinkModel& link) {
-  return link.alpha + streamedRoundBytes(messageBytes, link) * (link.beta + link.gamma);
+  return transferSeconds(messageBytes, link) + arithmeticBytes(messageBytes, link) * link.gamma;
 }
 
 }  // namespace
@@ -22,6 +22,26 @@ double streamedRoundBytes(double m, const LinkModel& link) {
   const double s = link.segmentBytes;
   if (s <= 0) return m;
   return m <= s ? m * (1 + m / s) : std::max(m, 2 * s);
+}
+
+double transferSeconds(double m, const LinkModel& link) {
+  const auto& points = link.rounds;
+  if (points.empty()) return link.alpha + streamedRoundBytes(m, link) * link.beta;
+  if (m >= points.back().bytes) return points.back().seconds * m / points.back().bytes;
+  double bytes = 0, seconds = link.alpha;  // the segment [previous point, this point]
+  for (const auto& point : points) {
+    if (m <= point.bytes) {
+      const double t = (m - bytes) / (point.bytes - bytes);
+      return seconds + t * (point.seconds - seconds);
+    }
+    bytes = point.bytes;
+    seconds = point.seconds;
+  }
+  return seconds;  // not reached
+}
+
+double arithmeticBytes(double m, const LinkModel& link) {
+  return link.rounds.empty() ? streamedRoundBytes(m, link) : m;
 }
 
 double ringSeconds(int N, double bytes, const LinkModel& link) {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "ops/communicator.h"
 
@@ -25,6 +26,16 @@ struct LinkModel {
   // Per float32 byte, a 16-bit wire hop's decode, add and encode (the probe times it);
   // 0: twice gamma.
   double gammaWire = 0;
+  // Seconds per round of back-to-back ring rounds of `bytes`-byte messages, as the probe
+  // streamed them on these links (increasing bytes). Where present it replaces alpha, beta
+  // and the segment term: on links that drop bursts the cost per byte depends on the message
+  // (at N=8 on the emulated cluster, 42 ns/B for 16-32 KiB messages, 60 for 256 KiB, 47 for
+  // 4 MiB; flat at N=4), which one alpha and one beta cannot describe.
+  struct RoundPoint {
+    double bytes = 0;
+    double seconds = 0;
+  };
+  std::vector<RoundPoint> rounds = {};
 };
 
 struct SelectionPolicy {
@@ -65,8 +76,14 @@ struct Selection {
 // The bytes a streamed round of an m-byte message costs on the wire, s the segment:
 // m (1 + m/s) up to one segment, then max(m, 2s); m without segments.
 double streamedRoundBytes(double m, const LinkModel& link);
-// Per round: alpha + streamedRoundBytes(m) (beta+gamma) for a message of m bytes: the spec's
-// alpha-beta model with the streamed pipeline's idle link.
+// A round's transfer of an m-byte message, arithmetic excluded: the probe's streamed rounds
+// interpolated linearly in m (from alpha at 0 below the first, at the last's rate above the
+// last) where measured, else alpha + streamedRoundBytes(m) beta.
+double transferSeconds(double m, const LinkModel& link);
+// The bytes a round's arithmetic is charged for: m with measured rounds, else
+// streamedRoundBytes(m) (the spec's model with the streamed pipeline's idle link).
+double arithmeticBytes(double m, const LinkModel& link);
+// Per round: transferSeconds(m) + arithmeticBytes(m) gamma for a message of m bytes.
 // T = 2(N-1) * per round with m = d/N, d in bytes.
 double ringSeconds(int N, double bytes, const LinkModel& link);
 // T(c) = (c+N-2) * per round with m = d/c.

@@ -1,0 +1,52 @@
+// The link probe: streamed rounds from 16 KiB to 4 MiB, every rank with rank 0's figures.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "core/link_probe.h"
+#include "ops/transport/inproc.h"
+
+namespace cerar {
+namespace {
+
+TEST(LinkProbe, StreamedRoundsAndOneSetOfFiguresOnEveryRank) {
+  constexpr int N = 4;
+  InprocHub hub(N, std::chrono::seconds(20));
+  std::vector<LinkModel> links(N);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < N; ++rank)
+    threads.emplace_back([&, rank] { links[rank] = probeLink(*hub.connect(rank)); });
+  for (auto& thread : threads) thread.join();
+
+  const LinkModel& link = links[0];
+  ASSERT_EQ(link.rounds.size(), 5u);
+  double bytes = 16 << 10;
+  for (size_t i = 0; i < link.rounds.size(); ++i, bytes *= 4) {
+    EXPECT_EQ(link.rounds[i].bytes, bytes);
+    EXPECT_GE(link.rounds[i].seconds, i ? link.rounds[i - 1].seconds : link.alpha);
+  }
+  EXPECT_GT(link.alpha, 0);
+  EXPECT_GT(link.beta, 0);
+  EXPECT_GT(link.gamma, 0);
+  for (const LinkModel& other : links) {  // bit for bit: selection must agree everywhere
+    EXPECT_EQ(other.alpha, link.alpha);
+    EXPECT_EQ(other.beta, link.beta);
+    EXPECT_EQ(other.gamma, link.gamma);
+    EXPECT_EQ(other.gammaWire, link.gammaWire);
+    ASSERT_EQ(other.rounds.size(), link.rounds.size());
+    for (size_t i = 0; i < link.rounds.size(); ++i) {
+      EXPECT_EQ(other.rounds[i].bytes, link.rounds[i].bytes);
+      EXPECT_EQ(other.rounds[i].seconds, link.rounds[i].seconds);
+    }
+  }
+}
+
+TEST(LinkProbe, OneRankMeasuresNothing) {
+  InprocHub hub(1, std::chrono::seconds(5));
+  EXPECT_TRUE(probeLink(*hub.connect(0)).rounds.empty());
+}
+
+}  // namespace
+}  // namespace cerar
