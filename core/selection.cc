@@ -13,11 +13,10 @@ double roundSeconds(double messageBytes, const LinkModel& link) {
 
 }  // namespace
 
-// Measured on the emulated cluster (bench/results/README.md, "Selection"): messages well under
-// a segment cost their length (they go out whole, within the transport's window and the
-// shaper's burst); a message of one to two segments leaves the link idle for about one
-// segment per round (the next round's first segment waits behind it). In between, m (1 + m/s)
-// joins the two without a step, so the search below never jumps across one.
+// The model of links not probed (no LinkModel::rounds): messages well under a segment cost
+// their length; a message of one to two segments leaves the link idle for about one segment
+// per round (the next round's first segment waits behind it), as first measured with c up to
+// 32N. In between, m (1 + m/s) joins the two without a step, so the search never jumps.
 double streamedRoundBytes(double m, const LinkModel& link) {
   const double s = link.segmentBytes;
   if (s <= 0) return m;

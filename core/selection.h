@@ -16,12 +16,9 @@ struct LinkModel {
   double alpha = 50e-6;
   double beta = 0.8e-9;
   double gamma = 0.2e-9;
-  // The executor streams rounds in segments of this size. A round's message of one to two
-  // segments leaves the link idle for about a segment; one well under a segment costs its
-  // length (streamedRoundBytes). Charging every round a whole segment instead (the earlier
-  // model) picked c = 24-40 for 64 MiB on the emulated cluster, where c = 64-128 measured
-  // faster side by side, and the ring at 4 MiB, where c = 128-256 did (bench/results/README.md);
-  // 0 gives the spec's plain model.
+  // Without measured rounds: the executor streams rounds in segments of this size; a round's
+  // message of one to two segments is charged an idle segment, one well under a segment its
+  // length (streamedRoundBytes); 0 gives the spec's plain model.
   double segmentBytes = double(Executor::kDefaultSegmentBytes);
   // Per float32 byte, a 16-bit wire hop's decode, add and encode (the probe times it);
   // 0: twice gamma.
