@@ -1,5 +1,5 @@
 // The runtime's pure parts: configuration, negotiation messages and matching, response cache,
-// fusion planner, algorithm selection, stall inspector, scaling helpers.
+// fusion planner, stall inspector, scaling helpers (algorithm selection: selection_test.cc).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -148,16 +148,6 @@ TEST(Negotiation, TuningTravelsInTheResponse) {
   EXPECT_EQ(decodeResponseMessage(encode(m)).tuning, m.tuning);
   m.tuning.point.cycleTimeMs = 0;
   EXPECT_THROW(decodeResponseMessage(encode(m)), Error);
-}
-
-// c's scale: a multiple of N around the model's c, within [N, elements].
-TEST(Selection, ScaledComponents) {
-  EXPECT_EQ(scaledComponents(4, 32, 1.0, 1 << 20), 32);
-  EXPECT_EQ(scaledComponents(4, 32, 2.0, 1 << 20), 64);
-  EXPECT_EQ(scaledComponents(4, 32, 0.25, 1 << 20), 8);
-  EXPECT_EQ(scaledComponents(4, 8, 0.25, 1 << 20), 4);   // never below N
-  EXPECT_EQ(scaledComponents(4, 32, 4.0, 40), 40);       // never more than the elements
-  EXPECT_EQ(scaledComponents(4, 12, 0.5, 1 << 20), 8);   // 6 rounds to a multiple of 4
 }
 
 // --- negotiation ---------------------------------------------------------------------------
@@ -357,7 +347,7 @@ TEST(RuntimeCache, LeastRecentlyUsedIsEvictedIdenticallyEverywhere) {
   EXPECT_EQ(off.find(unit("x")), -1);
 }
 
-// --- fusion and selection ---------------------------------------------------------------------
+// --- fusion ---------------------------------------------------------------------------------
 
 Response allreduceUnit(const std::string& name, int64_t elements, DType dtype = DType::kFloat32) {
   Response r{{name}, request(name, {elements}).description, {}, "", {}};
@@ -451,134 +441,6 @@ TEST(RuntimeNegotiation, AlltoallSplitsBecomeTheMatrixAndJoinRefusesScatters) {
     EXPECT_EQ(answer.responses[i].errorPeer, 2);
   }
   EXPECT_TRUE(answer.responses[2].error.empty()) << answer.responses[2].error;
-}
-
-TEST(RuntimeSelection, RingForSmallIntegerMinMaxAndTwoRanks) {
-  LinkModel link;
-  SelectionPolicy automatic;
-  const size_t big = 64u << 20;
-  EXPECT_EQ(selectAlgorithm(4, DType::kFloat32, ReduceOp::kSum, 1000, link, automatic).algorithm,
-            Algorithm::kRing);
-  EXPECT_EQ(selectAlgorithm(4, DType::kInt32, ReduceOp::kSum, big, link, automatic).algorithm,
-            Algorithm::kRing);
-  EXPECT_EQ(selectAlgorithm(4, DType::kFloat32, ReduceOp::kMax, big, link, automatic).algorithm,
-            Algorithm::kRing);
-  EXPECT_EQ(selectAlgorithm(2, DType::kFloat32, ReduceOp::kSum, big, link, automatic).algorithm,
-            Algorithm::kRing);
-  Selection s = selectAlgorithm(8, DType::kFloat32, ReduceOp::kSum, big, link, automatic);
-  EXPECT_EQ(s.algorithm, Algorithm::kCerar);
-  EXPECT_EQ(s.components % 8, 0);
-  EXPECT_GT(s.components, 8);
-  EXPECT_EQ(s.eps, defaultEps(DType::kFloat32));
-  EXPECT_LT(s.predictedSeconds, ringSeconds(8, big * 4.0, link));
-}
-
-TEST(RuntimeSelection, ComponentsFollowTheCostModel) {
-  LinkModel link{100e-6, 1e-9, 0, 0};  // no segment: the spec's plain alpha-beta model
-  // sqrt((N-2) d b / alpha) = sqrt(6 * 2^26 * 1e-9 / 1e-4) ~ 63.5 -> a multiple of 8 near it.
-  const int c = bestComponents(8, double(1 << 26), size_t(1) << 24, link);
-  EXPECT_TRUE(c == 56 || c == 64) << c;
-  for (int other = 8; other <= 256; other += 8) {
-    EXPECT_LE(cerarSeconds(8, c, double(1 << 26), link),
-              cerarSeconds(8, other, double(1 << 26), link) * (1 + 1e-9));
-  }
-  EXPECT_EQ(bestComponents(4, 1e9, 3, link), 4);  // never more components than elements
-}
-
-// Streamed in segments of s, a round of one to two segments idles its link for about one
-// segment, one well under a segment costs its length: at N = 8 on a 155 Mbit/s link with
-// 256 KiB segments, 64 MiB lands near c = d/(2s) = 128 and 4 MiB on small messages (c in the
-// hundreds), where the emulated cluster measured its best; not c = 24-40 (a whole segment
-// charged to every round), nor the ring at 4 MiB.
-TEST(RuntimeSelection, StreamedRoundsAvoidMessagesOfOneToTwoSegments) {
-  LinkModel slow{150e-6, 8.0 / 155e6, 0.1e-9, 256 * 1024};
-  const double bytes = double(64 << 20);
-  const int c = bestComponents(8, bytes, size_t(16) << 20, slow);
-  EXPECT_GE(c, 96) << c;
-  EXPECT_LE(c, 160) << c;
-  EXPECT_GE(bestComponents(8, double(4 << 20), size_t(1) << 20, slow), 128);
-  EXPECT_EQ(selectAlgorithm(8, DType::kFloat32, ReduceOp::kSum, size_t(1) << 20, slow,
-                            SelectionPolicy{}).algorithm, Algorithm::kCerar);
-  EXPECT_DOUBLE_EQ(streamedRoundBytes(1 << 20, slow), 1 << 20);
-  EXPECT_DOUBLE_EQ(streamedRoundBytes(384 << 10, slow), 512 << 10);
-  EXPECT_DOUBLE_EQ(streamedRoundBytes(256 << 10, slow), 512 << 10);
-  EXPECT_DOUBLE_EQ(streamedRoundBytes(64 << 10, slow), 80 << 10);
-  for (double m = 1024; m < 4 << 20; m *= 1.1)  // no step: the search never jumps across one
-    EXPECT_LE(streamedRoundBytes(m, slow), streamedRoundBytes(m * 1.1, slow)) << m;
-  LinkModel plain = slow;
-  plain.segmentBytes = 0;
-  EXPECT_GT(bestComponents(8, bytes, size_t(16) << 20, plain), 200);
-  for (const LinkModel& link : {slow, plain, LinkModel{20e-6, 1e-9, 0.1e-9, 256 * 1024},
-                                LinkModel{2e-3, 8.0 / 1e9, 0, 64 * 1024}}) {
-    for (double d : {double(1 << 20), double(16 << 20), bytes, double(256u << 20)}) {
-      const int best = bestComponents(8, d, size_t(d / 4), link);
-      EXPECT_EQ(best % 8, 0);
-      for (int other = 8; other <= 4096; other += 8)
-        EXPECT_LE(cerarSeconds(8, best, d, link), cerarSeconds(8, other, d, link) * (1 + 1e-9))
-            << "d " << d << " c " << best << " vs " << other;
-    }
-  }
-}
-
-// The probe's streamed rounds (LinkModel::rounds) as measured at 200 Mbit/s on the emulated
-// cluster: at N = 8 the links drop bursts and cost 42 ns/B for 16 KiB messages but 60 for
-// 256 KiB; at N = 4 they cost 42-43 ns/B at every size.
-LinkModel measuredLink(bool dropsBursts) {
-  LinkModel link{64e-6, 47e-9, 0.09e-9};
-  const double n8[] = {0.70e-3, 3.29e-3, 15.8e-3, 52.2e-3, 197e-3};
-  const double n4[] = {0.70e-3, 2.82e-3, 11.07e-3, 44.3e-3, 177e-3};
-  for (int i = 0; i < 5; ++i)
-    link.rounds.push_back({double(16 << 10) * (1 << (2 * i)), dropsBursts ? n8[i] : n4[i]});
-  return link;
-}
-
-TEST(RuntimeSelection, MeasuredRoundsInterpolateAndReplaceTheSegmentTerm) {
-  const LinkModel link = measuredLink(true);
-  for (const auto& point : link.rounds)
-    EXPECT_DOUBLE_EQ(transferSeconds(point.bytes, link), point.seconds);
-  EXPECT_DOUBLE_EQ(transferSeconds(0, link), link.alpha);
-  EXPECT_DOUBLE_EQ(transferSeconds(40 << 10, link), (0.70e-3 + 3.29e-3) / 2);
-  EXPECT_DOUBLE_EQ(transferSeconds(8 << 20, link), 2 * 197e-3);  // the last point's rate
-  EXPECT_DOUBLE_EQ(arithmeticBytes(256 << 10, link), 256 << 10);  // no segment term
-  for (double m = 1024; m < 16 << 20; m *= 1.1)
-    EXPECT_LE(transferSeconds(m, link), transferSeconds(m * 1.1, link)) << m;
-}
-
-// Where the links drop bursts, c keeps messages at the cheap 16-32 KiB (the emulated cluster's
-// fastest at N = 8: c = 512-1024 at 16 MiB, 1024 the best of its grid at 64 MiB); where they
-// do not, every c from 8N up costs about the same and the choice is the plain model's.
-TEST(RuntimeSelection, MeasuredRoundsSteerCToCheapMessages) {
-  const LinkModel drops = measuredLink(true), flat = measuredLink(false);
-  for (double d : {double(16 << 20), double(64 << 20)}) {
-    const int c = bestComponents(8, d, size_t(d / 4), drops);
-    EXPECT_LE(d / c, 40 << 10) << d << " c " << c;
-    EXPECT_GE(d / c, 12 << 10) << d << " c " << c;
-    const int f = bestComponents(4, d, size_t(d / 4), flat);
-    for (int other = 4; other <= 16384; other += 4)
-      EXPECT_LE(cerarSeconds(4, f, d, flat), cerarSeconds(4, other, d, flat) * (1 + 1e-9));
-    EXPECT_LT(cerarSeconds(4, f, d, flat), 1.02 * cerarSeconds(4, 32, d, flat));
-  }
-  // The ring's long messages at the last point's rate; CERAR where it pays.
-  EXPECT_EQ(selectAlgorithm(8, DType::kFloat32, ReduceOp::kSum, size_t(4) << 20, drops,
-                            SelectionPolicy{}).algorithm, Algorithm::kCerar);
-}
-
-TEST(RuntimeSelection, ForcedSettingsWinWhereCerarCanRun) {
-  LinkModel link;
-  SelectionPolicy forced;
-  forced.algorithm = "cerar";
-  forced.components = 12;
-  forced.eps = 1e-3;
-  Selection s = selectAlgorithm(4, DType::kFloat64, ReduceOp::kSum, 100, link, forced);
-  EXPECT_EQ(s.algorithm, Algorithm::kCerar);
-  EXPECT_EQ(s.components, 12);
-  EXPECT_EQ(s.eps, 1e-3);
-  EXPECT_EQ(selectAlgorithm(4, DType::kFloat32, ReduceOp::kMin, 100, link, forced).algorithm,
-            Algorithm::kRing);
-  SelectionPolicy ring;
-  ring.algorithm = "ring";
-  EXPECT_EQ(selectAlgorithm(16, DType::kFloat32, ReduceOp::kSum, 1u << 28, link, ring).algorithm,
-            Algorithm::kRing);
 }
 
 TEST(RuntimeStall, WarnsByMissingRankThenFails) {
