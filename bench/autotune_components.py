@@ -19,11 +19,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from autotune_resnet50 import emulated_cluster, run, tune_until_frozen  # noqa: E402
 MiB = 1 << 20
 SCALES = [0.25, 0.5, 1, 2, 4, 8]  # as AutotuneOptions::componentsScales
 
@@ -60,21 +61,11 @@ def worker(args):
             seconds, c = measure(components_scale=s)
             report("sweep", repeat=repeat, scale=s, c=c, step_s=seconds)
 
-    # The ranks agree when to stop (they may see the freeze in different steps).
-    cerar.init(autotune=True, autotune_warmup_samples=args.autotune_warmup,
-               autotune_steps_per_sample=args.autotune_steps)
-    steps, tuning_s = 0, time.perf_counter()
-    while True:
-        step()
-        steps += 1
-        frozen = np.array([int(cerar.stats()["autotune_frozen"])], dtype=np.int32)
-        if cn.allreduce(frozen, op=cerar.Max, name="frozen")[0] or steps >= args.max_steps:
-            break
-    stats = cerar.stats()
+    steps, tuning_s, stats = tune_until_frozen(step, args)
     point = dict(fusion_threshold_bytes=stats["fusion_threshold_bytes"],
                  cycle_time_ms=stats["cycle_time_ms"], components_scale=stats["components_scale"])
     cerar.shutdown()
-    report("tuned", steps=steps, tuning_s=time.perf_counter() - tuning_s, **point)
+    report("tuned", steps=steps, tuning_s=tuning_s, **point)
     for repeat in range(args.repeats):
         for label, settings in (("model", {}), ("frozen", point)):
             seconds, c = measure(**settings)
@@ -140,17 +131,8 @@ def main():
     if args.worker:
         worker(args)
         return
-    sys.path.insert(0, HERE)
-    from autotune_resnet50 import NETEM_PREFIX, run
-    netem = [os.path.join(HERE, "netem.sh")]
-    if args.rate_mbit:
-        subprocess.run([*netem, "up", "--ranks", str(args.np), "--rate-mbit", str(args.rate_mbit),
-                        "--name", NETEM_PREFIX], check=True)
-    try:
+    with emulated_cluster(args):
         results = run(args, ["--worker", *sys.argv[1:]], script=__file__)
-    finally:
-        if args.rate_mbit:
-            subprocess.run([*netem, "down", "--name", NETEM_PREFIX])
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "results": results}, f, indent=1)

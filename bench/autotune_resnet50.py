@@ -21,6 +21,7 @@ Prints the sweep's table, steps until frozen, and the frozen point's step time a
 sweep's best with the spread of both. Step time = median of a setting's measured steps.
 """
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -102,20 +103,7 @@ def worker(args):
                         components_scale=s)
             report("sweep", threshold_mb=t, cycle_ms=c, components_scale=s, **r)
 
-    # Autotuning from the defaults; the ranks agree when to stop (they may see the freeze in
-    # different steps), at the cost of one 4-byte all-reduce per step.
-    cerar.init(autotune=True, autotune_warmup_samples=args.autotune_warmup,
-               autotune_steps_per_sample=args.autotune_steps,
-               autotune_log=args.autotune_log or "")
-    steps, tuning_s = 0, time.perf_counter()
-    while True:
-        step()
-        steps += 1
-        frozen = np.array([int(cerar.stats()["autotune_frozen"])], dtype=np.int32)
-        if cn.allreduce(frozen, op=cerar.Max, name="frozen")[0] or steps >= args.max_steps:
-            break
-    tuning_s = time.perf_counter() - tuning_s
-    stats = cerar.stats()
+    steps, tuning_s, stats = tune_until_frozen(step, args, args.autotune_log or "")
     point = {"threshold_mb": stats["fusion_threshold_bytes"] / MiB,
              "cycle_ms": stats["cycle_time_ms"], "components_scale": stats["components_scale"],
              "frozen": stats["autotune_frozen"]}
@@ -125,6 +113,27 @@ def worker(args):
     cerar.shutdown()
     report("tuned", steps=steps, tuning_s=tuning_s, step_s=statistics.median(times),
            times=times, **point)
+
+
+def tune_until_frozen(step, args, log=""):
+    """CERAR_AUTOTUNE from the defaults, stepping until it freezes (or args.max_steps); the
+    runtime is left running. The ranks agree when to stop (they may see the freeze in different
+    steps), at the cost of one 4-byte all-reduce per step. Returns (steps, seconds, stats)."""
+    import numpy as np
+
+    import cerar
+    import cerar.numpy as cn
+
+    cerar.init(autotune=True, autotune_warmup_samples=args.autotune_warmup,
+               autotune_steps_per_sample=args.autotune_steps, autotune_log=log)
+    steps, start = 0, time.perf_counter()
+    while True:
+        step()
+        steps += 1
+        frozen = np.array([int(cerar.stats()["autotune_frozen"])], dtype=np.int32)
+        if cn.allreduce(frozen, op=cerar.Max, name="frozen")[0] or steps >= args.max_steps:
+            break
+    return steps, time.perf_counter() - start, cerar.stats()
 
 
 def agreed_best(sweep):
@@ -166,6 +175,20 @@ class Captured:
 
     def flush(self):
         pass
+
+
+@contextlib.contextmanager
+def emulated_cluster(args):
+    """With --rate-mbit, the emulated cluster's namespaces (bench/netem.sh) for the block."""
+    netem = os.path.join(HERE, "netem.sh")
+    if args.rate_mbit:
+        subprocess.run([netem, "up", "--ranks", str(args.np), "--rate-mbit", str(args.rate_mbit),
+                        "--name", NETEM_PREFIX], check=True)
+    try:
+        yield
+    finally:
+        if args.rate_mbit:
+            subprocess.run([netem, "down", "--name", NETEM_PREFIX])
 
 
 def run(args, extra, script=__file__):
@@ -230,14 +253,8 @@ def main():
     where = (f"emulated cluster @ {args.rate_mbit} Mbit/s" if args.rate_mbit else "loopback")
     print(f"{args.np} ranks, ResNet-50 gradients (161 float32 tensors, 97.5 MiB), {where}",
           flush=True)
-    if args.rate_mbit:
-        subprocess.run([os.path.join(HERE, "netem.sh"), "up", "--ranks", str(args.np),
-                        "--rate-mbit", str(args.rate_mbit), "--name", NETEM_PREFIX], check=True)
-    try:
+    with emulated_cluster(args):
         measure_all(args, common)
-    finally:
-        if args.rate_mbit:
-            subprocess.run([os.path.join(HERE, "netem.sh"), "down", "--name", NETEM_PREFIX])
 
 
 def measure_all(args, common):
