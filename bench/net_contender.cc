@@ -228,8 +228,8 @@ int main(int argc, char** argv) {
       all.push_back(std::move(c));
     }
     // alpha, beta of small/large ring exchanges on these links, gamma of the codec (rank 0's).
-    cerar::LinkModel link = cerar::probeLink(*main);
-    link.segmentBytes = double(s.segmentBytes);  // the model's pipeline fill: our segments
+    // Its streamed rounds replace the segment term, so --segment-bytes moves only the executor.
+    const cerar::LinkModel link = cerar::probeLink(*main);
     if (rank == 0)
       std::printf("{\"probe\": {\"n\": %d, \"alpha_s\": %.9g, \"beta_s_per_byte\": %.9g, "
                   "\"gamma_s_per_byte\": %.9g}}\n", n, link.alpha, link.beta, link.gamma);
