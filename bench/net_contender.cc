@@ -5,7 +5,7 @@
 // prints one JSON line per (size, contender): per run the slowest rank's seconds, best, median.
 //
 // usage: cerar-bench-net [--sizes 1M,64M] [--repeats R] [--only NAME,PREFIX...]
-//                        [--timeout-s S] [--segment-bytes B]
+//                        [--timeout-s S] [--segment-bytes B] [--window-bytes W]
 #include <gloo/allreduce.h>
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/allreduce_ring_chunked.h>
@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "core/selection.h"
 #include "bench/gloo_allreduce.h"
 #include "ops/communicator.h"
+#include "ops/paced_link.h"
 #include "ops/transport/gloo_tcp.h"
 
 namespace {
@@ -38,7 +40,8 @@ struct Settings {
   int repeats = 3;
   std::vector<std::string> only;
   int timeoutS = 300;
-  size_t segmentBytes = cerar::Executor::kDefaultSegmentBytes;
+  // Unset: the probe's pacing (ops/paced_link.h); either flag fixes both.
+  std::optional<cerar::Pacing> pacing;
 };
 
 size_t parseBytes(const std::string& text) {
@@ -163,9 +166,16 @@ void report(cerar::TcpStore& store, const Contender& c, const std::string& key, 
   std::fflush(stdout);
 }
 
+// The pacing the flags fix (from the executor's defaults).
+cerar::Pacing& fixed(Settings& s) {
+  if (!s.pacing) s.pacing = cerar::Pacing{};
+  return *s.pacing;
+}
+
 int usage(const char* why) {
   std::fprintf(stderr, "cerar-bench-net: %s\nusage: cerar-bench-net [--sizes 1M,64M] "
-               "[--repeats R] [--only NAME,PREFIX...] [--timeout-s S] [--segment-bytes B]\n", why);
+               "[--repeats R] [--only NAME,PREFIX...] [--timeout-s S] [--segment-bytes B] "
+               "[--window-bytes W]\n", why);
   return 2;
 }
 
@@ -184,7 +194,8 @@ int main(int argc, char** argv) {
       } else if (flag == "--repeats") s.repeats = std::stoi(value);
       else if (flag == "--only") s.only = split(value);
       else if (flag == "--timeout-s") s.timeoutS = std::stoi(value);
-      else if (flag == "--segment-bytes") s.segmentBytes = parseBytes(value);
+      else if (flag == "--segment-bytes") fixed(s).segmentBytes = parseBytes(value);
+      else if (flag == "--window-bytes") fixed(s).windowBytes = parseBytes(value);
       else return usage(("unknown argument " + flag).c_str());
     }
   } catch (const std::exception&) {
@@ -224,15 +235,19 @@ int main(int argc, char** argv) {
       c.transport = cerar::connectGloo(store, rank, n, gloo);
       c.communicator = std::make_unique<cerar::Communicator>(
           std::shared_ptr<cerar::Transport>(c.transport.get(), [](cerar::Transport*) {}),
-          s.segmentBytes);
+          std::make_unique<cerar::Executor>());
       all.push_back(std::move(c));
     }
     // alpha, beta of small/large ring exchanges on these links, gamma of the codec (rank 0's).
     // Its streamed rounds replace the segment term, so --segment-bytes moves only the executor.
     const cerar::LinkModel link = cerar::probeLink(*main);
+    const cerar::Pacing pacing = s.pacing.value_or(cerar::pacingFor(size_t(link.windowBytes)));
+    for (auto& c : all) c.communicator->setPacing(pacing);
     if (rank == 0)
       std::printf("{\"probe\": {\"n\": %d, \"alpha_s\": %.9g, \"beta_s_per_byte\": %.9g, "
-                  "\"gamma_s_per_byte\": %.9g}}\n", n, link.alpha, link.beta, link.gamma);
+                  "\"gamma_s_per_byte\": %.9g, \"window_bytes\": %zu, "
+                  "\"segment_bytes\": %zu}}\n",
+                  n, link.alpha, link.beta, link.gamma, pacing.windowBytes, pacing.segmentBytes);
     std::fflush(stdout);
 
     const size_t maxCount = *std::max_element(s.sizes.begin(), s.sizes.end()) / sizeof(float);

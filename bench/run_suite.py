@@ -92,15 +92,22 @@ class Suite:
         return sink.rows
 
     def calibrate(self, cfg):
-        cmd = [sys.executable, os.path.join(HERE, "tcp_ring.py"), "--ranks", str(cfg["n"]),
-               "--bytes", str(CAL_BYTES), "--port", str(29650)]
-        if cfg["rate_mbit"]:
-            cmd += ["--netns-prefix", PREFIX]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        if out.returncode:
-            raise RuntimeError(f"calibration failed: {out.stderr.strip()}")
-        res = json.loads(out.stdout.strip().splitlines()[-1])
-        self.say(f"calibrated {cfg['name']}: min {res['min_mbit']} Mbit/s {res['rank_mbit']}")
+        """The link rate: raw TCP rings, free and with a 64 KiB send window (a free stream loses
+        packets on links with shallow queues, a paced one not); the faster, the stricter limit."""
+        found = []
+        for window in ([], ["--window", "64K"]):
+            cmd = [sys.executable, os.path.join(HERE, "tcp_ring.py"), "--ranks", str(cfg["n"]),
+                   "--bytes", str(CAL_BYTES), "--port", str(29650)] + window
+            if cfg["rate_mbit"]:
+                cmd += ["--netns-prefix", PREFIX]
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            if out.returncode:
+                raise RuntimeError(f"calibration failed: {out.stderr.strip()}")
+            found.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        res = max(found, key=lambda r: r["min_mbit"])
+        res = dict(res, free_mbit=found[0]["min_mbit"], windowed_mbit=found[1]["min_mbit"])
+        self.say(f"calibrated {cfg['name']}: min {res['min_mbit']} Mbit/s {res['rank_mbit']} "
+                 f"(free {res['free_mbit']}, 64 KiB window {res['windowed_mbit']})")
         return res
 
     def mpi(self, cfg, sizes):

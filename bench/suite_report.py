@@ -311,7 +311,7 @@ def write(outdir):
     runs = load(outdir)
     heads = [h for h in map(headline, runs) if h]
     md = ["# Results\n", f"Command: `sudo {runs[0]['command']}`\n" if runs else "",
-          "B = the calibrated link rate (tcp_ring.py, best of before/after the contenders); "
+          "B = the calibrated link rate (tcp_ring.py free and with a 64 KiB window, best of before/after the contenders); "
           "times are the slowest rank's, best of the repeats.\n",
           "## Headline\n",
           "| config | d | B Mbit/s | c auto | CERAR auto s | ÷ its limit | ÷ d/B | ring s | ring ÷ limit "

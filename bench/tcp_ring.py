@@ -50,11 +50,18 @@ def worker(a):
     t0 = time.monotonic()
     sent = [None]
 
+    got = [0]
+    arrived = threading.Condition()
+    chunk = min(CHUNK, a.window // 2) if a.window else CHUNK
+
     def send():
-        data = memoryview(bytearray(CHUNK))
+        data = memoryview(bytearray(chunk))
         left = a.bytes
         while left:
-            n = min(left, CHUNK)
+            n = min(left, chunk)
+            if a.window:  # at most `window` bytes ahead of what arrived from prev
+                with arrived:
+                    arrived.wait_for(lambda: a.bytes - left + n - got[0] <= a.window)
             out.sendall(data[:n])
             left -= n
         sent[0] = time.monotonic() - t0
@@ -63,12 +70,13 @@ def worker(a):
     th = threading.Thread(target=send)
     th.start()
     buf = memoryview(bytearray(CHUNK))
-    got = 0
-    while got < a.bytes:
-        n = inc.recv_into(buf, min(CHUNK, a.bytes - got))
+    while got[0] < a.bytes:
+        n = inc.recv_into(buf, min(CHUNK, a.bytes - got[0]))
         if n == 0:
-            raise SystemExit(f"rank {a.rank}: peer closed after {got} of {a.bytes} bytes")
-        got += n
+            raise SystemExit(f"rank {a.rank}: peer closed after {got[0]} of {a.bytes} bytes")
+        with arrived:
+            got[0] += n
+            arrived.notify()
     recv_s = time.monotonic() - t0
     th.join()
     inc.recv(1)  # wait for the sender's FIN, so nobody closes with data in flight
@@ -89,6 +97,8 @@ def main():
     p.add_argument("--ranks", type=int, required=True)
     p.add_argument("--bytes", type=parse_bytes, required=True)
     p.add_argument("--netns-prefix", default="")
+    p.add_argument("--window", type=parse_bytes, default=0,
+                   help="send at most this many bytes ahead of what arrived (default: no limit)")
     p.add_argument("--port", type=int, default=29600)
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--rank", type=int, help=argparse.SUPPRESS)  # internal: run as that rank
@@ -107,6 +117,8 @@ def main():
     for i in range(a.ranks):
         cmd = [sys.executable, os.path.abspath(__file__), "--ranks", str(a.ranks), "--bytes", str(a.bytes),
                "--port", str(a.port), "--timeout", str(a.timeout), "--rank", str(i)]
+        if a.window:
+            cmd += ["--window", str(a.window)]
         if a.netns_prefix:
             cmd = ["ip", "netns", "exec", f"{a.netns_prefix}{i}"] + cmd + ["--netns-prefix", a.netns_prefix]
         procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,

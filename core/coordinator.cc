@@ -8,6 +8,7 @@
 #include "core/link_probe.h"
 #include "ops/collectives.h"
 #include "ops/common/error.h"
+#include "ops/paced_link.h"
 
 namespace cerar {
 namespace {
@@ -106,10 +107,12 @@ void Coordinator::probe() {
     link_.gammaWire = 0;  // twice the given gamma: a test's figures decide alone
   }
   const LinkModel& link = link_;
+  dispatcher_.setPacing(pacingFor(size_t(link.windowBytes)));
   logger_.log(LogLevel::kInfo, detail::concat("link model: alpha ", link.alpha * 1e6,
                                               " us, beta ", link.beta * 1e9, " ns/B, gamma ",
                                               link.gamma * 1e9, " ns/B, 16-bit wire ",
-                                              link.gammaWire * 1e9, " ns/B"));
+                                              link.gammaWire * 1e9, " ns/B, send window ",
+                                              link.windowBytes / 1024, " KiB"));
 }
 
 void Coordinator::setBlameBoard(std::shared_ptr<BlameBoard> board, bool hostedByRankZero) {

@@ -172,8 +172,14 @@ Dispatcher::Group& Dispatcher::groupFor(const ProcessSet& set) {
     std::shared_ptr<Transport> links = base_->channel(uint32_t(set.id));
     group = std::make_unique<Group>(
         std::make_shared<SubsetTransport>(links ? links : base_, set.ranks));
+    group->communicator.setPacing(pacing_);
   }
   return *group;
+}
+
+void Dispatcher::setPacing(const Pacing& pacing) {
+  pacing_ = pacing;
+  for (auto& [id, group] : groups_) group->communicator.setPacing(pacing);
 }
 
 void Dispatcher::record(const std::vector<const Response*>& units, const char* phase,

@@ -50,6 +50,8 @@ class Dispatcher {
                  const FusedGroup& decision, RuntimeStats& stats);
   // Set `id` is gone: drops its view of the links.
   void forget(int32_t id) { groups_.erase(id); }
+  // How every group's host runs stream (from the probed links, the same on every rank).
+  void setPacing(const Pacing& pacing);
 
  private:
   DeviceUnit allreduce(const std::vector<const Response*>& units,
@@ -86,6 +88,7 @@ class Dispatcher {
 
   std::shared_ptr<Transport> base_;
   std::map<int32_t, std::unique_ptr<Group>> groups_;
+  Pacing pacing_;
   Group* group_ = nullptr;        // the set of the group being run
   const ProcessSet* set_ = nullptr;
   AdasumRunner adasum_;

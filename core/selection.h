@@ -33,6 +33,9 @@ struct LinkModel {
     double seconds = 0;
   };
   std::vector<RoundPoint> rounds = {};
+  // The send window the probe found to stream faster than none (ops/paced_link.h), 0 for
+  // none; rounds longer than it are charged the paced rate.
+  double windowBytes = 0;
 };
 
 struct SelectionPolicy {

@@ -59,6 +59,8 @@ class Communicator {
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }
   Transport& transport() { return *transport_; }
+  // How later runs stream (Pacing); the host executor takes it, a device runner keeps its own.
+  void setPacing(const Pacing& pacing) { runner_->setPacing(pacing); }
 
   // Sums (or min/max with the ring) `count` elements at `data` across ranks, in place.
   RunStats allreduce(void* data, size_t count, DType dtype, const AllreduceOptions& options);

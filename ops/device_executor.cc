@@ -83,7 +83,8 @@ RunStats DeviceExecutor::run(const Plan& plan, DeviceTransport& transport, void*
       throw TimeoutError(detail::concat("rank ", plan.rank, ": device work not done after ",
                                         transport.timeout().count(), " ms"), plan.rank);
   };
-  return runPlan(plan, transport, data, dtypeSize(params.dtype), segmentBytes_, codec, prepare,
+  return runPlan(plan, transport, data, dtypeSize(params.dtype), Pacing{segmentBytes_, 0}, codec,
+                 prepare,
                  completion_ == Completion::kWait ? std::function<void()>(finish) : nullptr);
 }
 

@@ -72,8 +72,13 @@ RunStats PlanRunner::runUnlessAnyRank(const Plan& plan, Transport& transport, vo
   return run(plan, transport, data, params);
 }
 
-Executor::Executor(size_t segmentBytes) : segmentBytes_(segmentBytes) {
-  CERAR_ENFORCE(segmentBytes > 0, "segment size must be positive");
+Executor::Executor(size_t segmentBytes) : Executor(Pacing{segmentBytes, 0}) {}
+
+Executor::Executor(const Pacing& pacing) { setPacing(pacing); }
+
+void Executor::setPacing(const Pacing& pacing) {
+  CERAR_ENFORCE(pacing.segmentBytes > 0, "segment size must be positive");
+  pacing_ = pacing;
 }
 
 Executor::~Executor() = default;
@@ -98,10 +103,10 @@ RunStats Executor::runHost(const Plan& plan, Transport& transport, void* data,
                          "a 16-bit wire sums float32 data only, got ", dtypeName(params.dtype));
     // Segments of the same bytes on the wire as the float32 ring's.
     return runWireRing(plan, transport, static_cast<float*>(data), params.wire, wire_,
-                       std::max<size_t>(1, segmentBytes_ / 2));
+                       std::max<size_t>(1, pacing_.segmentBytes / 2), pacing_.windowBytes);
   }
   HostCodec codec(params);
-  return runPlan(plan, transport, data, dtypeSize(params.dtype), segmentBytes_, codec,
+  return runPlan(plan, transport, data, dtypeSize(params.dtype), pacing_, codec,
                  [&](size_t bytes) {
                    for (auto* buffers : {send_, recv_}) {
                      for (int i = 0; i < 2; ++i)

@@ -36,6 +36,13 @@ struct RunStats {
   bool wireFallback = false;
 };
 
+// How a run streams its rounds: in segments of segmentBytes, with at most about windowBytes
+// in flight to the next rank (0: no window; ops/paced_link.h). Never changes a result.
+struct Pacing {
+  size_t segmentBytes = 256 * 1024;
+  size_t windowBytes = 0;
+};
+
 // Runs a plan on one buffer over a transport: the Executor below on host memory, or the
 // device executor (ops/codec/cuda) on device memory.
 class PlanRunner {
@@ -43,6 +50,8 @@ class PlanRunner {
   virtual ~PlanRunner() = default;
   virtual RunStats run(const Plan& plan, Transport& transport, void* data,
                        const CodecParams& params) = 0;
+  // Streaming of later runs (the runtime's from the probed links); a runner may keep its own.
+  virtual void setPacing(const Pacing& /*pacing*/) {}
   // Whether run() takes host memory (host-side post-passes need it).
   virtual bool hostMemory() const { return true; }
   // Whether any of the `count` elements at `data` (memory as run() takes it) is beyond
@@ -66,9 +75,11 @@ class PlanRunner {
 // Thread safety: one run at a time per executor; buffers are kept between runs.
 class Executor : public PlanRunner {
  public:
-  static constexpr size_t kDefaultSegmentBytes = 256 * 1024;
+  static constexpr size_t kDefaultSegmentBytes = Pacing{}.segmentBytes;
 
   explicit Executor(size_t segmentBytes = kDefaultSegmentBytes);
+  explicit Executor(const Pacing& pacing);
+  void setPacing(const Pacing& pacing) override;
   ~Executor() override;
 
   // Runs `plan` in place on `data` (plan.d elements of params.dtype). The transport's rank and
@@ -83,7 +94,7 @@ class Executor : public PlanRunner {
   RunStats runHost(const Plan& plan, Transport& transport, void* data, const CodecParams& params,
                    InBandVerdict* verdict);
 
-  size_t segmentBytes_;
+  Pacing pacing_;
   std::vector<std::byte> send_[2];
   std::vector<std::byte> recv_[2];
   WireBuffers wire_;

@@ -8,9 +8,9 @@
 namespace cerar {
 
 PlanRun::PlanRun(const Plan& plan, Transport& transport, std::byte* data, size_t elementBytes,
-                 size_t segmentElements, void* const* send, void* const* recv,
-                 SegmentCodec& codec, InBandVerdict* verdict)
-    : plan_(plan), transport_(transport), data_(data), elementBytes_(elementBytes),
+                 size_t segmentElements, size_t windowBytes, void* const* send,
+                 void* const* recv, SegmentCodec& codec, InBandVerdict* verdict)
+    : plan_(plan), link_(transport, windowBytes), data_(data), elementBytes_(elementBytes),
       segment_(segmentElements), send_(send), recv_(recv), codec_(codec), verdict_(verdict) {
   if (verdict_ != nullptr) {
     // Rounds 1..N-1 are loop 0 of CERAR: they read the buffer and write only the message
@@ -41,7 +41,7 @@ bool PlanRun::execute(RunStats& stats) {
       if (verdict_->any) {
         // Every rank got the same flag: all stop here, with round t-1's message in flight.
         round_ = t - 1;
-        for (size_t k = 0; k < arrivedSegments; ++k) transport_.waitRecv(transport_.prev());
+        for (size_t k = 0; k < arrivedSegments; ++k) link_.waitRecv();
         waitSendsThrough(L + 1, 0);
         stats.rounds = t - 1;
         return false;
@@ -51,13 +51,13 @@ bool PlanRun::execute(RunStats& stats) {
     if (t <= flagRounds_) sendFlag(t);
     if (t + 1 <= flagRounds_) {  // ahead of round t+1's receives, posted below
       round_ = t + 1;
-      transport_.postRecv(transport_.prev(), &verdict_->flags[plan_.N + t + 1], 1);
+      link_.postRecv(&verdict_->flags[plan_.N + t + 1], 1);
     }
     const size_t count = std::max({sendSegments, arrivedSegments, nextSegments});
     for (size_t k = 0; k < count; ++k) {
       if (k < arrivedSegments) {
         round_ = t - 1;  // the message of round t-1 arrives in step t
-        transport_.waitRecv(transport_.prev());
+        link_.waitRecv();
       }
       if (k < sendSegments) sendSegment(t, *round, k);
       if (t > L && k < arrivedSegments) storeFinal(k);
@@ -80,7 +80,7 @@ bool PlanRun::execute(RunStats& stats) {
 // All receives of round t, its flag first (rounds 1..flagRounds_).
 void PlanRun::postReceives(int t) {
   round_ = t;
-  if (t <= flagRounds_) transport_.postRecv(transport_.prev(), &verdict_->flags[plan_.N + t], 1);
+  if (t <= flagRounds_) link_.postRecv(&verdict_->flags[plan_.N + t], 1);
   const size_t elements = plan_.rounds[t - 1].receive;
   for (size_t k = 0; k < segments(elements); ++k) postReceive(t, elements, k);
 }
@@ -91,13 +91,13 @@ void PlanRun::sendFlag(int t) {
   round_ = t;
   verdict_->flags[t] = verdict_->any || verdict_->mine ? 1 : 0;
   verdict_->any = verdict_->flags[t] != 0;
-  transport_.postSend(transport_.next(), &verdict_->flags[t], 1);
+  link_.postSend(&verdict_->flags[t], 1);
   pendingSends_.emplace_back(t, 0);
 }
 
 void PlanRun::receiveFlag(int t) {
   round_ = t;
-  transport_.waitRecv(transport_.prev());
+  link_.waitRecv();
   if (verdict_->flags[plan_.N + t] != 0) verdict_->any = true;
 }
 
@@ -134,7 +134,7 @@ std::byte* PlanRun::arrived(int t, size_t k) const {
 void PlanRun::postReceive(int t, size_t elements, size_t k) {
   std::byte* to = at(recv_[t % 2], k * segment_);
   if (const Range* range = storedUnchanged(t)) to = out(*range, k);
-  transport_.postRecv(transport_.prev(), to, segmentLength(elements, k) * elementBytes_);
+  link_.postRecv(to, segmentLength(elements, k) * elementBytes_);
 }
 
 // Sends complete in posting order; wait for those up to and including (t, k).
@@ -142,7 +142,7 @@ void PlanRun::waitSendsThrough(int t, size_t k) {
   while (!pendingSends_.empty() && pendingSends_.front() <= std::make_pair(t, k)) {
     round_ = pendingSends_.front().first;
     pendingSends_.pop_front();
-    transport_.waitSend(transport_.next());
+    link_.waitSend();
   }
 }
 
@@ -181,7 +181,7 @@ void PlanRun::sendSegment(int t, const Round& round, size_t k) {
       break;
   }
   round_ = t;  // after waitSendsThrough, which may have named an older round
-  transport_.postSend(transport_.next(), source, n * elementBytes_);
+  link_.postSend(source, n * elementBytes_);
   pendingSends_.emplace_back(t, k);
 }
 
@@ -212,7 +212,7 @@ void checkPlanFits(const Plan& plan, const Transport& transport) {
 }  // namespace
 
 RunStats runPlan(const Plan& plan, Transport& transport, void* data, size_t elementBytes,
-                 size_t segmentBytes, SegmentCodec& codec,
+                 const Pacing& pacing, SegmentCodec& codec,
                  const std::function<RunBuffers(size_t bytes)>& prepare,
                  const std::function<void()>& finish, InBandVerdict* verdict) {
   checkPlanFits(plan, transport);
@@ -227,8 +227,8 @@ RunStats runPlan(const Plan& plan, Transport& transport, void* data, size_t elem
       {transport, buffers.send[0], messageBytes}, {transport, buffers.send[1], messageBytes},
       {transport, buffers.recv[0], messageBytes}, {transport, buffers.recv[1], messageBytes}};
   PlanRun run(plan, transport, static_cast<std::byte*>(data), elementBytes,
-              std::max<size_t>(1, segmentBytes / elementBytes), buffers.send, buffers.recv,
-              codec, verdict);
+              std::max<size_t>(1, pacing.segmentBytes / elementBytes), pacing.windowBytes,
+              buffers.send, buffers.recv, codec, verdict);
   try {
     if (run.execute(stats)) {
       if (finish) finish();

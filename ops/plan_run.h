@@ -12,6 +12,7 @@
 
 #include "ops/algorithms/plan.h"
 #include "ops/executor.h"
+#include "ops/paced_link.h"
 
 namespace cerar {
 
@@ -43,8 +44,8 @@ struct InBandVerdict {
 class PlanRun {
  public:
   PlanRun(const Plan& plan, Transport& transport, std::byte* data, size_t elementBytes,
-          size_t segmentElements, void* const* send, void* const* recv, SegmentCodec& codec,
-          InBandVerdict* verdict = nullptr);
+          size_t segmentElements, size_t windowBytes, void* const* send, void* const* recv,
+          SegmentCodec& codec, InBandVerdict* verdict = nullptr);
 
   // Rounds t = 1..L, then a virtual round L+1 that only stores the last message received (or,
   // for a reduce-scatter, adds it to this rank's own slice). With a verdict, rounds 1..N-1 (which
@@ -70,7 +71,7 @@ class PlanRun {
   void receiveFlag(int t);
 
   const Plan& plan_;
-  Transport& transport_;
+  PacedLink link_;
   std::byte* data_;
   size_t elementBytes_;
   size_t segment_;
@@ -96,7 +97,7 @@ struct RunBuffers {
 // verdict (a CERAR plan with c > N > 1, host memory): see PlanRun::execute; a run stopped by it
 // returns with nonFiniteFallback set and calls no `finish`.
 RunStats runPlan(const Plan& plan, Transport& transport, void* data, size_t elementBytes,
-                 size_t segmentBytes, SegmentCodec& codec,
+                 const Pacing& pacing, SegmentCodec& codec,
                  const std::function<RunBuffers(size_t bytes)>& prepare,
                  const std::function<void()>& finish = {}, InBandVerdict* verdict = nullptr);
 

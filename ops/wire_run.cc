@@ -6,6 +6,7 @@
 #include <deque>
 
 #include "ops/common/error.h"
+#include "ops/paced_link.h"
 
 namespace cerar {
 
@@ -17,8 +18,8 @@ namespace {
 class WireRing {
  public:
   WireRing(const Plan& plan, Transport& transport, float* data, Wire wire, size_t segment,
-           WireBuffers& b)
-      : plan_(plan), transport_(transport), data_(data), wire_(wire), segment_(segment),
+           size_t windowBytes, WireBuffers& b)
+      : plan_(plan), link_(transport, windowBytes), data_(data), wire_(wire), segment_(segment),
         b_(b) {}
 
   void execute(RunStats& stats) {
@@ -35,7 +36,7 @@ class WireRing {
       for (size_t k = 0; k < count; ++k) {
         if (k < arrivedSegments) {
           round_ = t - 1;  // the message of round t-1 arrives in step t
-          transport_.waitRecv(transport_.prev());
+          link_.waitRecv();
         }
         if (k < sendSegments) sendSegment(t, *r, k);
         if (t > L && k < arrivedSegments) storeFinal(k);
@@ -64,8 +65,7 @@ class WireRing {
   }
 
   void postReceive(int t, size_t n, size_t k) {
-    transport_.postRecv(transport_.prev(), b_.recv[t % 2].data() + k * segment_,
-                        length(n, k) * 2);
+    link_.postRecv(b_.recv[t % 2].data() + k * segment_, length(n, k) * 2);
   }
 
   // Sends complete in posting order; wait for those up to and including (t, k).
@@ -73,7 +73,7 @@ class WireRing {
     while (!pending_.empty() && pending_.front() <= std::make_pair(t, k)) {
       round_ = pending_.front().first;
       pending_.pop_front();
-      transport_.waitSend(transport_.next());
+      link_.waitSend();
     }
   }
 
@@ -112,7 +112,7 @@ class WireRing {
         CERAR_ENFORCE(false, "a 16-bit wire runs the exact ring only, not ",
                       actionName(r.action));
     }
-    transport_.postSend(transport_.next(), message, n * 2);
+    link_.postSend(message, n * 2);
     pending_.emplace_back(t, k);
   }
 
@@ -125,7 +125,7 @@ class WireRing {
   }
 
   const Plan& plan_;
-  Transport& transport_;
+  PacedLink link_;
   float* data_;
   Wire wire_;
   size_t segment_;
@@ -137,7 +137,7 @@ class WireRing {
 }  // namespace
 
 RunStats runWireRing(const Plan& plan, Transport& transport, float* data, Wire wire,
-                     WireBuffers& buffers, size_t segmentElements) {
+                     WireBuffers& buffers, size_t segmentElements, size_t windowBytes) {
   CERAR_ENFORCE(transport.size() == plan.N && transport.rank() == plan.rank, "plan for rank ",
                 plan.rank, " of ", plan.N, " run on transport rank ", transport.rank(), " of ",
                 transport.size());
@@ -151,7 +151,7 @@ RunStats runWireRing(const Plan& plan, Transport& transport, float* data, Wire w
     for (int i = 0; i < 2; ++i)
       if (list[i].size() < plan.maxMessage) list[i].resize(plan.maxMessage);
   if (buffers.scratch.size() < plan.maxMessage) buffers.scratch.resize(plan.maxMessage);
-  WireRing ring(plan, transport, data, wire, segmentElements, buffers);
+  WireRing ring(plan, transport, data, wire, segmentElements, windowBytes, buffers);
   try {
     ring.execute(stats);
   } catch (const Error& e) {

@@ -16,9 +16,10 @@
 namespace cerar {
 
 // Runs `plan` (a ring plan: no CERAR actions, no reduce-scatter finish) in place on plan.d
-// floats at `data`, summing, in segments of `segmentElements` 16-bit elements. bytesSent
-// counts the 16-bit wire. A failure is rethrown with "in round t of L" added.
+// floats at `data`, summing, in segments of `segmentElements` 16-bit elements, with the send
+// window of ops/paced_link.h (0: none). bytesSent counts the 16-bit wire. A failure is
+// rethrown with "in round t of L" added.
 RunStats runWireRing(const Plan& plan, Transport& transport, float* data, Wire wire,
-                     WireBuffers& buffers, size_t segmentElements);
+                     WireBuffers& buffers, size_t segmentElements, size_t windowBytes = 0);
 
 }  // namespace cerar

@@ -1,4 +1,4 @@
-// The link probe: streamed rounds from 16 KiB to 4 MiB, every rank with rank 0's figures.
+// The link probe: streamed rounds from 16 KiB to 2 MiB, every rank with rank 0's figures.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -22,9 +22,9 @@ TEST(LinkProbe, StreamedRoundsAndOneSetOfFiguresOnEveryRank) {
 
   const LinkModel& link = links[0];
   ASSERT_EQ(link.rounds.size(), 5u);
-  double bytes = 16 << 10;
-  for (size_t i = 0; i < link.rounds.size(); ++i, bytes *= 4) {
-    EXPECT_EQ(link.rounds[i].bytes, bytes);
+  const double bytes[] = {16 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20};
+  for (size_t i = 0; i < link.rounds.size(); ++i) {
+    EXPECT_EQ(link.rounds[i].bytes, bytes[i]);
     EXPECT_GE(link.rounds[i].seconds, i ? link.rounds[i - 1].seconds : link.alpha);
   }
   EXPECT_GT(link.alpha, 0);
@@ -35,6 +35,7 @@ TEST(LinkProbe, StreamedRoundsAndOneSetOfFiguresOnEveryRank) {
     EXPECT_EQ(other.beta, link.beta);
     EXPECT_EQ(other.gamma, link.gamma);
     EXPECT_EQ(other.gammaWire, link.gammaWire);
+    EXPECT_EQ(other.windowBytes, link.windowBytes);
     ASSERT_EQ(other.rounds.size(), link.rounds.size());
     for (size_t i = 0; i < link.rounds.size(); ++i) {
       EXPECT_EQ(other.rounds[i].bytes, link.rounds[i].bytes);

@@ -20,11 +20,12 @@ struct SimulationResult {
   std::vector<RunStats> stats;
 };
 
-// Runs allreduce in place on every rank's buffer; rethrows the first rank's exception.
+// Runs allreduce in place on every rank's buffer, streamed with `pacing`; rethrows the first
+// rank's exception.
 template <typename T>
-SimulationResult simulate(std::vector<std::vector<T>>& buffers, const AllreduceOptions& options,
-                          size_t segmentBytes = Executor::kDefaultSegmentBytes,
-                          DType dtype = dtypeOf<T>()) {
+SimulationResult simulatePaced(std::vector<std::vector<T>>& buffers,
+                               const AllreduceOptions& options, const Pacing& pacing,
+                               DType dtype = dtypeOf<T>()) {
   const int N = static_cast<int>(buffers.size());
   InprocHub hub(N, std::chrono::seconds(20));
   SimulationResult result;
@@ -34,7 +35,7 @@ SimulationResult simulate(std::vector<std::vector<T>>& buffers, const AllreduceO
   for (int rank = 0; rank < N; ++rank) {
     threads.emplace_back([&, rank] {
       try {
-        Communicator communicator(hub.connect(rank), segmentBytes);
+        Communicator communicator(hub.connect(rank), std::make_unique<Executor>(pacing));
         result.stats[rank] = communicator.allreduce(buffers[rank].data(), buffers[rank].size(),
                                                     dtype, options);
       } catch (...) {
@@ -46,6 +47,14 @@ SimulationResult simulate(std::vector<std::vector<T>>& buffers, const AllreduceO
   for (auto& error : errors)
     if (error) std::rethrow_exception(error);
   return result;
+}
+
+// The same in segments of `segmentBytes`, without a window.
+template <typename T>
+SimulationResult simulate(std::vector<std::vector<T>>& buffers, const AllreduceOptions& options,
+                          size_t segmentBytes = Executor::kDefaultSegmentBytes,
+                          DType dtype = dtypeOf<T>()) {
+  return simulatePaced(buffers, options, Pacing{segmentBytes, 0}, dtype);
 }
 
 // g_i = mu + noise, mu shared by all ranks (the spec's correlated test inputs).

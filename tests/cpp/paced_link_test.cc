@@ -1,0 +1,125 @@
+// The send window (ops/paced_link.h): it changes when transfers are posted, never a result,
+// never deadlocks, and keeps what is in flight to the next rank within the window.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <thread>
+
+#include "ops/paced_link.h"
+#include "simulate.h"
+
+namespace cerar {
+namespace {
+
+using testing::correlatedInputs;
+using testing::simulatePaced;
+
+AllreduceOptions options(Algorithm algorithm, int c, bool exactOnNonFinite = true) {
+  AllreduceOptions o;
+  o.algorithm = algorithm;
+  o.components = c;
+  o.eps = algorithm == Algorithm::kCerar ? 1e-3 : 0;
+  o.exactOnNonFinite = exactOnNonFinite;
+  return o;
+}
+
+bool sameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+// Tiny windows (one byte: every send waits for what arrived) and small segments (many per
+// round): the ring, CERAR with its in-band verdict and without, and the 16-bit wires.
+TEST(PacedLink, WindowsChangeNoBitAndNeverDeadlock) {
+  for (int N : {2, 3, 5, 8}) {
+    std::vector<AllreduceOptions> runs = {
+        options(Algorithm::kRing, 0), options(Algorithm::kCerar, 4 * N),
+        options(Algorithm::kCerar, 3 * N, false)};
+    for (Wire wire : {Wire::kFloat16, Wire::kBFloat16}) {
+      runs.push_back(options(Algorithm::kRing, 0));
+      runs.back().wire = wire;
+    }
+    for (const auto& run : runs) {
+      auto reference = correlatedInputs<float>(N, 3001, 11 * N);
+      const auto inputs = reference;
+      simulatePaced(reference, run, Pacing{});
+      for (const Pacing pacing : {Pacing{64, 1}, Pacing{256, 700}, Pacing{1024, 4096}}) {
+        auto paced = inputs;
+        simulatePaced(paced, run, pacing);
+        for (int rank = 0; rank < N; ++rank)
+          ASSERT_TRUE(sameBits(paced[rank], reference[rank]))
+              << "N=" << N << " segment " << pacing.segmentBytes << " window "
+              << pacing.windowBytes << " rank " << rank;
+      }
+    }
+  }
+}
+
+// Forwards to a transport and checks, at every send to next, that while some sent bytes are
+// unanswered, sent + this send - arrived stays within `bound`.
+class InFlightCheck : public Transport {
+ public:
+  InFlightCheck(std::unique_ptr<Transport> inner, size_t bound)
+      : inner_(std::move(inner)), bound_(bound) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  Duration timeout() const override { return inner_->timeout(); }
+  void postSend(int peer, const void* data, size_t bytes) override {
+    if (arrived_ < sent_ && sent_ + bytes > arrived_ + bound_) ++overruns;
+    sent_ += bytes;
+    inner_->postSend(peer, data, bytes);
+  }
+  void postRecv(int peer, void* data, size_t bytes) override {
+    receives_.push_back(bytes);
+    inner_->postRecv(peer, data, bytes);
+  }
+  void waitSend(int peer) override { inner_->waitSend(peer); }
+  void waitRecv(int peer) override {
+    inner_->waitRecv(peer);
+    arrived_ += receives_.front();
+    receives_.pop_front();
+  }
+  int overruns = 0;
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  size_t bound_;
+  size_t sent_ = 0, arrived_ = 0;
+  std::deque<size_t> receives_;
+};
+
+// Overruns of a 2 KiB bound per rank, CERAR on 4 ranks in 512-byte segments.
+std::vector<int> overruns(const Pacing& pacing) {
+  constexpr int N = 4;
+  InprocHub hub(N, std::chrono::seconds(20));
+  auto buffers = correlatedInputs<float>(N, 20000, 5);
+  std::vector<int> result(N);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < N; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto check = std::make_shared<InFlightCheck>(hub.connect(rank), 2048);
+      Communicator communicator(check, std::make_unique<Executor>(pacing));
+      communicator.allreduce(buffers[rank].data(), buffers[rank].size(), DType::kFloat32,
+                             options(Algorithm::kCerar, 16));
+      result[rank] = check->overruns;
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return result;
+}
+
+TEST(PacedLink, KeepsWithinTheWindow) {
+  for (int count : overruns(Pacing{512, 0})) EXPECT_GT(count, 0);  // the check can fail
+  for (int count : overruns(Pacing{512, 2048})) EXPECT_EQ(count, 0);
+}
+
+TEST(PacedLink, PacingForAWindowHalvesIt) {
+  EXPECT_EQ(pacingFor(0).windowBytes, 0u);
+  EXPECT_EQ(pacingFor(0).segmentBytes, Executor::kDefaultSegmentBytes);
+  EXPECT_EQ(pacingFor(64 << 10).segmentBytes, size_t(32 << 10));
+  EXPECT_EQ(pacingFor(64 << 10).windowBytes, size_t(64 << 10));
+}
+
+}  // namespace
+}  // namespace cerar
