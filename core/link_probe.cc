@@ -19,10 +19,11 @@ using Clock = std::chrono::steady_clock;
 // Windows tried against the free stream. 32-64 KiB keep a ring link's traffic within a few
 // milliseconds' queue at 100-200 Mbit/s. The fastest window is kept unless it streams
 // measurably slower than none: a free stream's losses grow with its length beyond what a short
-// trial shows (N=8 at 200 Mbit/s: 2 MiB trials within 3 %, 64 MiB runs 20-30 % slower free),
-// while a window too small for the links shows at once.
+// trial shows (N=8 at 200 Mbit/s: 2 MiB trials within 3 %, 64 MiB runs 20-30 % slower free;
+// with a 2 % tolerance one runtime probe in three kept none), while a window too small for the
+// links shows at once (on loopback none was kept at 5 %).
 constexpr size_t kProbedWindows[] = {32u << 10, 64u << 10};
-constexpr double kWindowTolerance = 0.02;
+constexpr double kWindowTolerance = 0.05;
 constexpr size_t kTrialBytes = 2u << 20;
 
 // One ring round: receive from prev while sending to next, as the plans do.
