@@ -26,13 +26,20 @@ constexpr size_t kProbedWindows[] = {32u << 10, 64u << 10};
 constexpr double kWindowTolerance = 0.05;
 constexpr size_t kTrialBytes = 2u << 20;
 
-// One ring round: receive from prev while sending to next, as the plans do.
-double ringRoundSeconds(Transport& t, std::vector<std::byte>& out, std::vector<std::byte>& in) {
+// One ring round of out.size() bytes: receive from prev while sending to next, as the plans
+// do. Whole (the default) or as the executor streams it: in segments, through the window.
+double ringRoundSeconds(Transport& t, std::vector<std::byte>& out, std::vector<std::byte>& in,
+                        const Pacing& pacing = {~size_t(0), 0}) {
+  const size_t bytes = out.size(), segment = std::min(pacing.segmentBytes, bytes);
+  const size_t segments = (bytes + segment - 1) / segment;
+  PacedLink link(t, pacing.windowBytes);
   const auto start = Clock::now();
-  t.postRecv(t.prev(), in.data(), in.size());
-  t.postSend(t.next(), out.data(), out.size());
-  t.waitRecv(t.prev());
-  t.waitSend(t.next());
+  for (size_t k = 0; k < segments; ++k)
+    link.postRecv(in.data() + k * segment, std::min(segment, bytes - k * segment));
+  for (size_t k = 0; k < segments; ++k)
+    link.postSend(out.data() + k * segment, std::min(segment, bytes - k * segment));
+  for (size_t k = 0; k < segments; ++k) link.waitRecv();
+  for (size_t k = 0; k < segments; ++k) link.waitSend();
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
@@ -57,22 +64,6 @@ double streamedRound(Transport& t, size_t bytes) {
   const auto start = Clock::now();
   for (int r = 0; r < rounds; ++r) ringRoundSeconds(t, out, in);
   return std::chrono::duration<double>(Clock::now() - start).count() / rounds;
-}
-
-// One ring round of `bytes` streamed as the executor does: in segments, through the window.
-double pacedRound(Transport& t, size_t bytes, const Pacing& pacing) {
-  std::vector<std::byte> out(bytes), in(bytes);
-  PacedLink link(t, pacing.windowBytes);
-  const size_t segment = pacing.segmentBytes;
-  const size_t segments = (bytes + segment - 1) / segment;
-  const auto start = Clock::now();
-  for (size_t k = 0; k < segments; ++k)
-    link.postRecv(in.data() + k * segment, std::min(segment, bytes - k * segment));
-  for (size_t k = 0; k < segments; ++k)
-    link.postSend(out.data() + k * segment, std::min(segment, bytes - k * segment));
-  for (size_t k = 0; k < segments; ++k) link.waitRecv();
-  for (size_t k = 0; k < segments; ++k) link.waitSend();
-  return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 double codecSecondsPerByte() {
@@ -119,10 +110,11 @@ LinkModel probeLink(Transport& t) {
   constexpr size_t kWindows = std::size(kProbedWindows);
   double trial[kWindows + 1];
   std::fill(std::begin(trial), std::end(trial), 1e30);
+  std::vector<std::byte> out(kTrialBytes), in(kTrialBytes);
   for (int rep = 0; rep < 2; ++rep) {
     for (size_t i = 0; i <= kWindows; ++i) {
       const Pacing pacing = i == 0 ? Pacing{} : pacingFor(kProbedWindows[i - 1]);
-      trial[i] = std::min(trial[i], pacedRound(t, kTrialBytes, pacing));
+      trial[i] = std::min(trial[i], ringRoundSeconds(t, out, in, pacing));
     }
   }
   const size_t fastest = size_t(std::min_element(trial + 1, trial + kWindows + 1) - trial);

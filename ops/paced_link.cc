@@ -12,7 +12,6 @@ void PacedLink::throttle(size_t bytes) {
   while (arrived_ < sent_ && sent_ + bytes > arrived_ + window_ && waited_ < receives_.size()) {
     transport_.waitRecv(transport_.prev());
     arrived_ += receives_[waited_++];
-    ++earlyWaits_;
   }
 }
 

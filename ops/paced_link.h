@@ -36,9 +36,6 @@ class PacedLink {
   void waitRecv();
   void waitSend();
 
-  // Receives waited for ahead of waitRecv so far (for tests).
-  uint64_t earlyWaits() const { return earlyWaits_; }
-
  private:
   void throttle(size_t bytes);
 
@@ -48,7 +45,6 @@ class PacedLink {
   uint64_t arrived_ = 0;  // bytes of receives from prev waited for
   std::deque<size_t> receives_;  // posted receives not yet returned by waitRecv, oldest first
   size_t waited_ = 0;            // how many of them, from the front, have arrived
-  uint64_t earlyWaits_ = 0;
 };
 
 }  // namespace cerar
