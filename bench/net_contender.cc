@@ -240,14 +240,22 @@ int main(int argc, char** argv) {
     }
     // alpha, beta of small/large ring exchanges on these links, gamma of the codec (rank 0's).
     // Its streamed rounds replace the segment term, so --segment-bytes moves only the executor.
+    const auto probeStart = Clock::now();
     const cerar::LinkModel link = cerar::probeLink(*main);
+    const double probeSeconds = std::chrono::duration<double>(Clock::now() - probeStart).count();
     const cerar::Pacing pacing = s.pacing.value_or(cerar::pacingFor(size_t(link.windowBytes)));
     for (auto& c : all) c.communicator->setPacing(pacing);
-    if (rank == 0)
+    if (rank == 0) {
+      std::string rounds;
+      for (const auto& point : link.rounds)
+        rounds += (rounds.empty() ? "[" : ", [") + std::to_string(size_t(point.bytes)) + ", " +
+                  std::to_string(point.seconds) + "]";
       std::printf("{\"probe\": {\"n\": %d, \"alpha_s\": %.9g, \"beta_s_per_byte\": %.9g, "
                   "\"gamma_s_per_byte\": %.9g, \"window_bytes\": %zu, "
-                  "\"segment_bytes\": %zu}}\n",
-                  n, link.alpha, link.beta, link.gamma, pacing.windowBytes, pacing.segmentBytes);
+                  "\"segment_bytes\": %zu, \"rounds\": [%s], \"seconds\": %.3f}}\n",
+                  n, link.alpha, link.beta, link.gamma, pacing.windowBytes, pacing.segmentBytes,
+                  rounds.c_str(), probeSeconds);
+    }
     std::fflush(stdout);
 
     const size_t maxCount = *std::max_element(s.sizes.begin(), s.sizes.end()) / sizeof(float);

@@ -8,7 +8,10 @@
 
 #include "ops/codec/codec.h"
 #include "ops/codec/wire.h"
+#include "ops/algorithms/plan.h"
 #include "ops/collectives.h"
+#include "ops/communicator.h"
+#include "ops/executor.h"
 #include "ops/paced_link.h"
 
 namespace cerar {
@@ -25,6 +28,8 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kProbedWindows[] = {32u << 10, 64u << 10};
 constexpr double kWindowTolerance = 0.05;
 constexpr size_t kTrialBytes = 2u << 20;
+constexpr size_t kLastRoundBytes = 1u << 20;
+constexpr double kBytesBound = 1.2;
 
 // One ring round of out.size() bytes: receive from prev while sending to next, as the plans
 // do. Whole (the default) or as the executor streams it: in segments, through the window.
@@ -52,18 +57,33 @@ double fastestRound(Transport& t, size_t bytes, int repeats) {
   return best;
 }
 
-// Seconds per round of back-to-back rounds of `bytes`-byte messages: at least two rounds and
-// 2 MiB in all, after one warm-up round. A lock-step stream is what a CERAR or ring run puts
-// on the links, and links that drop bursts show it only there. (With 1 and 4 MiB timed as
-// single rounds, auto chose c = 64 for 64 MiB at N = 8 on the emulated cluster, 1.18x the
-// time of the best c.)
-double streamedRound(Transport& t, size_t bytes) {
-  const int rounds = int(std::max<size_t>(2, (size_t(2) << 20) / bytes));
-  std::vector<std::byte> out(bytes), in(bytes);
-  ringRoundSeconds(t, out, in);
-  const auto start = Clock::now();
-  for (int r = 0; r < rounds; ++r) ringRoundSeconds(t, out, in);
-  return std::chrono::duration<double>(Clock::now() - start).count() / rounds;
+// Seconds per round of a CERAR run whose messages are `bytes` long, as the executor streams
+// it: the fastest of two runs of c + N - 2 rounds (c = rN, r from 2 to 64/N, about 1 MiB of
+// data), arithmetic included. Round t+1 of a segment waits for its round t only, so a stream
+// of short messages costs a per-round floor that one lock-step round does not show (N=8 on 2
+// cores at 200 Mbit/s: about 400 us per round up to 8 KiB messages, against 145 us for an
+// 8-byte lock-step round; with that alpha, auto chose c = 344 for 64 MiB where 1024 was
+// faster).
+double cerarRoundSeconds(Transport& t, Executor& executor, size_t bytes) {
+  const int N = t.size();
+  const int r = std::clamp(int((size_t(1) << 20) / (bytes * N)), 2, std::max(2, 64 / N));
+  const int c = r * N;
+  std::vector<float> data(bytes / sizeof(float) * c);
+  const Plan plan = makeCerarPlan(N, c, data.size(), t.rank());
+  const CodecParams params{DType::kFloat32, ReduceOp::kSum, defaultEps(DType::kFloat32)};
+  double best = 1e30;
+  for (int run = 0; run < 2; ++run) {
+    std::fill(data.begin(), data.end(), 0.0f);
+    const auto start = Clock::now();
+    executor.run(plan, t, data.data(), params);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return best / (c + N - 2);
+}
+
+// Rank 0's choice, on every rank: all take the same branch.
+uint8_t rankZeroChoice(Transport& t, uint8_t mine) {
+  return broadcastBytes(t, {mine}, 0).at(0);
 }
 
 double codecSecondsPerByte() {
@@ -98,12 +118,6 @@ LinkModel probeLink(Transport& t) {
   LinkModel link;
   if (t.size() == 1) return link;
   link.alpha = std::max(fastestRound(t, 8, 16), 1e-7);
-  // 16 KiB to 1 MiB, the messages of c from a few N to thousands at the sizes CERAR runs.
-  double floor = link.alpha;  // rounds of longer messages take no less time
-  for (size_t bytes = 16u << 10; bytes <= (1u << 20); bytes *= 4) {
-    floor = std::max(floor, streamedRound(t, bytes));
-    link.rounds.push_back({double(bytes), floor});
-  }
   // A long round as the executor streams it, free and paced by each candidate window,
   // interleaved twice; the fastest of each. On links whose queues a free stream overfills, a
   // window streams faster (docs/pacing.md).
@@ -117,22 +131,23 @@ LinkModel probeLink(Transport& t) {
       trial[i] = std::min(trial[i], ringRoundSeconds(t, out, in, pacing));
     }
   }
-  const size_t fastest = size_t(std::min_element(trial + 1, trial + kWindows + 1) - trial);
-  double longRound = trial[0];
-  if (trial[fastest] <= (1 + kWindowTolerance) * trial[0]) {
-    longRound = trial[fastest];
-    link.windowBytes = double(kProbedWindows[fastest - 1]);
+  size_t fastest = size_t(std::min_element(trial + 1, trial + kWindows + 1) - trial);
+  if (trial[fastest] > (1 + kWindowTolerance) * trial[0]) fastest = 0;  // none
+  fastest = rankZeroChoice(t, uint8_t(fastest));
+  const double longRound = trial[fastest];
+  if (fastest > 0) link.windowBytes = double(kProbedWindows[fastest - 1]);
+  link.beta = std::max((longRound - link.alpha) / kTrialBytes, 1e-12);
+  // CERAR rounds of 1 KiB messages up, as the runtime will stream them, until they cost no
+  // more than 1.2 times their bytes at the long round's rate (beyond, the last point's rate
+  // holds) or 1 MiB: where the per-round floor gives way to the bytes, c is best.
+  Executor executor(link.windowBytes > 0 ? pacingFor(size_t(link.windowBytes)) : Pacing{});
+  cerarRoundSeconds(t, executor, 1u << 10);  // warm-up: the executor's buffers
+  for (size_t bytes = 1u << 10; bytes <= kLastRoundBytes; bytes *= 4) {
+    const double seconds = cerarRoundSeconds(t, executor, bytes);
+    const double floor = link.rounds.empty() ? 0 : link.rounds.back().seconds;
+    link.rounds.push_back({double(bytes), std::max(floor, seconds)});  // longer never cheaper
+    if (rankZeroChoice(t, seconds <= kBytesBound * bytes * link.beta)) break;
   }
-  const double perByte = std::max((longRound - link.alpha) / kTrialBytes, 1e-12);
-  if (link.windowBytes > 0) {
-    // Rounds longer than the window stream at the paced rate (at most their own measured time).
-    for (auto& point : link.rounds) {
-      if (point.bytes > link.windowBytes)
-        point.seconds = std::min(point.seconds, link.alpha + point.bytes * perByte);
-    }
-  }
-  link.rounds.push_back({double(kTrialBytes), std::max(link.rounds.back().seconds, longRound)});
-  link.beta = perByte;
   link.gamma = codecSecondsPerByte();
   link.gammaWire = wireSecondsPerByte();
 

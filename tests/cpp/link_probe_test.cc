@@ -1,4 +1,4 @@
-// The link probe: streamed rounds from 16 KiB to 2 MiB, every rank with rank 0's figures.
+// The link probe: CERAR rounds from 1 KiB messages up, every rank with rank 0's figures.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -11,7 +11,7 @@
 namespace cerar {
 namespace {
 
-TEST(LinkProbe, StreamedRoundsAndOneSetOfFiguresOnEveryRank) {
+TEST(LinkProbe, CerarRoundsAndOneSetOfFiguresOnEveryRank) {
   constexpr int N = 4;
   InprocHub hub(N, std::chrono::seconds(20));
   std::vector<LinkModel> links(N);
@@ -21,11 +21,13 @@ TEST(LinkProbe, StreamedRoundsAndOneSetOfFiguresOnEveryRank) {
   for (auto& thread : threads) thread.join();
 
   const LinkModel& link = links[0];
-  ASSERT_EQ(link.rounds.size(), 5u);
-  const double bytes[] = {16 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20};
+  // 1 KiB, 4 KiB, ... until the rounds cost their bytes, at most 1 MiB.
+  ASSERT_GE(link.rounds.size(), 1u);
+  ASSERT_LE(link.rounds.size(), 6u);
   for (size_t i = 0; i < link.rounds.size(); ++i) {
-    EXPECT_EQ(link.rounds[i].bytes, bytes[i]);
-    EXPECT_GE(link.rounds[i].seconds, i ? link.rounds[i - 1].seconds : link.alpha);
+    EXPECT_EQ(link.rounds[i].bytes, double(1024u << (2 * i)));
+    EXPECT_GT(link.rounds[i].seconds, 0);
+    if (i) EXPECT_GE(link.rounds[i].seconds, link.rounds[i - 1].seconds);
   }
   EXPECT_GT(link.alpha, 0);
   EXPECT_GT(link.beta, 0);
