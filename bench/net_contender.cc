@@ -239,7 +239,7 @@ int main(int argc, char** argv) {
       all.push_back(std::move(c));
     }
     // alpha, beta of small/large ring exchanges on these links, gamma of the codec (rank 0's).
-    // Its streamed rounds replace the segment term, so --segment-bytes moves only the executor.
+    // Its CERAR rounds replace the segment term, so --segment-bytes moves only the executor.
     const auto probeStart = Clock::now();
     const cerar::LinkModel link = cerar::probeLink(*main);
     const double probeSeconds = std::chrono::duration<double>(Clock::now() - probeStart).count();

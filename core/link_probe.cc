@@ -144,10 +144,13 @@ LinkModel probeLink(Transport& t) {
   cerarRoundSeconds(t, executor, 1u << 10);  // warm-up: the executor's buffers
   for (size_t bytes = 1u << 10; bytes <= kLastRoundBytes; bytes *= 4) {
     const double seconds = cerarRoundSeconds(t, executor, bytes);
-    const double floor = link.rounds.empty() ? 0 : link.rounds.back().seconds;
-    link.rounds.push_back({double(bytes), std::max(floor, seconds)});  // longer never cheaper
+    link.rounds.push_back({double(bytes), seconds});
     if (rankZeroChoice(t, seconds <= kBytesBound * bytes * link.beta)) break;
   }
+  // A shorter message never costs more, and noise only adds time: a point above a later one
+  // was delayed, and takes the later one's time.
+  for (size_t i = link.rounds.size() - 1; i-- > 0;)
+    link.rounds[i].seconds = std::min(link.rounds[i].seconds, link.rounds[i + 1].seconds);
   link.gamma = codecSecondsPerByte();
   link.gammaWire = wireSecondsPerByte();
 

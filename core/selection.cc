@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace cerar {
 
@@ -58,18 +59,22 @@ int bestComponents(int N, double bytes, size_t elements, const LinkModel& link) 
   // More components than elements only adds empty rounds; past a few thousand, rounds cost
   // more than any saving (the search is exhaustive below that).
   constexpr double kMaxComponents = 16384;
-  const double maxR =
-      std::max(1.0, std::floor(std::min(double(elements), kMaxComponents) / N));
-  int best = N;
-  double bestSeconds = cerarSeconds(N, N, bytes, link);
-  for (int r = 2; r <= int(maxR); ++r) {
-    const double seconds = cerarSeconds(N, r * N, bytes, link);
-    if (seconds < bestSeconds) {  // ties keep the smaller c
-      best = r * N;
-      bestSeconds = seconds;
-    }
+  const int maxR =
+      int(std::max(1.0, std::floor(std::min(double(elements), kMaxComponents) / N)));
+  std::vector<double> seconds(size_t(maxR) + 1);
+  double fastest = 1e300;
+  for (int r = 1; r <= maxR; ++r) {
+    seconds[size_t(r)] = cerarSeconds(N, r * N, bytes, link);
+    fastest = std::min(fastest, seconds[size_t(r)]);
   }
-  return best;
+  // With measured rounds, the fewest components within kComponentsTolerance of the fastest:
+  // past the floor's end the modelled curve is nearly flat, and a long run's rounds cost more
+  // than the probe's (N=8 at 200 Mbit/s: the model's minimum at 16 KiB messages, the runs' at
+  // 32-128 KiB), while fewer components cost at most the tolerance in the model.
+  const double tolerance = link.rounds.empty() ? 0 : kComponentsTolerance;
+  for (int r = 1; r <= maxR; ++r)
+    if (seconds[size_t(r)] <= (1 + tolerance) * fastest) return r * N;
+  return N;  // not reached
 }
 
 int scaledComponents(int N, int best, double scale, size_t elements) {

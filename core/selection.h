@@ -23,18 +23,19 @@ struct LinkModel {
   // Per float32 byte, a 16-bit wire hop's decode, add and encode (the probe times it);
   // 0: twice gamma.
   double gammaWire = 0;
-  // Seconds per round of back-to-back ring rounds of `bytes`-byte messages, as the probe
-  // streamed them on these links (increasing bytes). Where present it replaces alpha, beta
-  // and the segment term: on links that drop bursts the cost per byte depends on the message
-  // (at N=8 on the emulated cluster, 42 ns/B for 16-32 KiB messages, 60 for 256 KiB, 47 for
-  // 4 MiB; flat at N=4), which one alpha and one beta cannot describe.
+  // Seconds per round of CERAR runs of `bytes`-byte messages as the executor streamed them at
+  // the probe (increasing bytes; arithmetic included). Where present it replaces alpha, beta
+  // and the segment term: a stream of short messages costs a per-round floor that no lock-step
+  // round shows (on the emulated cluster at 200 Mbit/s, about 430 us per round at N=8 and 190
+  // at N=4 up to 4 KiB messages, then their bytes), which one alpha and one beta cannot
+  // describe.
   struct RoundPoint {
     double bytes = 0;
     double seconds = 0;
   };
   std::vector<RoundPoint> rounds = {};
   // The send window the probe found to stream faster than none (ops/paced_link.h), 0 for
-  // none; rounds longer than it are charged the paced rate.
+  // none; the rounds above were streamed through it.
   double windowBytes = 0;
 };
 
@@ -76,7 +77,7 @@ struct Selection {
 // The bytes a streamed round of an m-byte message costs on the wire, s the segment:
 // m (1 + m/s) up to one segment, then max(m, 2s); m without segments.
 double streamedRoundBytes(double m, const LinkModel& link);
-// A round's transfer of an m-byte message, arithmetic excluded: the probe's streamed rounds
+// A round's transfer of an m-byte message: the probe's CERAR rounds (their arithmetic in them)
 // interpolated linearly in m (from alpha at 0 below the first, at the last's rate above the
 // last) where measured, else alpha + streamedRoundBytes(m) beta.
 double transferSeconds(double m, const LinkModel& link);
@@ -88,8 +89,12 @@ double arithmeticBytes(double m, const LinkModel& link);
 double ringSeconds(int N, double bytes, const LinkModel& link);
 // T(c) = (c+N-2) * per round with m = d/c.
 double cerarSeconds(int N, int c, double bytes, const LinkModel& link);
-// The multiple of N (>= N, <= min(max(N, elements), 16384)) with the lowest modelled time
-// (without segments: next to sqrt((N-2) d (beta+gamma) / alpha)).
+// With measured rounds, how far above the fastest modelled c bestComponents may go for fewer
+// components.
+constexpr double kComponentsTolerance = 0.01;
+// The smallest multiple of N (>= N, <= min(max(N, elements), 16384)) with the lowest modelled
+// time, within kComponentsTolerance of it where rounds were measured (without segments: next
+// to sqrt((N-2) d (beta+gamma) / alpha)).
 int bestComponents(int N, double bytes, size_t elements, const LinkModel& link);
 
 // bestComponents' c times `scale`, rounded to a multiple of N within [N, max(N, elements)].

@@ -27,7 +27,9 @@ TEST(LinkProbe, CerarRoundsAndOneSetOfFiguresOnEveryRank) {
   for (size_t i = 0; i < link.rounds.size(); ++i) {
     EXPECT_EQ(link.rounds[i].bytes, double(1024u << (2 * i)));
     EXPECT_GT(link.rounds[i].seconds, 0);
-    if (i) EXPECT_GE(link.rounds[i].seconds, link.rounds[i - 1].seconds);
+    if (i) {
+      EXPECT_GE(link.rounds[i].seconds, link.rounds[i - 1].seconds);
+    }
   }
   EXPECT_GT(link.alpha, 0);
   EXPECT_GT(link.beta, 0);
