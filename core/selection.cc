@@ -70,7 +70,7 @@ int bestComponents(int N, double bytes, size_t elements, const LinkModel& link) 
   // With measured rounds, the fewest components within kComponentsTolerance of the fastest:
   // past the floor's end the modelled curve is nearly flat, and a long run's rounds cost more
   // than the probe's (N=8 at 200 Mbit/s: the model's minimum at 16 KiB messages, the runs' at
-  // 32-128 KiB), while fewer components cost at most the tolerance in the model.
+  // 32-64 KiB), while fewer components cost at most the tolerance in the model.
   const double tolerance = link.rounds.empty() ? 0 : kComponentsTolerance;
   for (int r = 1; r <= maxR; ++r)
     if (seconds[size_t(r)] <= (1 + tolerance) * fastest) return r * N;

@@ -91,7 +91,7 @@ double ringSeconds(int N, double bytes, const LinkModel& link);
 double cerarSeconds(int N, int c, double bytes, const LinkModel& link);
 // With measured rounds, how far above the fastest modelled c bestComponents may go for fewer
 // components.
-constexpr double kComponentsTolerance = 0.01;
+constexpr double kComponentsTolerance = 0.005;
 // The smallest multiple of N (>= N, <= min(max(N, elements), 16384)) with the lowest modelled
 // time, within kComponentsTolerance of it where rounds were measured (without segments: next
 // to sqrt((N-2) d (beta+gamma) / alpha)).
