@@ -60,10 +60,10 @@ double fastestRound(Transport& t, size_t bytes, int repeats) {
 // Seconds per round of a CERAR run whose messages are `bytes` long, as the executor streams
 // it: the fastest of two runs of c + N - 2 rounds (c = rN, r from 2 to 64/N, about 1 MiB of
 // data), arithmetic included. Round t+1 of a segment waits for its round t only, so a stream
-// of short messages costs a per-round floor that one lock-step round does not show (N=8 on 2
-// cores at 200 Mbit/s: about 400 us per round up to 8 KiB messages, against 145 us for an
-// 8-byte lock-step round; with that alpha, auto chose c = 344 for 64 MiB where 1024 was
-// faster).
+// of short messages costs a per-round floor that one lock-step round does not show (N=4 and 8
+// on 2 cores at 200 Mbit/s: 200-430 us per round up to 4 KiB messages, against 60-145 us for
+// an 8-byte lock-step round; with that alpha, auto chose c = 344 for 64 MiB at N=8 where 1024
+// was faster).
 double cerarRoundSeconds(Transport& t, Executor& executor, size_t bytes) {
   const int N = t.size();
   const int r = std::clamp(int((size_t(1) << 20) / (bytes * N)), 2, std::max(2, 64 / N));

@@ -26,8 +26,8 @@ struct LinkModel {
   // Seconds per round of CERAR runs of `bytes`-byte messages as the executor streamed them at
   // the probe (increasing bytes; arithmetic included). Where present it replaces alpha, beta
   // and the segment term: a stream of short messages costs a per-round floor that no lock-step
-  // round shows (on the emulated cluster at 200 Mbit/s, about 430 us per round at N=8 and 190
-  // at N=4 up to 4 KiB messages, then their bytes), which one alpha and one beta cannot
+  // round shows (on the emulated cluster at 200 Mbit/s, 2 cores: 200-430 us per round at N=4
+  // and 8 up to 4 KiB messages, then their bytes), which one alpha and one beta cannot
   // describe.
   struct RoundPoint {
     double bytes = 0;
