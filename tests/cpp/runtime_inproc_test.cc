@@ -213,18 +213,35 @@ TEST(RuntimeInproc, MismatchFailsEveryRank) { runThreads(4, mismatch); }
 
 TEST(RuntimeInproc, ShutdownWithWorkPending) { runThreads(4, shutdownPending); }
 
+// Rank k's first "dup<k>" cannot complete before its duplicate is tried: the other rank
+// submits that name only afterwards (when both ranks raced, the first sometimes completed
+// before the second call under load, and nothing was in flight to refuse).
 TEST(RuntimeInproc, DuplicateNameAndBadArgumentsFailAtOnce) {
-  runThreads(2, [](int, const Starter& start) {
+  std::promise<void> tried[2];
+  std::shared_future<void> triedBy[2] = {tried[0].get_future().share(),
+                                         tried[1].get_future().share()};
+  runThreads(2, [&](int rank, const Starter& start) {
     auto rt = start(testConfig());
     std::vector<float> v(4, 1);
     std::vector<int32_t> ints(4, 1);
-    Handle first = rt->allreduce("dup", f32(v), f32(v), Op::kSum);
-    bool called = false;
-    Handle second = rt->allreduce("dup", f32(v), f32(v), Op::kSum,
-                                  1.0, 1.0, [&](const Status& s) { called = !s.ok(); });
-    check(second.poll() && called, "duplicate not refused at once");
-    check(failure(second).find("already in flight") != std::string::npos, failure(second));
-    first.wait();
+    for (int k = 0; k < 2; ++k) {
+      const std::string name = k == 0 ? "dup0" : "dup1";
+      if (rank != k) {
+        check(triedBy[k].wait_for(20s) == std::future_status::ready, "rank ", k, " never tried");
+        rt->allreduce(name, f32(v), f32(v), Op::kSum).wait();
+        continue;
+      }
+      Handle first = rt->allreduce(name, f32(v), f32(v), Op::kSum);
+      bool called = false;
+      Handle second = rt->allreduce(name, f32(v), f32(v), Op::kSum,
+                                    1.0, 1.0, [&](const Status& s) { called = !s.ok(); });
+      const bool refused = second.poll() && called;
+      const std::string why = failure(second);
+      tried[k].set_value();
+      check(refused, "duplicate not refused at once");
+      check(why.find("already in flight") != std::string::npos, why);
+      first.wait();
+    }
     Tensor i32{ints.data(), DType::kInt32, {4}, -1};
     check(failure(rt->allreduce("avg-int", i32, i32, Op::kAverage)).find("average needs") !=
               std::string::npos, "integer average accepted");
