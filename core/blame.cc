@@ -5,6 +5,7 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "ops/common/error.h"
@@ -67,6 +68,28 @@ void leaveLossMark(BlameBoard* board, const BlameOptions& o, milliseconds limit)
 
 namespace {
 
+// Of the ranks that did not post, the one the posts point at: one whose link a post saw close,
+// else one a post waited on, else this rank's own peer, else the lowest. More than one is
+// missing when a survivor was too slow to post in the window (a loaded machine); the posts
+// name the rank their waits ended on, which is the lost one, not the slow one.
+int likeliestLost(const std::vector<int>& missing, const std::vector<std::optional<Status>>& reports,
+                  int ownPeer) {
+  auto score = [&](int r) {
+    int closed = 0, named = 0;
+    for (const auto& report : reports) {
+      if (!report || report->peer != r) continue;
+      ++named;
+      if (report->code == StatusCode::kPeerLost) ++closed;
+    }
+    return std::make_tuple(closed, named, r == ownPeer);
+  };
+  int best = missing.front();  // ascending: the lowest wins ties
+  for (int r : missing) {
+    if (score(r) > score(best)) best = r;
+  }
+  return best;
+}
+
 // The rank every survivor names, from the posts read (`reports`, this rank's included).
 Status verdict(const Status& observed, const std::vector<std::optional<Status>>& reports,
                const BlameOptions& o, const std::function<Status(const std::string&)>& ownView) {
@@ -84,8 +107,7 @@ Status verdict(const Status& observed, const std::vector<std::optional<Status>>&
     if (!reports[r]) missing.push_back(r);
   }
   if (missing.empty()) return ownView("");  // every rank posted: none is known to be lost
-  const bool named = std::count(missing.begin(), missing.end(), observed.peer) > 0;
-  const int lost = named ? observed.peer : missing.front();
+  const int lost = likeliestLost(missing, reports, observed.peer);
   // A dead process's links close at once; a frozen one's stay open and time out. A closed
   // link (or the rank's loss mark, posted as one) is proof of death, while a rank that waited
   // on the dead one can still time out first when it was slow to see the close (a loaded
@@ -118,12 +140,14 @@ Status agreeOnFailure(const Status& observed, BlameBoard* board, const BlameOpti
   };
   if (board == nullptr || o.size < 2) return isLoss(observed.code) ? ownView("") : observed;
   auto deadline = Clock::now() + o.window;
+  // Every board call may take a quarter window, also one started just before the deadline: a
+  // reply slowed at the window's end (a loaded machine) is then not taken for a failed board.
+  const milliseconds grace = std::max(milliseconds(1), o.window / 4);
   Clock::time_point callStart;
   milliseconds callLimit{1};
   auto limit = [&] {  // of the next board call; its start is kept to tell silence from failure
     callStart = Clock::now();
-    callLimit = std::max(milliseconds(1),
-                         std::chrono::duration_cast<milliseconds>(deadline - callStart));
+    callLimit = std::max(grace, std::chrono::duration_cast<milliseconds>(deadline - callStart));
     return callLimit;
   };
   auto key = [&](const char* kind, int rank) {
@@ -144,18 +168,24 @@ Status agreeOnFailure(const Status& observed, BlameBoard* board, const BlameOpti
     }
     reports[o.rank] = seen;
     board->post(key("failed", o.rank), encodeReport(seen), limit());
-    while (isLoss(observed.code)) {
-      int missing = 0;
-      bool cause = false;
-      for (int r = 0; r < o.size; ++r) {
-        if (!reports[r]) {
-          if (auto text = board->read(key("failed", r), limit())) reports[r] = decodeReport(*text);
+    try {
+      while (isLoss(observed.code)) {
+        int missing = 0;
+        bool cause = false;
+        for (int r = 0; r < o.size; ++r) {
+          if (!reports[r] && Clock::now() < deadline) {
+            if (auto text = board->read(key("failed", r), limit())) reports[r] = decodeReport(*text);
+          }
+          if (!reports[r]) ++missing;
+          else if (!isLoss(reports[r]->code)) cause = true;
         }
-        if (!reports[r]) ++missing;
-        else if (!isLoss(reports[r]->code)) cause = true;
+        if (missing <= 1 || cause || Clock::now() >= deadline) break;
+        pause(deadline);
       }
-      if (missing <= 1 || cause || Clock::now() >= deadline) break;
-      pause(deadline);
+    } catch (const std::exception&) {
+      // The board answered this rank's post but not a read past the window's end: the window
+      // is over, and the posts read so far decide.
+      if (Clock::now() < deadline) throw;
     }
   } catch (const std::exception& e) {
     // A board in rank 0's process fails only with that process: it died (the connection
@@ -176,12 +206,12 @@ Status agreeOnFailure(const Status& observed, BlameBoard* board, const BlameOpti
   // The board may end with rank 0's process once rank 0 reports its failure: so rank 0 holds
   // its report back until every other survivor has read the posts and said so (or a window).
   try {
+    if (o.hostedByRankZero && o.rank == 0) deadline = Clock::now() + o.window;
     board->post(key("done", o.rank), "", limit());
     if (o.hostedByRankZero && o.rank == 0) {
-      deadline = Clock::now() + o.window;
       for (int r = 1; r < o.size; ++r) {
         if (result.peer == r && isLoss(result.code)) continue;  // the lost rank never will
-        while (!board->read(key("done", r), limit()) && Clock::now() < deadline) {
+        while (Clock::now() < deadline && !board->read(key("done", r), limit())) {
           pause(deadline);
         }
       }

@@ -10,6 +10,8 @@
 // short window, ending early once every rank but one has posted. The cascade makes every
 // survivor fail within moments of the first detection, so the rank that never posts is the
 // lost one; a rank that posted a failure of its own (not a lost link) is the cause instead.
+// A survivor too slow to post in the window leaves two missing: the posts then point at the
+// lost one (a link they saw close, a rank they waited on), never at the slow one.
 // The board lives in the launcher, or in rank 0's process (torchrun-style): there, a board
 // that stops answering means rank 0 itself is lost, and rank 0 returns only once the others
 // have read the posts (its process, and the board, may end right after). A rank without a
@@ -64,7 +66,7 @@ struct BlameOptions {
 // The failure this rank reports, given what it `observed`: for a timeout or a lost peer, the
 // rank that every survivor names (with kTimeout if it went silent, kPeerLost if its links
 // closed or it failed on its own); any other failure is posted and returned unchanged.
-// Returns within options.window (rank 0 hosting the board: twice that); never throws.
+// Returns within 1.5 x options.window (rank 0 hosting the board: 3 x); never throws.
 Status agreeOnFailure(const Status& observed, BlameBoard* board, const BlameOptions& options);
 
 // Leaves this rank's loss mark with the board (see above), once options.scope is agreed; gives

@@ -61,20 +61,38 @@ class BrokenBoard : public BlameBoard {
   bool frozen_;
 };
 
-BlameOptions optionsFor(int rank, int size, bool rankZeroHosts = false) {
+// A board whose reads take `delay` each, as a loaded machine's store can: one whose limit is
+// shorter gives up at the limit with the store client's error.
+class SlowBoard : public MemoryBoard {
+ public:
+  explicit SlowBoard(std::chrono::milliseconds delay) : delay_(delay) {}
+  std::optional<std::string> read(const std::string& key,
+                                  std::chrono::milliseconds limit) override {
+    std::this_thread::sleep_for(std::min(delay_, limit));
+    if (limit < delay_) throw std::runtime_error("store: check: no reply in time");
+    return MemoryBoard::read(key, limit);
+  }
+
+ private:
+  std::chrono::milliseconds delay_;
+};
+
+BlameOptions optionsFor(int rank, int size, bool rankZeroHosts = false,
+                        std::chrono::milliseconds window = 2000ms) {
   BlameOptions o;
   o.rank = rank;
   o.size = size;
   o.scope = "test";
   o.hostedByRankZero = rankZeroHosts;
-  o.window = 2000ms;
+  o.window = window;
   return o;
 }
 
 // Each survivor's observation in turn (the cascade): each starts once the one before it has
 // posted its report, so a loaded machine cannot reorder them (a fixed lag could: a survivor
 // delayed past the others' agreement would be named as the silent one). Returns the results.
-std::map<int, Status> agree(MemoryBoard& board, int size, const std::map<int, Status>& seen) {
+std::map<int, Status> agree(MemoryBoard& board, int size, const std::map<int, Status>& seen,
+                            std::chrono::milliseconds window = 2000ms) {
   std::map<int, Status> results;
   std::mutex mutex;
   std::vector<std::thread> threads;
@@ -89,7 +107,7 @@ std::map<int, Status> agree(MemoryBoard& board, int size, const std::map<int, St
         }
         std::this_thread::sleep_for(30ms);  // a lag, as between real failures
       }
-      Status agreed = agreeOnFailure(observed, &board, optionsFor(rank, size));
+      Status agreed = agreeOnFailure(observed, &board, optionsFor(rank, size, false, window));
       std::lock_guard<std::mutex> lock(mutex);
       results[rank] = agreed;
     });
@@ -194,6 +212,40 @@ TEST(Blame, TwoMissingRanksWaitForTheWindowAndPreferTheOneSeen) {
   EXPECT_EQ(results[0].peer, 3);
   EXPECT_NE(results[0].message.find("ranks 1, 2, 3 did not report"), std::string::npos)
       << results[0].message;
+}
+
+TEST(Blame, ASurvivorTooSlowToPostIsNotNamed) {
+  // Rank 2 killed (its neighbour saw the close) or frozen (its neighbour timed out); rank 1
+  // was too slow to post in the window: rank 0's own peer (3) posted, and the lowest missing
+  // rank is the slow one, yet the posts point at rank 2.
+  for (StatusCode code : {StatusCode::kPeerLost, StatusCode::kTimeout}) {
+    MemoryBoard board;
+    auto results = agree(board, 4, {{3, Status(code, "recv from 2", 2)},
+                                    {0, Status(StatusCode::kPeerLost, "recv from 3", 3)}},
+                         300ms);
+    for (const auto& [rank, status] : results) {
+      EXPECT_EQ(status.code, code) << rank << ": " << status.message;
+      EXPECT_EQ(status.peer, 2) << rank << ": " << status.message;
+      EXPECT_NE(status.message.find("ranks 1, 2 did not report"), std::string::npos)
+          << status.message;
+    }
+  }
+}
+
+TEST(Blame, AReplySlowAtTheWindowsEndIsNotABoardFailure) {
+  // Reads of 30 ms fit the quarter window that every call is given; reads of 150 ms do not,
+  // and the one cut off past the window's end leaves the posts read so far to decide.
+  for (auto delay : {30ms, 150ms}) {
+    SlowBoard board(delay);
+    board.post("test/failed/1", "2 2 send to 2", 0ms);  // rank 1 saw rank 2's link close
+    const auto start = std::chrono::steady_clock::now();
+    Status agreed = agreeOnFailure(Status(StatusCode::kPeerLost, "recv from 1", 1), &board,
+                                   optionsFor(0, 4, false, 400ms));  // rank 3 never posts
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 400ms * 3 / 2 + 100ms);
+    EXPECT_EQ(agreed.code, StatusCode::kPeerLost) << agreed.message;
+    EXPECT_EQ(agreed.peer, 2) << delay.count() << " ms: " << agreed.message;
+    EXPECT_EQ(agreed.message.find("not known here"), std::string::npos) << agreed.message;
+  }
 }
 
 TEST(Blame, ABoardInRankZeroThatFailsMeansRankZeroIsLost) {
