@@ -44,16 +44,10 @@ def test_each_status_code_has_its_class():
 TIMEOUT_SECONDS = 3
 
 
-@pytest.mark.parametrize("victim,signal_,expected", [
-    (2, signal.SIGKILL, "PeerLostError"),
-    (2, signal.SIGSTOP, "CerarTimeoutError"),
-    (0, signal.SIGKILL, "PeerLostError"),  # rank 0 hosts the store and the coordinator
-    (0, signal.SIGSTOP, "CerarTimeoutError"),  # ... which then stops answering
-])
-def test_every_survivor_names_the_lost_rank(victim, signal_, expected):
-    """4 ranks started directly (torchrun's variables; no launcher ends the survivors), one
-    killed or frozen mid-all-reduce: each survivor raises `expected`, naming the victim,
-    within the timeout plus the agreement window (core/blame.h) and some slack."""
+def _lost_rank_job(strike):
+    """4 ranks started directly (torchrun's variables; no launcher ends the survivors), all in
+    the all-reduce loop; `strike(procs)` then strikes and returns its time. Returns that time
+    and each survivor's result, by rank (the struck rank's is missing)."""
     port = free_port()
     procs = []
     for rank in range(4):
@@ -74,8 +68,7 @@ def test_every_survivor_names_the_lost_rank(victim, signal_, expected):
             line = proc.stdout.readline()
             assert line.startswith("ready"), line + proc.stdout.read()
         time.sleep(0.3)
-        procs[victim].send_signal(signal_)
-        struck = time.time()
+        struck, victim = strike(procs)
         results = {}
         for rank, proc in enumerate(procs):
             if rank == victim:
@@ -88,11 +81,50 @@ def test_every_survivor_names_the_lost_rank(victim, signal_, expected):
         for proc in procs:
             proc.kill()
             proc.wait()
-    for rank, result in results.items():
+    return struck, results
+
+
+def _assert_named(results, victim, expected):
+    for result in results.values():
         assert result["class"] == expected, result
         assert result["peer"] == victim and f"rank {victim} " in result["message"], result
         assert result["cerar"], result
+
+
+@pytest.mark.parametrize("victim,signal_,expected", [
+    (2, signal.SIGKILL, "PeerLostError"),
+    (2, signal.SIGSTOP, "CerarTimeoutError"),
+    (0, signal.SIGKILL, "PeerLostError"),  # rank 0 hosts the store and the coordinator
+    (0, signal.SIGSTOP, "CerarTimeoutError"),  # ... which then stops answering
+])
+def test_every_survivor_names_the_lost_rank(victim, signal_, expected):
+    """One rank killed or frozen mid-all-reduce: each survivor raises `expected`, naming the
+    victim, within the timeout plus the agreement window (core/blame.h) and some slack."""
+    def strike(procs):
+        procs[victim].send_signal(signal_)
+        return time.time(), victim
+
+    struck, results = _lost_rank_job(strike)
+    _assert_named(results, victim, expected)
+    for result in results.values():
         # Frozen: detected after the timeout; the agreement adds its window (1.5 s, half the
         # timeout) when the store itself is frozen, and at most 1.5 windows. The slack
         # absorbs wake-ups delayed by a loaded machine; a hang still fails.
         assert result["time"] - struck < TIMEOUT_SECONDS + 1.5 + 5, result
+
+
+def test_a_survivor_too_slow_to_post_is_not_named():
+    """Rank 2 killed and rank 1 frozen for longer than the agreement window just after, before
+    it could post: the survivors that posted in time still name rank 2, not the slow rank 1
+    that the lowest missing rank would be (a survivor's process starved on a loaded machine)."""
+    def strike(procs):
+        procs[2].send_signal(signal.SIGKILL)
+        struck = time.time()
+        time.sleep(0.002)
+        procs[1].send_signal(signal.SIGSTOP)
+        time.sleep(TIMEOUT_SECONDS * 2 / 3)  # past the window, short of the others' timeout
+        procs[1].send_signal(signal.SIGCONT)
+        return struck, 2
+
+    _, results = _lost_rank_job(strike)
+    _assert_named(results, 2, "PeerLostError")
