@@ -6,6 +6,7 @@
 //
 // usage: cerar-bench-net [--sizes 1M,64M] [--repeats R] [--only NAME,PREFIX...]
 //                        [--timeout-s S] [--segment-bytes B] [--window-bytes W]
+// (--only cerar-c<c>: any multiple of N, on the grid or not)
 #include <gloo/allreduce.h>
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/allreduce_ring_chunked.h>
@@ -19,6 +20,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -64,9 +66,18 @@ std::string env(const char* name, const char* fallback) {
 }
 
 // The c grid of the fixed contenders, then the auto one, then Gloo's; old-style Gloo last.
+// `--only cerar-c<c>` with c a multiple of N off the grid adds that c to it.
 std::vector<std::string> contenders(int n, const std::vector<std::string>& only) {
+  std::set<int> grid;
+  for (int k : {1, 2, 4, 8, 16, 32, 64, 128}) grid.insert(k * n);
+  for (const auto& name : only) {
+    const bool digits = name.size() > 7 && name.rfind("cerar-c", 0) == 0 &&
+                        name.find_first_not_of("0123456789", 7) == std::string::npos;
+    const int c = digits && name.size() < 13 ? std::atoi(name.c_str() + 7) : 0;
+    if (c > 0 && c % n == 0) grid.insert(c);
+  }
   std::vector<std::string> all = {"ring"};
-  for (int k : {1, 2, 4, 8, 16, 32, 64, 128}) all.push_back("cerar-c" + std::to_string(k * n));
+  for (int c : grid) all.push_back("cerar-c" + std::to_string(c));
   for (const char* name : {"cerar-auto", "gloo-ring", "gloo-bcube", "gloo-ringchunked", "gloo-hd"})
     all.push_back(name);
   if (only.empty()) return all;

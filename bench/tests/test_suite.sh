@@ -89,6 +89,11 @@ EOF
   expect 2 "multiples of 4" "$BIN" --sizes 1001
   expect 0 '^\[0\] \{"contender": "gloo-ring".*"max_rel_err": 0\}' python3 "$RUNNER" --ranks 2 \
     --port $PORT --timeout 60 -- "$BIN" --sizes 64K --repeats 1 --only ring,cerar-auto,gloo-ring
+  # A c off the grid named in full joins it (c = 6 at N = 2: the grid has 2, 4, 8, ...); one
+  # that is no multiple of N does not.
+  expect 0 '^\[0\] \{"contender": "cerar-c6", .*"c": 6,' python3 "$RUNNER" --ranks 2 \
+    --port $PORT --timeout 60 -- "$BIN" --sizes 64K --repeats 1 --only cerar-c6,cerar-c7
+  grep -q '"cerar-c7"' "$OUT" && bad "cerar-c7 ran at N = 2" || ok "no cerar-c7 at N = 2"
 }
 
 # The lossy contenders on 2 loopback ranks, 256 KiB: every row has a measured error, the
