@@ -250,11 +250,13 @@ int main(int argc, char** argv) {
       all.push_back(std::move(c));
     }
     // alpha, beta of small/large ring exchanges on these links, gamma of the codec (rank 0's).
-    // Its CERAR rounds replace the segment term, so --segment-bytes moves only the executor.
+    // --segment-bytes and --window-bytes set the executor's pacing, and the model charges its
+    // segments (core/selection.h, wholeSegmentBytes).
     const auto probeStart = Clock::now();
-    const cerar::LinkModel link = cerar::probeLink(*main);
+    cerar::LinkModel link = cerar::probeLink(*main);
     const double probeSeconds = std::chrono::duration<double>(Clock::now() - probeStart).count();
     const cerar::Pacing pacing = s.pacing.value_or(cerar::pacingFor(size_t(link.windowBytes)));
+    link.segmentBytes = double(pacing.segmentBytes);  // as the runtime's coordinator does
     for (auto& c : all) c.communicator->setPacing(pacing);
     if (rank == 0) {
       std::string rounds;

@@ -106,8 +106,11 @@ void Coordinator::probe() {
     link_.alpha = (*figures)[0], link_.beta = (*figures)[1], link_.gamma = (*figures)[2];
     link_.gammaWire = 0;  // twice the given gamma: a test's figures decide alone
   }
+  // The model charges rounds by the segments the executor will stream.
+  const Pacing pacing = pacingFor(size_t(link_.windowBytes));
+  link_.segmentBytes = double(pacing.segmentBytes);
   const LinkModel& link = link_;
-  dispatcher_.setPacing(pacingFor(size_t(link.windowBytes)));
+  dispatcher_.setPacing(pacing);
   logger_.log(LogLevel::kInfo, detail::concat("link model: alpha ", link.alpha * 1e6,
                                               " us, beta ", link.beta * 1e9, " ns/B, gamma ",
                                               link.gamma * 1e9, " ns/B, 16-bit wire ",

@@ -16,9 +16,10 @@ struct LinkModel {
   double alpha = 50e-6;
   double beta = 0.8e-9;
   double gamma = 0.2e-9;
-  // Without measured rounds: the executor streams rounds in segments of this size; a round's
-  // message of one to two segments is charged an idle segment, one well under a segment its
-  // length (streamedRoundBytes); 0 gives the spec's plain model.
+  // The executor streams rounds in segments of this size (the pacing in force). Without
+  // measured rounds a round's message of one to two segments is charged an idle segment, one
+  // well under a segment its length (streamedRoundBytes); with them, a message longer than a
+  // segment its segments whole (wholeSegmentBytes). 0 gives the spec's plain model.
   double segmentBytes = double(Executor::kDefaultSegmentBytes);
   // Per float32 byte, a 16-bit wire hop's decode, add and encode (the probe times it);
   // 0: twice gamma.
@@ -77,9 +78,12 @@ struct Selection {
 // The bytes a streamed round of an m-byte message costs on the wire, s the segment:
 // m (1 + m/s) up to one segment, then max(m, 2s); m without segments.
 double streamedRoundBytes(double m, const LinkModel& link);
+// With measured rounds, an m-byte message longer than a segment is charged its segments whole
+// (the last, partial one as a full one); m otherwise.
+double wholeSegmentBytes(double m, const LinkModel& link);
 // A round's transfer of an m-byte message: the probe's CERAR rounds (their arithmetic in them)
-// interpolated linearly in m (from alpha at 0 below the first, at the last's rate above the
-// last) where measured, else alpha + streamedRoundBytes(m) beta.
+// interpolated linearly in wholeSegmentBytes(m) (from alpha at 0 below the first, at the last's
+// rate above the last) where measured, else alpha + streamedRoundBytes(m) beta.
 double transferSeconds(double m, const LinkModel& link);
 // The bytes a round's arithmetic is charged for: m with measured rounds, else
 // streamedRoundBytes(m) (the spec's model with the streamed pipeline's idle link).

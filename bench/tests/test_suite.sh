@@ -49,9 +49,12 @@ args_tests() {
   expect 3 "not found; build it" python3 "$SUITE" --bin "$TMP/none" --configs lo2
   expect 1 "usage: suite_report" python3 "$REPORT" "$TMP/none"
   expect 0 "^161 tensors, 25557032 floats" python3 "$BENCH/resnet50_sizes.py"
-  # Its copy of the cost model gives the c each committed headline run chose.
+  # Its copy of the cost model gives the c each committed run chose: the headline's before the
+  # whole-segment charge, a sweep's with it.
   expect 0 "^\| n8-200mbit \| 64 MiB \| 928 \| yes \|" python3 "$BENCH/refit_check.py" \
-    "$BENCH/results/headline"
+    --partial-segments "$BENCH/results/headline"
+  expect 0 "^\| n4-200mbit \| 64 MiB \| 512 \| yes \|" python3 "$BENCH/refit_check.py" \
+    "$BENCH/results/sweep-200-segments"
   echo "# the report's limits on made-up results (N=4, B=100 Mbit/s, d=64 MiB)"
   mkdir -p "$TMP/r"
   python3 - "$TMP/r" <<'EOF'

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/selection.h"
 
@@ -135,6 +136,28 @@ TEST(RuntimeSelection, MeasuredRoundsPutMessagesPastTheFloorsEnd) {
   // The ring's long messages at the last point's rate; CERAR where it pays.
   EXPECT_EQ(selectAlgorithm(8, DType::kFloat32, ReduceOp::kSum, size_t(1) << 20,
                             measuredLink(8), SelectionPolicy{}).algorithm, Algorithm::kCerar);
+}
+
+// The executor streams a round as whole segments and a partial last one, which costs a wait and
+// a post like a whole one: with measured rounds a message longer than a segment is charged its
+// segments whole, so c lands on messages of whole segments (N = 4, 32 KiB segments: 512 at 16
+// and 64 MiB, one and four segments, the grid's fastest on the emulated cluster; 288 and 368
+// without the charge).
+TEST(RuntimeSelection, MeasuredRoundsChargeWholeSegments) {
+  LinkModel link = measuredLink(4);
+  link.segmentBytes = 32 << 10;
+  EXPECT_DOUBLE_EQ(transferSeconds(33 << 10, link), transferSeconds(64 << 10, link));
+  EXPECT_DOUBLE_EQ(transferSeconds(32 << 10, link), 2 * 690e-6);
+  EXPECT_LT(transferSeconds(31 << 10, link), transferSeconds(32 << 10, link));
+  EXPECT_DOUBLE_EQ(arithmeticBytes(33 << 10, link), 33 << 10);  // the codec's are the message's
+  for (double d : {double(16 << 20), double(64 << 20)}) {
+    const int c = bestComponents(4, d, size_t(d / 4), link);
+    EXPECT_EQ(c, 512) << d;
+    EXPECT_EQ(std::fmod(d / c, link.segmentBytes), 0.0) << d;
+  }
+  link.segmentBytes = 0;  // no segments: messages cost their bytes
+  EXPECT_EQ(bestComponents(4, double(16 << 20), 1 << 22, link), 288);
+  EXPECT_EQ(bestComponents(4, double(64 << 20), 1 << 24, link), 368);
 }
 
 TEST(RuntimeSelection, ForcedSettingsWinWhereCerarCanRun) {
