@@ -37,11 +37,11 @@ def round_seconds(m, probe, overhead=0.0, whole_segments=True):
         t = last_s * m / last_b
     else:
         b0, s0 = 0.0, probe["alpha_s"]
-        for b, s in points:
+        for b, t1 in points:
             if m <= b:
-                t = s0 + (m - b0) / (b - b0) * (s - s0)
+                t = s0 + (m - b0) / (b - b0) * (t1 - s0)
                 break
-            b0, s0 = b, s
+            b0, s0 = b, t1
     return t + codec_bytes * probe["gamma_s_per_byte"] + overhead
 
 

@@ -78,8 +78,8 @@ struct Selection {
 // The bytes a streamed round of an m-byte message costs on the wire, s the segment:
 // m (1 + m/s) up to one segment, then max(m, 2s); m without segments.
 double streamedRoundBytes(double m, const LinkModel& link);
-// With measured rounds, an m-byte message longer than a segment is charged its segments whole
-// (the last, partial one as a full one); m otherwise.
+// An m-byte message longer than a segment charged its segments whole (the last, partial one as
+// a full one); m otherwise. transferSeconds applies it where rounds were measured.
 double wholeSegmentBytes(double m, const LinkModel& link);
 // A round's transfer of an m-byte message: the probe's CERAR rounds (their arithmetic in them)
 // interpolated linearly in wholeSegmentBytes(m) (from alpha at 0 below the first, at the last's
