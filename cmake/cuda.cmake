@@ -16,13 +16,6 @@ if(CERAR_WITH_CUDA)
 endif()
 message(STATUS "cerar: CUDA/NCCL parts ${CERAR_HAVE_CUDA}")
 
-# The engine's source glob also picks up the device transports and the runtime's CUDA device
-# side, which need CUDA: they belong to cerar_cuda alone.
-get_target_property(_cerar_sources cerar SOURCES)
-list(FILTER _cerar_sources EXCLUDE REGEX
-  "/ops/transport/(nccl|staged|device_select)\\.cc$|/ops/device_executor\\.cc$|/core/cuda/")
-set_property(TARGET cerar PROPERTY SOURCES ${_cerar_sources})
-
 if(CERAR_HAVE_CUDA)
   # An H200 (sm_90); `native` fails on machines without a GPU.
   if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
@@ -33,25 +26,28 @@ if(CERAR_HAVE_CUDA)
   set(CMAKE_CUDA_STANDARD 17)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 
+  # ops' device side (kernels, NCCL and staged transports, the device executor) and core's
+  # (the runtime's device operations), each in its own layer as the host libraries are.
   set(_cerar_cuda_dir ${PROJECT_SOURCE_DIR}/ops/codec/cuda)
-  add_library(cerar_cuda STATIC
+  add_library(cerar_ops_cuda STATIC
     ${_cerar_cuda_dir}/codec_cuda.cu ${_cerar_cuda_dir}/cuda_util.cc
     ${PROJECT_SOURCE_DIR}/ops/device_executor.cc
     ${PROJECT_SOURCE_DIR}/ops/transport/nccl.cc ${PROJECT_SOURCE_DIR}/ops/transport/staged.cc
-    ${PROJECT_SOURCE_DIR}/ops/transport/device_select.cc
-    ${PROJECT_SOURCE_DIR}/core/cuda/cuda_device_ops.cc)
+    ${PROJECT_SOURCE_DIR}/ops/transport/device_select.cc)
+  target_include_directories(cerar_ops_cuda PUBLIC ${NCCL_INCLUDE_DIR})
+  target_link_libraries(cerar_ops_cuda PUBLIC cerar_ops CUDA::cudart ${NCCL_LIBRARY})
+  add_library(cerar_cuda STATIC ${PROJECT_SOURCE_DIR}/core/cuda/cuda_device_ops.cc)
+  target_link_libraries(cerar_cuda PUBLIC cerar cerar_ops_cuda)
   # The directory's compile options are for the host compiler: hand them to nvcc through
   # -Xcompiler. No FMA contraction on the device either (cerar-protocol.md).
-  get_target_property(_cerar_options cerar_cuda COMPILE_OPTIONS)
+  get_target_property(_cerar_options cerar_ops_cuda COMPILE_OPTIONS)
   set(_cerar_wrapped)
   foreach(_option IN LISTS _cerar_options)
     list(APPEND _cerar_wrapped "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=${_option}>"
                                "$<$<NOT:$<COMPILE_LANGUAGE:CUDA>>:${_option}>")
   endforeach()
-  set_property(TARGET cerar_cuda PROPERTY COMPILE_OPTIONS
+  set_property(TARGET cerar_ops_cuda PROPERTY COMPILE_OPTIONS
     ${_cerar_wrapped} "$<$<COMPILE_LANGUAGE:CUDA>:--fmad=false>")
-  target_include_directories(cerar_cuda PUBLIC ${NCCL_INCLUDE_DIR})
-  target_link_libraries(cerar_cuda PUBLIC cerar CUDA::cudart ${NCCL_LIBRARY})
 
   if(CERAR_BUILD_TESTS)
     enable_testing()

@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 NP=${NP:-4}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-echo "setup: installing and building (scripts/setup.sh; the first run takes a few minutes)"
-if ! scripts/setup.sh >"$out/setup.log" 2>&1; then
+echo "setup: installing and building (scripts/setup.sh main; the first run takes about 3 minutes)"
+if ! scripts/setup.sh main >"$out/setup.log" 2>&1; then
   cat "$out/setup.log"
   exit 1
 fi

@@ -1,22 +1,44 @@
 #!/usr/bin/env bash
-# Installs everything cerar needs (idempotent) and builds it into build/.
-# Usage: scripts/setup.sh [--no-build]
+# Installs what cerar needs (idempotent) and builds it, once, into build/.
+# Usage: scripts/setup.sh [main|test] [--no-build]
+#   main  (default) what the main job needs: Debian's compiler, Gloo, Boost.Asio, pybind11,
+#         torch 1.13, numpy and scikit-learn; the venv .venv; `pip install .` (the library and
+#         the extension cerar._cerar, built in build/).
+#   test  also every test's and benchmark's dependencies (below, each with its reason), and the
+#         C++ tests and programs, built in the same folder from the same library objects.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(
+mode=main build=1
+for arg in "$@"; do
+  case "$arg" in
+    main | test) mode=$arg ;;
+    --no-build) build=0 ;;
+    *) echo "usage: scripts/setup.sh [main|test] [--no-build]" >&2; exit 2 ;;
+  esac
+done
+
+# The main job: the extension's build and examples/torch_train.py.
+APT_MAIN=(
   cmake ninja-build g++ pkg-config
-  libgloo-dev libboost-dev googletest libgtest-dev
-  pybind11-dev python3-dev python3-venv python3-pip python3-numpy python3-pytest
-  python3-torch python3-matplotlib python3-sklearn
-  iproute2 procps openmpi-bin libopenmpi-dev
+  libgloo-dev libboost-dev pybind11-dev python3-dev python3-venv python3-pip
+  python3-numpy python3-torch python3-sklearn
+)
+# Tests and benchmarks only.
+APT_TEST=(
+  googletest libgtest-dev python3-pytest  # the C++ and Python test suites
+  iproute2 procps  # network namespaces of bench/ and the multi-host tests; pgrep/kill in tests
+  openmpi-bin libopenmpi-dev  # init() under Open MPI's variables (tests/python/test_environments.py)
   openssh-server  # sshd of the emulated hosts in the multi-host tests (not started as a service)
+  python3-matplotlib  # bench/ plots
   fortunes  # English text for the time-to-accuracy language model (bench/tta_model.py)
   clang libclang-rt-dev  # clang with libFuzzer, for scripts/fuzz.sh
 )
+packages=("${APT_MAIN[@]}")
+[ "$mode" = test ] && packages+=("${APT_TEST[@]}")
 
 missing=()
-for package in "${APT_PACKAGES[@]}"; do
+for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
     missing+=("$package")
 done
@@ -29,46 +51,58 @@ if ((${#missing[@]})); then
     "${missing[@]}" >/dev/null
 fi
 
-[ "${1:-}" = "--no-build" ] && exit 0
-
-BUILD_DIR=${CERAR_BUILD_DIR:-build}
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$BUILD_DIR"
+((build)) || exit 0
 
 # ==== Python (owned by bindings/ and frameworks/) ==============================================
 # A venv on Debian's /usr/bin/python3 that also sees apt's python3-torch and python3-numpy
-# (--system-site-packages). pip adds only what Debian lacks (scikit-build-core, jax), pinned to
-# Debian's numpy, which torch 1.13 was built against; then `pip install .` builds the extension
-# cerar._cerar (bindings/) and installs the package (frameworks/cerar) and `cerarrun`.
-# Skipped when nothing changed: a stamp holds a hash of the sources it was built from.
-setup_python() {
-  local venv=.venv
-  local py=$venv/bin/python
-  [ -x "$py" ] || /usr/bin/python3 -m venv --system-site-packages "$venv"
-  local constraints=$venv/cerar-constraints.txt
-  /usr/bin/python3 -c 'import numpy; print("numpy==" + numpy.__version__)' >"$constraints"
-  if ! "$py" -c 'import scikit_build_core, jax, pytest' 2>/dev/null; then
-    echo "setup: pip-installing scikit-build-core and jax into $venv"
+# (--system-site-packages). pip adds only what Debian lacks (scikit-build-core; for the tests
+# jax and Ray), pinned to Debian's numpy, which torch 1.13 was built against.
+VENV=.venv
+PY=$VENV/bin/python
+[ -x "$PY" ] || /usr/bin/python3 -m venv --system-site-packages "$VENV"
+constraints=$VENV/cerar-constraints.txt
+/usr/bin/python3 -c 'import numpy; print("numpy==" + numpy.__version__)' >"$constraints"
+pip_install() { "$PY" -m pip install -q --disable-pip-version-check -c "$constraints" "$@"; }
+if ! "$PY" -c 'import scikit_build_core' 2>/dev/null; then
+  echo "setup: pip-installing scikit-build-core into $VENV"
+  pip_install "scikit-build-core>=0.10"
+fi
+if [ "$mode" = test ]; then
+  if ! "$PY" -c 'import jax, pytest' 2>/dev/null; then
+    echo "setup: pip-installing jax and pytest into $VENV (tests/python/test_jax.py)"
     # jax 0.5+ needs numpy >= 1.25; Debian 12 has 1.24.
-    "$py" -m pip install -q -c "$constraints" "scikit-build-core>=0.10" "jax[cpu]<0.5" pytest
+    pip_install "jax[cpu]<0.5" pytest
   fi
   # Ray, for cerar.ray and its tests (the optional extra cerar[ray]; docs/ray.md): about 45 s
   # and 260 MB on a fresh machine. CERAR_NO_RAY=1 leaves it out (its tests then skip).
-  if [ "${CERAR_NO_RAY:-0}" != 1 ] && ! "$py" -c 'import ray' 2>/dev/null; then
-    echo "setup: pip-installing ray into $venv"
-    "$py" -m pip install -q -c "$constraints" "ray>=2.10,<3"
+  if [ "${CERAR_NO_RAY:-0}" != 1 ] && ! "$PY" -c 'import ray' 2>/dev/null; then
+    echo "setup: pip-installing ray into $VENV (tests/python/test_ray.py)"
+    pip_install "ray>=2.10,<3"
   fi
-  local stamp=$venv/cerar-build.stamp hash
-  hash=$(find pyproject.toml CMakeLists.txt cmake bindings frameworks core ops -type f \
-      \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.py' -o -name '*.txt' \
-      -o -name '*.cmake' -o -name '*.toml' \) -print0 | sort -z | xargs -0 sha256sum |
-    sha256sum | cut -d' ' -f1)
-  if [ "$(cat "$stamp" 2>/dev/null)" != "$hash" ] || ! "$py" -c 'import cerar' 2>/dev/null; then
-    echo "setup: pip install . (the cerar package into $venv)"
-    CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
-      "$py" -m pip install -q --no-build-isolation -c "$constraints" .
-    echo "$hash" >"$stamp"
-  fi
-}
-setup_python
-# ==== end of the Python section ================================================================
+fi
+
+# `pip install .` builds the library and the extension in build/ (one CMake folder for both
+# modes); the tests' mode turns the C++ tests on in the same folder, and `cmake --build` then
+# compiles only what the extension did not need. Skipped when nothing changed: a stamp holds a
+# hash of the sources and whether the tests were configured (a test build serves the main job).
+BUILD_DIR=build
+tests=OFF
+[ "$mode" = test ] && tests=ON
+stamp=$VENV/cerar-build.stamp
+hash=$(find pyproject.toml CMakeLists.txt cmake bindings frameworks core ops -type f \
+    \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.py' \
+    -o -name '*.txt' -o -name '*.cmake' -o -name '*.toml' \) -print0 | sort -z |
+  xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+built=$(cat "$stamp" 2>/dev/null || true)
+if [ "$built" != "$hash tests=$tests" ] && [ "$built" != "$hash tests=ON" ] ||
+    ! "$PY" -c 'import cerar' 2>/dev/null; then
+  echo "setup: pip install . (the cerar package into $VENV, built in $BUILD_DIR/)"
+  CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
+    pip_install --no-build-isolation --config-settings=build-dir="$BUILD_DIR" \
+    --config-settings=cmake.define.CERAR_BUILD_TESTS="$tests" .
+  echo "$hash tests=$tests" >"$stamp"
+fi
+if [ "$mode" = test ]; then
+  # The C++ tests and programs, against the library objects the extension's build made.
+  cmake --build "$BUILD_DIR"
+fi

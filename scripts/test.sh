@@ -22,7 +22,7 @@ while (($#)); do
   shift
 done
 
-scripts/setup.sh
+scripts/setup.sh test
 ctest --test-dir build --output-on-failure -j2 --timeout 600 "${repeat[@]}"
 if ((sanitize)); then
   for preset in asan tsan; do
