@@ -13,7 +13,7 @@ import torch
 
 from cerar import (Adasum, Average, CerarError, CerarTimeoutError, InternalError,  # noqa: F401
                    InvalidArgumentError, Max, Min, MismatchError, Op, PeerLostError, Product,
-                   ShutDownError, Sum, _auto_name, _rt, cross_rank, cross_size, init,
+                   ShutDownError, Sum, _rt, cross_rank, cross_size, init,
                    is_homogeneous, is_initialized, local_rank, local_size, rank, shutdown, size,
                    start_timeline, stop_timeline, stats)
 # Build and capability flags, answering for this build (cerar/__init__.py).
@@ -28,7 +28,7 @@ from cerar._process_sets import (ProcessSet, _set_id, add_process_set,  # noqa: 
 # itself: a lost peer (PeerLostError) and a silent one (CerarTimeoutError) are instances.
 HorovodInternalError = CerarError
 
-from cerar.torch.ops import (_DTYPES, _fresh, _op, _view, allgather_async,  # noqa: E402,F401
+from cerar.torch.ops import (allgather_async,  # noqa: E402,F401
                              allreduce_async, allreduce_async_, alltoall_async, broadcast_async,
                              broadcast_async_, grouped_allgather_async, grouped_allreduce_async,
                              grouped_allreduce_async_, grouped_reducescatter_async,
