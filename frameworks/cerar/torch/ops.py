@@ -129,7 +129,7 @@ def _grouped_async_(tensors, average, name, op, prescale, postscale, single=Fals
     datas = [_data(t) for t in tensors]
     if op is Product:
         return track(name, _product_async(datas, name, prescale, postscale, result,
-                                           process_set), set_id)
+                                          process_set), set_id)
     runtime_op, wires, after, pre, post = _plan(datas, op, float(prescale), float(postscale),
                                                 process_set)
     views = [view(w) for w in wires]
@@ -169,11 +169,11 @@ def _product_async(tensors, name, prescale, postscale, result, process_set=None)
 def allgather_async(tensor, name=None, process_set=None):
     """Concatenates every rank's tensor along dimension 0 (its size may differ per rank)."""
     name, set_id = begin("allgather", name, process_set)
-    source = wire_source(tensor)
+    source, dtype, device = wire_source(tensor), tensor.dtype, tensor.device
     handle = _rt().allgather(name, view(source), set_id)
 
     def finish(h):
-        return from_numpy(h.output(), source.dtype).to(device=tensor.device, dtype=tensor.dtype)
+        return from_numpy(h.output(), source.dtype).to(device=device, dtype=dtype)
     return track(name, Handle(handle, finish), set_id)
 
 
@@ -330,12 +330,12 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
     check_first_dimension(tensor.dim(), "cerar.torch.alltoall")
     wanted = alltoall_splits(splits.cpu().tolist() if torch.is_tensor(splits) else splits,
                              tensor.shape[0], size, "cerar.torch.alltoall")
-    source = wire_source(tensor)
+    source, dtype, device = wire_source(tensor), tensor.dtype, tensor.device
     splits_device = splits.device if torch.is_tensor(splits) else torch.device("cpu")
     handle = _rt().alltoall(name, view(source), wanted, set_id)
 
     def finish(h):
-        out = from_numpy(h.output(), source.dtype).to(device=tensor.device, dtype=tensor.dtype)
+        out = from_numpy(h.output(), source.dtype).to(device=device, dtype=dtype)
         received = torch.tensor(h.received_splits(), dtype=torch.int32, device=splits_device)
         return out, received
     return track(name, Handle(handle, finish), set_id)
