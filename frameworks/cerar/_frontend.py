@@ -54,6 +54,19 @@ def track(name, handle, process_set_id=0):
     return handle
 
 
+def barrier(process_set=None):
+    """Returns once every rank of the set (default: the job) has called barrier()."""
+    _state.current().barrier(_set_id(process_set)).wait()
+
+
+def join():
+    """Declares that this rank has no more data; returns the rank that joined last once every
+    rank has joined (meanwhile this rank contributes the identity to the others' collectives)."""
+    handle = _state.current().join()
+    handle.wait()
+    return handle.last_joined_rank()
+
+
 def check_in_place(contiguous, what):
     """In-place operations write the runtime's result into the caller's memory directly."""
     if not contiguous:

@@ -19,7 +19,7 @@ from cerar import (BUILD_FLAGS, ERRORS, Adasum, Average, CerarError,  # noqa: F4
                    is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
                    mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, shutdown,
                    size)
-from cerar._frontend import auto_name
+from cerar._frontend import auto_name, barrier, join  # noqa: F401
 from cerar._process_sets import (ProcessSet, add_process_set,  # noqa: F401
                                  global_process_set, remove_process_set)
 
@@ -93,11 +93,3 @@ def broadcast_tree(tree, root_rank=0, name=None, process_set=None):
         handle.wait()
     return jax.tree_util.tree_unflatten(
         treedef, [_back(a, leaf) for a, leaf in zip(arrays, leaves)])
-
-
-def barrier(process_set=None):
-    cn.barrier(process_set)
-
-
-def join():
-    return cn.join()

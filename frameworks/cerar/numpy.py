@@ -14,9 +14,9 @@ from cerar import (BUILD_FLAGS, ERRORS, Adasum, Average, CerarError,  # noqa: F4
                    mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, shutdown,
                    size)
 from cerar._cerar import DType, RawTensor
-from cerar._frontend import (alltoall_splits, begin, check_first_dimension, check_in_place,
-                             track)
-from cerar._process_sets import (ProcessSet, _membership, _set_id,  # noqa: F401
+from cerar._frontend import (alltoall_splits, barrier, begin,  # noqa: F401
+                             check_first_dimension, check_in_place, join, track)
+from cerar._process_sets import (ProcessSet, _membership,  # noqa: F401
                                  add_process_set, global_process_set, remove_process_set)
 from cerar._handle import Handle, poll, synchronize
 
@@ -147,19 +147,6 @@ def broadcast(tensor, root_rank, name=None, process_set=None):
 
 def broadcast_(array, root_rank, name=None, process_set=None):
     return broadcast_async_(array, root_rank, name, process_set).wait()
-
-
-def barrier(process_set=None):
-    """Returns once every rank of the set (default: the job) has called barrier()."""
-    _rt().barrier(_set_id(process_set)).wait()
-
-
-def join():
-    """Declares that this rank has no more data; returns the rank that joined last once every
-    rank has joined (meanwhile this rank contributes the identity to the others' collectives)."""
-    handle = _rt().join()
-    handle.wait()
-    return handle.last_joined_rank()
 
 
 def reducescatter_async(tensor, op=Average, name=None, prescale_factor=1.0,
