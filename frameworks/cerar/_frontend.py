@@ -2,7 +2,7 @@
 unnamed operations, the check that a name is not already in flight, and the checks of the
 user's arguments, so that one misuse raises one class whichever framework it comes through
 (the user's wrong arguments raise InvalidArgumentError, a ValueError; a name in flight raises
-ValueError, as Horovod's)."""
+ValueError, as Horovod's); and barrier and join, which all three offer alike."""
 import itertools
 
 from cerar import _state
