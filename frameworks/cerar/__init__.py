@@ -8,8 +8,6 @@ communication-efficient ring (or the exact ring).
 Framework APIs: cerar.numpy, cerar.torch, cerar.jax. Launcher: ``cerarrun -np 4 python train.py``.
 """
 import atexit
-import itertools
-import threading
 
 
 def _load_torchs_nccl_first():
@@ -131,12 +129,12 @@ def ccl_built():
 def ddl_built():
     return False
 
+from cerar import _state  # noqa: E402
+from cerar._frontend import auto_name as _auto_name, counters as _counters  # noqa: E402,F401
 from cerar._process_sets import (ProcessSet, _register_static, add_process_set,  # noqa: E402,F401
                                  global_process_set, remove_process_set)
+from cerar._state import current as _rt  # noqa: E402
 
-_lock = threading.Lock()
-_runtime = None
-_counters = {}
 _topology = None  # (cross_rank, cross_size, is_homogeneous), learned at init
 
 
@@ -149,10 +147,9 @@ def init(process_sets=None, **overrides):
     or "dynamic" to allow add_process_set/remove_process_set (docs/process-sets.md).
     Raises CerarError when a setting is bad or the other ranks cannot be reached.
     """
-    global _runtime
     from cerar import _cerar
-    with _lock:
-        if _runtime is not None:
+    with _state.lock:
+        if _state.runtime is not None:
             return
         config = _cerar.RuntimeConfig.from_environment()
         for key, value in overrides.items():
@@ -164,13 +161,13 @@ def init(process_sets=None, **overrides):
                 raise ValueError(f"cerar.init: process_sets must be a list or 'dynamic', "
                                  f"got {process_sets!r}")
             config.dynamic_process_sets, process_sets = True, None
-        _runtime = _cerar.Runtime.start(config)
+        runtime = _state.runtime = _cerar.Runtime.start(config)
         _counters.clear()
         try:
-            _learn_topology(_runtime)
-            _register_static(_runtime, process_sets or [])
+            _learn_topology(runtime)
+            _register_static(runtime, process_sets or [])
         except BaseException:
-            runtime, _runtime = _runtime, None
+            _state.runtime = None
             runtime.shutdown()
             raise
 
@@ -200,22 +197,20 @@ def _learn_topology(runtime):
 
 def shutdown():
     """Stops the runtime; pending operations fail with ShutDownError. Idempotent."""
-    global _runtime
-    with _lock:
-        runtime, _runtime = _runtime, None
+    with _state.lock:
+        runtime, _state.runtime = _state.runtime, None
     if runtime is not None:
         runtime.shutdown()
 
 
 def is_initialized():
-    return _runtime is not None
+    return _state.runtime is not None
 
 
-def _rt():
-    runtime = _runtime
-    if runtime is None:
-        raise ValueError("cerar has not been initialized; call cerar.init() first")
-    return runtime
+def __getattr__(name):
+    if name == "_runtime":  # the running runtime (or None), read where it is held
+        return _state.runtime
+    raise AttributeError(f"module 'cerar' has no attribute {name!r}")
 
 
 def size():
@@ -264,18 +259,6 @@ def stop_timeline():
 def stats():
     """The runtime's counters (cycles, cache hits, fused buffers, bytes sent, ...) as a dict."""
     return _rt().stats()
-
-
-def _auto_name(kind, name=None):
-    """`name`, or a deterministic one: "<kind>.noname.<n>", counted per kind since init().
-
-    Every rank must make its unnamed calls in the same order, as with Horovod.
-    """
-    if name is not None:
-        return str(name)
-    with _lock:
-        counter = _counters.setdefault(kind, itertools.count())
-        return f"{kind}.noname.{next(counter)}"
 
 
 atexit.register(shutdown)

@@ -7,6 +7,8 @@ removing are collectives of every rank, in the same order on every rank. Every c
 ``process_set=``; ranks and sizes inside a set are the set's, roots of broadcasts stay global
 ranks (as Horovod's).
 """
+from cerar import _state
+from cerar._cerar import InvalidArgumentError
 
 
 class ProcessSet:
@@ -26,10 +28,10 @@ class ProcessSet:
 
     def _known(self):
         """This set's global ranks as the runtime knows them (None when not registered)."""
-        from cerar import _runtime
-        if self.process_set_id is None or _runtime is None:
+        runtime = _state.runtime
+        if self.process_set_id is None or runtime is None:
             return None
-        return _runtime.process_set_ranks(self.process_set_id)
+        return runtime.process_set_ranks(self.process_set_id)
 
     def size(self):
         """The number of ranks, or None before the set is registered."""
@@ -39,20 +41,19 @@ class ProcessSet:
     def rank(self):
         """This rank's index among the set's ranks (-1 outside it), or None before the set is
         registered. Operations still take global ranks as roots."""
-        from cerar import rank
         ranks = self._known()
         if ranks is None:
             return None
-        return ranks.index(rank()) if rank() in ranks else -1
+        rank = _state.current().rank
+        return ranks.index(rank) if rank in ranks else -1
 
     def included(self):
         """Whether this rank is in the set (None when its ranks are not known)."""
-        from cerar import _runtime, rank
-        if self.process_set_id == 0 and _runtime is not None:
+        if self.process_set_id == 0 and _state.runtime is not None:
             return True
         if self.ranks is None:
             return None
-        return rank() in self.ranks
+        return _state.current().rank in self.ranks
 
     def __repr__(self):
         return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
@@ -86,8 +87,7 @@ def _register_static(runtime, process_sets):
 
 
 def _dynamic():
-    from cerar import _rt
-    runtime = _rt()
+    runtime = _state.current()
     if not runtime.dynamic_process_sets:
         raise ValueError("process sets can be added or removed after init only with "
                          "CERAR_DYNAMIC_PROCESS_SETS=1 (or HOROVOD_DYNAMIC_PROCESS_SETS=1, "
@@ -98,7 +98,6 @@ def _dynamic():
 def add_process_set(process_set):
     """Registers a ProcessSet (or a list of ranks) on every rank together and returns it.
     A set with the same ranks raises ValueError."""
-    from cerar import InvalidArgumentError
     runtime = _dynamic()
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
@@ -112,7 +111,6 @@ def add_process_set(process_set):
 def remove_process_set(process_set):
     """Removes a registered set on every rank together; True when it was removed (False for
     the global set or an unregistered one)."""
-    from cerar import InvalidArgumentError
     runtime = _dynamic()
     process_set_id = process_set.process_set_id
     if process_set_id is None or process_set_id == 0:
@@ -141,8 +139,7 @@ def _set_id(process_set):
 def _membership(process_set):
     """(id, this rank's index in the set, the set's size) for a set this rank is in; raises
     InvalidArgumentError otherwise, as the runtime does."""
-    from cerar import InvalidArgumentError, _rt
-    runtime = _rt()
+    runtime = _state.current()
     process_set_id = _set_id(process_set)
     ranks = runtime.process_set_ranks(process_set_id)
     if ranks is None:

@@ -14,11 +14,12 @@ import numpy as np
 import cerar.numpy as cn
 from cerar import (BUILD_FLAGS, ERRORS, Adasum, Average, CerarError,  # noqa: F401
                    CerarTimeoutError, InternalError, InvalidArgumentError, Max, Min,
-                   MismatchError, PeerLostError, ShutDownError, Sum, _auto_name, ccl_built,
+                   MismatchError, PeerLostError, ShutDownError, Sum, ccl_built,
                    cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
                    is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
                    mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, shutdown,
                    size)
+from cerar._frontend import auto_name, barrier, join  # noqa: F401
 from cerar._process_sets import (ProcessSet, add_process_set,  # noqa: F401
                                  global_process_set, remove_process_set)
 
@@ -56,7 +57,7 @@ def allreduce_tree(tree, op=Average, name=None, prescale_factor=1.0, postscale_f
     dtype, in a fixed order. Returns a pytree of the same structure."""
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     arrays = [_host(leaf) for leaf in leaves]
-    base = _auto_name("allreduce_tree", name)
+    base = auto_name("allreduce_tree", name)
     by_dtype = {}
     for index, array in enumerate(arrays):
         by_dtype.setdefault(array.dtype.name, []).append(index)
@@ -84,7 +85,7 @@ def broadcast(x, root_rank=0, name=None, process_set=None):
 def broadcast_tree(tree, root_rank=0, name=None, process_set=None):
     """Every leaf of `tree` from root_rank (e.g. initial parameters)."""
     leaves, treedef = jax.tree_util.tree_flatten(tree)
-    base = _auto_name("broadcast_tree", name)
+    base = auto_name("broadcast_tree", name)
     arrays = [_host(leaf) for leaf in leaves]
     handles = [cn.broadcast_async_(a, root_rank, f"{base}.{i}", process_set)
                for i, a in enumerate(arrays)]
@@ -92,11 +93,3 @@ def broadcast_tree(tree, root_rank=0, name=None, process_set=None):
         handle.wait()
     return jax.tree_util.tree_unflatten(
         treedef, [_back(a, leaf) for a, leaf in zip(arrays, leaves)])
-
-
-def barrier(process_set=None):
-    cn.barrier(process_set)
-
-
-def join():
-    return cn.join()

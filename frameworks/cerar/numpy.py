@@ -8,13 +8,15 @@ import numpy as np
 
 from cerar import (BUILD_FLAGS, ERRORS, Adasum, Average, CerarError,  # noqa: F401
                    CerarTimeoutError, InternalError, InvalidArgumentError, Max, Min,
-                   MismatchError, PeerLostError, ShutDownError, Sum, _auto_name, _rt, ccl_built,
+                   MismatchError, PeerLostError, ShutDownError, Sum, _rt, ccl_built,
                    cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
                    is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
                    mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, shutdown,
                    size)
 from cerar._cerar import DType, RawTensor
-from cerar._process_sets import (ProcessSet, _membership, _set_id,  # noqa: F401
+from cerar._frontend import (alltoall_splits, barrier, begin,  # noqa: F401
+                             check_first_dimension, check_in_place, join, track)
+from cerar._process_sets import (ProcessSet, _membership,  # noqa: F401
                                  add_process_set, global_process_set, remove_process_set)
 from cerar._handle import Handle, poll, synchronize
 
@@ -46,8 +48,7 @@ def _fresh(tensor):
 def _writable(array):
     if not isinstance(array, np.ndarray):
         raise TypeError(f"cerar.numpy: in-place operations need a numpy array, got {type(array)}")
-    if not (array.flags.c_contiguous and array.flags.writeable):
-        raise ValueError("cerar.numpy: in-place operations need a writable C-contiguous array")
+    check_in_place(array.flags.c_contiguous and array.flags.writeable, "cerar.numpy")
     return array
 
 
@@ -55,9 +56,10 @@ def allreduce_async_(array, op=Average, name=None,
                      prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     """Reduces `array` in place across ranks; returns a Handle whose result is `array`."""
     _writable(array)
-    handle = _rt().allreduce(_auto_name("allreduce", name), _view(array), None, op,
-                             prescale_factor, postscale_factor, "none", _set_id(process_set))
-    return Handle(handle, lambda _: array)
+    name, set_id = begin("allreduce", name, process_set)
+    handle = _rt().allreduce(name, _view(array), None, op, prescale_factor, postscale_factor,
+                             "none", set_id)
+    return track(name, Handle(handle, lambda _: array), set_id)
 
 
 def allreduce_async(tensor, op=Average, name=None,
@@ -83,12 +85,11 @@ def grouped_allreduce_async_(arrays, op=Average, name=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=None):
     """Reduces a list of arrays in place as one fused unit (names "<name>.<i>")."""
     arrays = [_writable(a) for a in arrays]
-    base = _auto_name("grouped_allreduce", name)
+    base, set_id = begin("grouped_allreduce", name, process_set)
     names = [f"{base}.{i}" for i in range(len(arrays))]
     handle = _rt().grouped_allreduce(names, [_view(a) for a in arrays], None, op,
-                                     prescale_factor, postscale_factor, "none",
-                                     _set_id(process_set))
-    return Handle(handle, lambda _: arrays)
+                                     prescale_factor, postscale_factor, "none", set_id)
+    return track(base, Handle(handle, lambda _: arrays), set_id)
 
 
 def grouped_allreduce_async(tensors, op=Average, name=None, prescale_factor=1.0,
@@ -115,12 +116,13 @@ def allgather_async(tensor, name=None, process_set=None):
     if array.ndim == 0:
         array = array.reshape(1)
     dtype = array.dtype
-    handle = _rt().allgather(_auto_name("allgather", name), _view(array), _set_id(process_set))
+    name, set_id = begin("allgather", name, process_set)
+    handle = _rt().allgather(name, _view(array), set_id)
 
     def finish(h):
         out = h.output()
         return out.view(dtype) if out.dtype != dtype else out
-    return Handle(handle, finish)
+    return track(name, Handle(handle, finish), set_id)
 
 
 def allgather(tensor, name=None, process_set=None):
@@ -130,9 +132,9 @@ def allgather(tensor, name=None, process_set=None):
 def broadcast_async_(array, root_rank, name=None, process_set=None):
     """Overwrites `array` with root_rank's (a global rank, also in a process set), in place."""
     _writable(array)
-    handle = _rt().broadcast(_auto_name("broadcast", name), _view(array), int(root_rank),
-                             _set_id(process_set))
-    return Handle(handle, lambda _: array)
+    name, set_id = begin("broadcast", name, process_set)
+    handle = _rt().broadcast(name, _view(array), int(root_rank), set_id)
+    return track(name, Handle(handle, lambda _: array), set_id)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
@@ -147,34 +149,21 @@ def broadcast_(array, root_rank, name=None, process_set=None):
     return broadcast_async_(array, root_rank, name, process_set).wait()
 
 
-def barrier(process_set=None):
-    """Returns once every rank of the set (default: the job) has called barrier()."""
-    _rt().barrier(_set_id(process_set)).wait()
-
-
-def join():
-    """Declares that this rank has no more data; returns the rank that joined last once every
-    rank has joined (meanwhile this rank contributes the identity to the others' collectives)."""
-    handle = _rt().join()
-    handle.wait()
-    return handle.last_joined_rank()
-
-
 def reducescatter_async(tensor, op=Average, name=None, prescale_factor=1.0,
                         postscale_factor=1.0, process_set=None):
     """Reduces `tensor` across ranks; the Handle's result is this rank's share of the first
     dimension (rows // size, one more for the first rows % size ranks), a new array."""
     from cerar._cerar import scatter_rows
-    array = np.ascontiguousarray(np.asarray(tensor))
-    if array.ndim == 0:
-        raise ValueError("cerar.numpy.reducescatter: a scalar has no first dimension")
-    process_set_id, set_rank, set_size = _membership(process_set)
+    array = np.asarray(tensor)
+    check_first_dimension(array.ndim, "cerar.numpy.reducescatter")
+    array = np.ascontiguousarray(array)  # (which would make a scalar one row)
+    name, set_id = begin("reducescatter", name, process_set)
+    _, set_rank, set_size = _membership(set_id)
     shape = (scatter_rows(array.shape[0], set_rank, set_size), *array.shape[1:])
     out = np.empty(shape, dtype=array.dtype)
-    name = _auto_name("reducescatter", name)
     handle = _rt().reducescatter([name], [_view(array)], [_view(out)], op, prescale_factor,
-                                 postscale_factor, process_set_id)
-    return Handle(handle, lambda _: out)
+                                 postscale_factor, set_id)
+    return track(name, Handle(handle, lambda _: out), set_id)
 
 
 def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -186,17 +175,20 @@ def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
     """Sends splits[j] rows of `tensor` to rank j (equal parts without splits); the Handle's
     result is (the rows received from every rank in rank order, the received splits)."""
-    array = np.ascontiguousarray(np.asarray(tensor))
+    array = np.asarray(tensor)
+    check_first_dimension(array.ndim, "cerar.numpy.alltoall")
+    array = np.ascontiguousarray(array)
     dtype = array.dtype
-    wanted = [] if splits is None else [int(v) for v in splits]
-    handle = _rt().alltoall(_auto_name("alltoall", name), _view(array), wanted,
-                            _set_id(process_set))
+    name, set_id = begin("alltoall", name, process_set)
+    wanted = alltoall_splits(splits, array.shape[0], _membership(set_id)[2],
+                             "cerar.numpy.alltoall")
+    handle = _rt().alltoall(name, _view(array), wanted, set_id)
 
     def finish(h):
         out = h.output()
         return (out.view(dtype) if out.dtype != dtype else out,
                 np.asarray(h.received_splits(), dtype=np.int32))
-    return Handle(handle, finish)
+    return track(name, Handle(handle, finish), set_id)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None):

@@ -23,7 +23,6 @@ as ``WorkerError`` naming the rank; so does an actor's death. Ctrl-C in the driv
 ``shutdown()``, leave no actor behind. Needs ``pip install cerar[ray]`` (docs/ray.md).
 """
 import os
-import secrets
 import socket
 import traceback
 
@@ -34,6 +33,8 @@ try:
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise ImportError("cerar.ray needs Ray: pip install 'cerar[ray]' (or pip install ray)") \
         from error
+
+from cerar._store import HostedStore, rank_identity
 
 __all__ = ["RayExecutor", "Settings", "WorkerError", "plan_ranks"]
 
@@ -173,7 +174,7 @@ class RayExecutor:
         self.workers = []  # in rank order once started
         self._hosts = []
         self._placement = None
-        self._server = None
+        self._store = None
 
     def job_env(self, extra_env_vars=None):
         """The variables every rank gets besides its identity and the rendezvous: the
@@ -207,8 +208,6 @@ class RayExecutor:
                                            for i in range(self.num_workers)]
 
     def _start(self, executable_cls, executable_args, executable_kwargs, extra_env_vars):
-        from cerar._cerar import StoreServer
-
         bundles, strategy, bundle_of = self._bundles()
         self._placement = placement_group(bundles, strategy=strategy)
         limit = self.settings.placement_group_timeout_s
@@ -238,17 +237,13 @@ class RayExecutor:
         # The store: loopback when every rank shares the driver's node, else every interface.
         here = ray.get_runtime_context().get_node_id()
         local = all(node == here for node, _, _ in nodes)
-        secret = secrets.token_hex(16)
-        self._server = StoreServer("127.0.0.1" if local else "0.0.0.0", 0, secret)
-        self._server.start()
-        address = "127.0.0.1" if local else ray.util.get_node_ip_address()
+        self._store = HostedStore("127.0.0.1" if local else ray.util.get_node_ip_address(),
+                                  local)
         setups = []
         for actor, (rank, local_rank, local_size) in zip(actors, plan):
             env = {**self.job_env(extra_env_vars),
-                   "CERAR_RANK": str(rank), "CERAR_SIZE": str(len(actors)),
-                   "CERAR_LOCAL_RANK": str(local_rank), "CERAR_LOCAL_SIZE": str(local_size),
-                   "CERAR_RENDEZVOUS_ADDR": address,
-                   "CERAR_RENDEZVOUS_PORT": str(self._server.port), "CERAR_SECRET": secret}
+                   **rank_identity(rank, len(actors), local_rank, local_size,
+                                   self._store.address, self._store.port, self._store.secret)}
             setups.append(actor.setup.remote(env, executable_cls, executable_args,
                                              executable_kwargs))
         self._gather(setups, "start")
@@ -279,7 +274,9 @@ class RayExecutor:
             except Exception:  # noqa: BLE001 - the cluster may be gone
                 pass
             self._placement = None
-        self._server = None  # the store closes with its last reference
+        if self._store is not None:
+            self._store.close()
+            self._store = None
 
     def __enter__(self):
         return self

@@ -19,16 +19,17 @@ remote shell terminates the rank's process group, so no rank outlives the job.
 import argparse
 import os
 import queue
-import secrets
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 
-_LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
+from cerar._hosts import (assign, is_local, is_loopback, parse_hostfile,  # noqa: F401
+                          parse_hosts, route_source)
+from cerar._store import HostedStore, rank_identity
+
 # Variables of the launcher's environment that remote ranks get without -x.
 FORWARDED_PREFIXES = ("CERAR_", "NCCL_")
 FORWARDED_NAMES = ("GLOO_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE", "PYTHONPATH")
@@ -88,50 +89,6 @@ def parse_args(argv=None):
     return args
 
 
-def parse_hosts(spec, np):
-    """[(host, slots)] from "h1:2,h2:2"; no spec means np slots on localhost."""
-    if not spec:
-        return [("localhost", np)]
-    hosts = []
-    for item in spec.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        host, _, slots = item.rpartition(":") if ":" in item else (item, "", "1")
-        try:
-            count = int(slots)
-        except ValueError:
-            raise ValueError(f"bad slot count in host {item!r} (expected host:slots)") from None
-        if not host or count < 1:
-            raise ValueError(f"bad host {item!r} (expected host:slots)")
-        hosts.append((host, count))
-    total = sum(slots for _, slots in hosts)
-    if total < np:
-        raise ValueError(f"-np {np} needs {np} slots; the hosts have {total}")
-    return hosts
-
-
-def parse_hostfile(path, np):
-    """[(host, slots)] from lines "host slots=N" ('#' starts a comment; no slots means 1)."""
-    spec = []
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            words = line.split("#", 1)[0].split()
-            if not words:
-                continue
-            slots = "1"
-            for word in words[1:]:
-                key, _, value = word.partition("=")
-                if key not in ("slots", "max_slots", "max-slots") or not value:
-                    raise ValueError(f"{path}:{number}: expected 'host slots=N', got {line.strip()!r}")
-                if key == "slots":
-                    slots = value
-            spec.append(f"{words[0]}:{slots}")
-    if not spec:
-        raise ValueError(f"{path}: no hosts")
-    return parse_hosts(",".join(spec), np)
-
-
 def exported(names, environ):
     """The variables named by -x: "VAR" takes its value here, "VAR=VALUE" sets it."""
     out = {}
@@ -152,53 +109,6 @@ def forwarded(environ):
     """What remote ranks get from the launcher's environment without -x."""
     return {k: v for k, v in environ.items()
             if k.startswith(FORWARDED_PREFIXES) or k in FORWARDED_NAMES}
-
-
-def assign(hosts, np):
-    """[(rank, host, local_rank, local_size)]: the hosts are filled in order."""
-    placement = []
-    for host, slots in hosts:
-        count = min(slots, np - len(placement))
-        placement += [(len(placement) + i, host, i, count) for i in range(count)]
-        if len(placement) == np:
-            break
-    return placement
-
-
-def is_local(host):
-    """This host's names, or a name or address that resolves to one of its addresses."""
-    if host in _LOCAL_NAMES or host in (socket.gethostname(), socket.getfqdn()):
-        return True
-    try:
-        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    except OSError:
-        return False
-    for family, _, _, _, address in infos:
-        if address[0].startswith("127."):  # a name of another host never resolves to loopback
-            continue
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            try:
-                probe.bind((address[0], 0))  # only this host's own addresses can be bound
-                return True
-            except OSError:
-                pass
-    return False
-
-
-def route_source(host):
-    """The local address of the route to `host` (a connected UDP socket; nothing is sent)."""
-    try:
-        infos = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)
-    except OSError as error:
-        raise ValueError(f"cannot resolve host {host!r}: {error}") from None
-    for family, _, _, _, address in infos:
-        with socket.socket(family, socket.SOCK_DGRAM) as probe:
-            try:
-                probe.connect(address)
-                return probe.getsockname()[0]
-            except OSError:
-                continue
-    raise ValueError(f"no route to host {host!r}")
 
 
 def knob_env(args):
@@ -231,12 +141,8 @@ def knob_env(args):
 
 
 def rank_env(rank, size, local_rank, local_size, addr, port, secret, knobs):
-    env = {
-        "CERAR_RANK": str(rank), "CERAR_SIZE": str(size),
-        "CERAR_LOCAL_RANK": str(local_rank), "CERAR_LOCAL_SIZE": str(local_size),
-        "CERAR_RENDEZVOUS_ADDR": addr, "CERAR_RENDEZVOUS_PORT": str(port),
-        "CERAR_SECRET": secret, "PYTHONUNBUFFERED": "1",
-    }
+    env = rank_identity(rank, size, local_rank, local_size, addr, port, secret)
+    env["PYTHONUNBUFFERED"] = "1"
     env.update(knobs)
     return env
 
@@ -349,8 +255,6 @@ def rendezvous_address(args, placement):
 
 
 def launch(args):
-    from cerar._cerar import StoreServer
-
     if args.hostfile:
         hosts = parse_hostfile(args.hostfile, args.np)
     else:
@@ -358,13 +262,10 @@ def launch(args):
     placement = assign(hosts, args.np)
     exported(args.export, os.environ)  # a bad -x fails before anything starts
     addr = rendezvous_address(args, placement)
-    all_local = addr in _LOCAL_NAMES or addr.startswith("127.")
-    secret = secrets.token_hex(16)
-    server = StoreServer("127.0.0.1" if all_local else "0.0.0.0", 0, secret)
-    server.start()
+    store = HostedStore(addr, local=is_loopback(addr))
     procs, pumps = [], []
     try:
-        code = _start_ranks(args, placement, addr, server.port, secret, procs, pumps)
+        code = _start_ranks(args, placement, store, procs, pumps)
         if code == 0:
             code = _wait(args, placement, procs)
     except KeyboardInterrupt:
@@ -377,17 +278,18 @@ def launch(args):
     _terminate(procs)
     for pump in pumps:
         pump.join(timeout=2.0)
-    del server
+    store.close()
     return code
 
 
-def _start_ranks(args, placement, addr, port, secret, procs, pumps):
+def _start_ranks(args, placement, store, procs, pumps):
     """Starts every rank, appending to procs and pumps; 0, or 127 when one cannot start."""
     extra = exported(args.export, os.environ)
     knobs = knob_env(args)
     lock = threading.Lock()
     for rank, host, local_rank, local_size in placement:
-        env = rank_env(rank, args.np, local_rank, local_size, addr, port, secret, knobs)
+        env = rank_env(rank, args.np, local_rank, local_size, store.address, store.port,
+                       store.secret, knobs)
         remote = not is_local(host)
         if remote:
             command = ssh_command(host, {**forwarded(os.environ), **extra, **env},

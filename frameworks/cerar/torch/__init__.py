@@ -13,14 +13,16 @@ import torch
 
 from cerar import (Adasum, Average, CerarError, CerarTimeoutError, InternalError,  # noqa: F401
                    InvalidArgumentError, Max, Min, MismatchError, Op, PeerLostError, Product,
-                   ShutDownError, Sum, _auto_name, _rt, cross_rank, cross_size, init,
-                   is_homogeneous, is_initialized, local_rank, local_size, rank, shutdown, size,
+                   ShutDownError, Sum, cross_rank, cross_size, init, is_homogeneous,
+                   is_initialized, local_rank, local_size, rank, shutdown, size,
                    start_timeline, stop_timeline, stats)
 # Build and capability flags, answering for this build (cerar/__init__.py).
 from cerar import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: F401
                    mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
+from cerar import _frontend
+from cerar._frontend import barrier  # noqa: F401
 from cerar._handle import Handle, poll, synchronize
-from cerar._process_sets import (ProcessSet, _set_id, add_process_set,  # noqa: F401
+from cerar._process_sets import (ProcessSet, add_process_set,  # noqa: F401
                                  global_process_set, remove_process_set)
 
 # Horovod code catches HorovodInternalError when a collective fails (elastic training restores
@@ -28,7 +30,7 @@ from cerar._process_sets import (ProcessSet, _set_id, add_process_set,  # noqa: 
 # itself: a lost peer (PeerLostError) and a silent one (CerarTimeoutError) are instances.
 HorovodInternalError = CerarError
 
-from cerar.torch.ops import (_DTYPES, _fresh, _op, _view, allgather_async,  # noqa: E402,F401
+from cerar.torch.ops import (allgather_async,  # noqa: E402,F401
                              allreduce_async, allreduce_async_, alltoall_async, broadcast_async,
                              broadcast_async_, grouped_allgather_async, grouped_allreduce_async,
                              grouped_allreduce_async_, grouped_reducescatter_async,
@@ -56,16 +58,10 @@ def broadcast_(tensor, root_rank, name=None, process_set=None):
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
-def barrier(process_set=None):
-    """Returns once every rank of the set (default: the job) has called barrier()."""
-    _rt().barrier(_set_id(process_set)).wait()
-
-
 def join(device=-1):
-    """This rank has no more data; returns the rank that joined last once all have joined."""
-    handle = _rt().join()
-    handle.wait()
-    return handle.last_joined_rank()
+    """This rank has no more data; returns the rank that joined last once all have joined.
+    `device` is Horovod's, unused: the runtime serves every device."""
+    return _frontend.join()
 
 
 from cerar.torch.functions import (allgather_object, broadcast_object,  # noqa: E402

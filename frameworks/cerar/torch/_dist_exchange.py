@@ -5,11 +5,7 @@ finish(handle) writes the outputs once the handle is done. Arguments cerar canno
 return None (the backend hands them to Gloo)."""
 import torch
 
-
-def _numpy_to_torch(array, dtype):
-    if dtype == torch.bfloat16:  # numpy has no bfloat16: its bits come back as uint16
-        return torch.from_numpy(array.view("int16")).view(torch.bfloat16)
-    return torch.from_numpy(array)
+from cerar.torch._tensors import from_numpy
 
 
 def _rows(runtime, name, wire, output, op, view):
@@ -55,7 +51,7 @@ def _exchange(runtime, name, source, splits, view):
     handle = runtime.alltoall(name, view(source), splits)
 
     def received(h):
-        return _numpy_to_torch(h.output(), source.dtype).reshape(-1), list(h.received_splits())
+        return from_numpy(h.output(), source.dtype).reshape(-1), list(h.received_splits())
     return handle, received
 
 

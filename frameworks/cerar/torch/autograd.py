@@ -9,6 +9,7 @@ of it happens in the set (sizes and ranks are the set's)."""
 import torch
 
 from cerar import Average, Sum, _rt
+from cerar._frontend import auto_name
 from cerar._handle import synchronize
 from cerar._process_sets import _membership
 from cerar.torch import ops
@@ -152,7 +153,7 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
     """Reduces `tensor` across ranks (averages by default); returns a new tensor.
     `compression`: a Compressor (e.g. Compression.fp16) applied around the reduction; fp16 and
     bf16 of a float32 CPU tensor are the runtime's 16-bit wire (float32 adds, docs/wires.md)."""
-    op = ops._op(op, average)
+    op = ops.resolve_op(op, average)
     fmt = runtime_wire(compression, [tensor]) if op in (Sum, Average) else None
     if fmt:
         compression = None
@@ -168,7 +169,7 @@ def allreduce(tensor, average=None, name=None, compression=None, op=None, presca
 
 def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=None):
-    op = ops._op(op, average)
+    op = ops.resolve_op(op, average)
     tensors = list(tensors)
     fmt = runtime_wire(compression, tensors) if op in (Sum, Average) else None
     if fmt:
@@ -196,7 +197,7 @@ def allgather(tensor, name=None, process_set=None):
 def grouped_allgather(tensors, name=None, process_set=None):
     tensors = list(tensors)
     if _tracks_grad(*tensors):
-        base = ops._auto_name("grouped_allgather", name)
+        base = auto_name("grouped_allgather", name)
         return [_Allgather.apply(t, f"{base}.{i}", process_set) for i, t in enumerate(tensors)]
     return synchronize(ops.grouped_allgather_async(tensors, name, process_set))
 

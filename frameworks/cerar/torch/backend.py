@@ -22,7 +22,6 @@ import atexit
 import itertools
 import json
 import os
-import secrets
 import socket
 import threading
 import weakref
@@ -31,9 +30,10 @@ import torch
 import torch.distributed as dist
 
 from cerar import Op, cuda_built
+from cerar._store import HostedStore
 from cerar.torch import _dist_exchange as _exchange
 from cerar.torch._dist_work import _Completer
-from cerar.torch.ops import _DTYPES, _view
+from cerar.torch._tensors import DTYPES, from_numpy, view
 
 NAME = "cerar"
 _c10d = torch._C._distributed_c10d
@@ -66,14 +66,13 @@ def start_runtime(store, rank, size, timeout_seconds):
     all_local = len(set(hosts)) == 1
     server = None
     if rank == 0:
-        secret = os.environ.get("CERAR_SECRET") or secrets.token_hex(16)
-        server = _cerar.StoreServer("127.0.0.1" if all_local else "0.0.0.0", 0, secret)
-        server.start()
+        given = os.environ.get("CERAR_SECRET")
         address = "127.0.0.1" if all_local else (os.environ.get("CERAR_RENDEZVOUS_ADDR")
                                                  or socket.getfqdn())
-        endpoint = {"addr": address, "port": server.port}
-        if not os.environ.get("CERAR_SECRET"):
-            endpoint["secret"] = secret  # readable by who can read torch's store
+        server = HostedStore(address, all_local, given)
+        endpoint = {"addr": server.address, "port": server.port}
+        if not given:
+            endpoint["secret"] = server.secret  # readable by who can read torch's store
         store.set("cerar/endpoint", json.dumps(endpoint))
     endpoint = json.loads(store.get("cerar/endpoint"))
     config = _cerar.RuntimeConfig.from_environment()
@@ -104,7 +103,7 @@ def _op_of(reduce_op, dtype):
 def _runtime_can(tensors):
     """Whether the runtime takes these tensors (one dtype it reduces, dense, on one device:
     the host, or a GPU in a CUDA build); Gloo takes the others."""
-    return (len(tensors) > 0 and all(t.dtype in _DTYPES and t.layout == torch.strided
+    return (len(tensors) > 0 and all(t.dtype in DTYPES and t.layout == torch.strided
                                      and (t.device.type == "cpu" or (t.is_cuda and cuda_built()))
                                      for t in tensors)
             and len({(t.dtype, t.device) for t in tensors}) == 1)
@@ -166,7 +165,7 @@ class ProcessGroupCerar(_BASE):
             return self._gloo().allreduce(tensors, opts)
         tensor = tensors[0]
         wire = _contiguous(tensor)
-        handle = self._runtime.allreduce(self._name("allreduce"), _view(wire), None, op)
+        handle = self._runtime.allreduce(self._name("allreduce"), view(wire), None, op)
         return self._submit(handle, lambda _: (wire is tensor or tensor.copy_(wire), tensors)[1],
                             tensors)
 
@@ -178,7 +177,7 @@ class ProcessGroupCerar(_BASE):
         wires = [_contiguous(t) for t in tensors]
         base = self._name("allreduce_coalesced")
         handle = self._runtime.grouped_allreduce([f"{base}.{i}" for i in range(len(wires))],
-                                                 [_view(w) for w in wires], None, op)
+                                                 [view(w) for w in wires], None, op)
 
         def finish(_):
             for t, w in zip(tensors, wires):
@@ -193,7 +192,7 @@ class ProcessGroupCerar(_BASE):
             return self._gloo().broadcast(tensors, opts)
         tensor = tensors[0]
         wire = _contiguous(tensor)
-        handle = self._runtime.broadcast(self._name("broadcast"), _view(wire),
+        handle = self._runtime.broadcast(self._name("broadcast"), view(wire),
                                          int(opts.rootRank))
         return self._submit(handle, lambda _: (wire is tensor or tensor.copy_(wire), tensors)[1],
                             tensors)
@@ -201,10 +200,10 @@ class ProcessGroupCerar(_BASE):
     def _gather_into(self, outputs, tensor):
         """allgather of `tensor` (flattened) into the list `outputs`, in rank order."""
         source = tensor.detach().reshape(-1).contiguous()  # outputs are written only after
-        handle = self._runtime.allgather(self._name("allgather"), _view(source))
+        handle = self._runtime.allgather(self._name("allgather"), view(source))
 
         def finish(h):
-            flat = _exchange._numpy_to_torch(h.output(), source.dtype)
+            flat = from_numpy(h.output(), source.dtype)
             if flat.numel() != sum(o.numel() for o in outputs):
                 raise ValueError(f"cerar: all_gather of {flat.numel()} elements into outputs of "
                                  f"{sum(o.numel() for o in outputs)}: sizes differ across ranks")
@@ -252,7 +251,7 @@ class ProcessGroupCerar(_BASE):
         output, inputs = output_tensors[0], input_tensor_lists[0]
         return self._exchanged(
             "reduce_scatter",
-            lambda rt, name: _exchange.reduce_scatter(rt, name, output, inputs, op, _view),
+            lambda rt, name: _exchange.reduce_scatter(rt, name, output, inputs, op, view),
             [output, *inputs], output_tensors,
             lambda: self._gloo_call("reduce_scatter", output_tensors, input_tensor_lists, opts))
 
@@ -266,7 +265,7 @@ class ProcessGroupCerar(_BASE):
             return fallback()
         return self._exchanged(
             "reduce_scatter",
-            lambda rt, name: _exchange.reduce_scatter_flat(rt, name, output, input, op, _view),
+            lambda rt, name: _exchange.reduce_scatter_flat(rt, name, output, input, op, view),
             [output, input], [output], fallback)
 
     reduce_scatter_single = _reduce_scatter_base  # the name newer torch calls it by
@@ -276,7 +275,7 @@ class ProcessGroupCerar(_BASE):
         return self._exchanged(
             "all_to_all",
             lambda rt, name: _exchange.all_to_all(rt, name, output_tensors, input_tensors,
-                                                  _view),
+                                                  view),
             [*output_tensors, *input_tensors], output_tensors,
             lambda: self._gloo_call("alltoall", output_tensors, input_tensors, opts))
 
@@ -287,7 +286,7 @@ class ProcessGroupCerar(_BASE):
             "all_to_all",
             lambda rt, name: _exchange.all_to_all_single(rt, name, output, input,
                                                          output_split_sizes,
-                                                         input_split_sizes, _view),
+                                                         input_split_sizes, view),
             [output, input], [output],
             lambda: self._gloo_call("alltoall_base", output, input, output_split_sizes,
                                     input_split_sizes, opts))
@@ -308,7 +307,9 @@ class ProcessGroupCerar(_BASE):
         gloo, self._gloo_group = self._gloo_group, None
         if gloo is not None and hasattr(gloo, "shutdown"):
             gloo.shutdown()
-        self._server = None
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
 
     def abort(self):
         self.shutdown()

@@ -4,7 +4,7 @@ import pickle
 
 import torch
 
-from cerar import _auto_name
+from cerar._frontend import auto_name
 from cerar._handle import synchronize
 
 
@@ -41,7 +41,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """Returns root_rank's `obj` on every rank of the set (pickled: its size, then its
     bytes); root_rank is a global rank."""
     import cerar.torch as ct
-    name = _auto_name("broadcast_object", name)
+    name = auto_name("broadcast_object", name)
     if ct.rank() == root_rank:
         buffer = io.BytesIO()
         pickle.dump(obj, buffer, protocol=pickle.HIGHEST_PROTOCOL)
@@ -61,7 +61,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
 def allgather_object(obj, name=None, process_set=None):
     """Returns the list of every rank's (of the set's) `obj`, in rank order."""
     import cerar.torch as ct
-    name = _auto_name("allgather_object", name)
+    name = auto_name("allgather_object", name)
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     payload = _bytes_tensor(data)
     sizes = ct.allgather(torch.tensor([len(data)], dtype=torch.int64), name=f"{name}.size",

@@ -10,73 +10,24 @@ here around the runtime's call, exactly:
 """
 import torch
 
-from cerar import Average, Max, Min, Product, Sum, _auto_name, _rt
-from cerar._cerar import DType, RawTensor
+from cerar import Average, Max, Min, Product, Sum, _rt
+from cerar._cerar import InvalidArgumentError
+from cerar._frontend import (alltoall_splits, auto_name, begin, check_first_dimension,
+                             track)
 from cerar._handle import Handle, synchronize
-from cerar._process_sets import _membership, _set_id
-from cerar.torch._compat import stream_of
-
-_DTYPES = {
-    torch.float32: DType.float32, torch.float64: DType.float64, torch.float16: DType.float16,
-    torch.bfloat16: DType.bfloat16, torch.int32: DType.int32, torch.int64: DType.int64,
-    torch.uint8: DType.uint8,
-}
-_WIDENED = {torch.int8: torch.int32, torch.int16: torch.int32}  # on the wire as int32
-
-
-def _view(tensor):
-    """The runtime's view of a contiguous tensor; the view holds the tensor alive."""
-    if tensor.dtype not in _DTYPES:
-        raise TypeError(f"cerar.torch: unsupported dtype {tensor.dtype}")
-    if not tensor.is_contiguous():
-        raise ValueError("cerar.torch: in-place operations need a contiguous tensor")
-    if tensor.is_sparse:
-        raise ValueError("cerar.torch: sparse tensors are not supported")
-    # For a CUDA tensor the runtime's device work waits for what is queued on its current
-    # stream so far (an event, not a host synchronisation); the result is complete when the
-    # handle is.
-    device = tensor.device.index if tensor.is_cuda else -1
-    return RawTensor(tensor, tensor.data_ptr(), _DTYPES[tensor.dtype], list(tensor.shape),
-                     device, stream_of(tensor))
-
-
-def _fresh(tensor):
-    return tensor.detach().clone(memory_format=torch.contiguous_format)
+from cerar._process_sets import _membership
+from cerar.torch._tensors import WIDENED, fresh, from_numpy, view, wire_source
 
 
 def _data(tensor):
     return tensor.data if isinstance(tensor, torch.nn.Parameter) else tensor
 
 
-def _op(op, average):
+def resolve_op(op, average):
+    """The reduction asked for: `op`, or Horovod's older `average` flag; Average by default."""
     if average is not None:  # Horovod's older flag
         return Average if average else Sum
     return Average if op is None else op
-
-
-# Names of operations still in flight on this rank: Horovod refuses a second one with the same
-# name (its result would be ambiguous) with a ValueError. Handles are held here (a caller may
-# drop its own) until they are seen done.
-_inflight = {}
-
-
-def _claim(name, process_set=None):
-    """The runtime's id of `process_set`, once `name` is free in it (names are per set)."""
-    process_set_id = _set_id(process_set)
-    handle = _inflight.get((process_set_id, name))
-    if handle is not None and not handle.poll():
-        raise ValueError(f"cerar.torch: an operation named {name!r} is already in flight on "
-                         f"rank {_rt().rank}; names must be unique among pending operations")
-    return process_set_id
-
-
-def _track(name, handle, process_set_id=0):
-    if len(_inflight) > 1024:  # unnamed calls add names without end: forget finished ones
-        for key, held in list(_inflight.items()):
-            if held.poll():
-                del _inflight[key]
-    _inflight[(process_set_id, name)] = handle
-    return handle
 
 
 class _Combined:
@@ -112,7 +63,7 @@ def _plan(tensors, op, prescale, postscale, process_set=None):
         post_integer = postscale / _membership(process_set)[2] if op == Average else postscale
         op = Sum if op == Average else op
         prescale = postscale = 1.0
-    wires = [t.to(_WIDENED[t.dtype]) if t.dtype in _WIDENED else t for t in tensors]
+    wires = [t.to(WIDENED[t.dtype]) if t.dtype in WIDENED else t for t in tensors]
 
     def after():
         for t, w in zip(tensors, wires):
@@ -135,7 +86,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=None, wire=None):
     """Reduces a copy of `tensor`; the Handle's result is the new tensor."""
-    return allreduce_async_(_fresh(tensor), average, name, op, prescale_factor, postscale_factor,
+    return allreduce_async_(fresh(tensor), average, name, op, prescale_factor, postscale_factor,
                             process_set=process_set, wire=wire)
 
 
@@ -148,7 +99,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=None, wire=None):
-    return grouped_allreduce_async_([_fresh(t) for t in tensors], average, name, op,
+    return grouped_allreduce_async_([fresh(t) for t in tensors], average, name, op,
                                     prescale_factor, postscale_factor, process_set=process_set,
                                     wire=wire)
 
@@ -169,23 +120,19 @@ def _check_wire(wire, tensors, op):
 
 def _grouped_async_(tensors, average, name, op, prescale, postscale, single=False, wire=None,
                     process_set=None):
-    op = _op(op, average)
+    op = resolve_op(op, average)
     wire = _check_wire(wire, tensors, op)
-    if single:
-        name = _auto_name("allreduce", name)
-    else:
-        name = _auto_name("grouped_allreduce", name)
-    set_id = _claim(name, process_set)
+    name, set_id = begin("allreduce" if single else "grouped_allreduce", name, process_set)
     result = (lambda: tensors[0]) if single else (lambda: tensors)
     if not tensors:
         return Handle(_Combined([]), lambda _: result())
     datas = [_data(t) for t in tensors]
     if op is Product:
-        return _track(name, _product_async(datas, name, prescale, postscale, result,
-                                           process_set), set_id)
+        return track(name, _product_async(datas, name, prescale, postscale, result,
+                                          process_set), set_id)
     runtime_op, wires, after, pre, post = _plan(datas, op, float(prescale), float(postscale),
                                                 process_set)
-    views = [_view(w) for w in wires]
+    views = [view(w) for w in wires]
     if single:
         handle = _rt().allreduce(name, views[0], None, runtime_op, pre, post, wire, set_id)
     else:
@@ -195,7 +142,7 @@ def _grouped_async_(tensors, average, name, op, prescale, postscale, single=Fals
     def finish(_):
         after()
         return result()
-    return _track(name, Handle(handle, finish), set_id)
+    return track(name, Handle(handle, finish), set_id)
 
 
 def _product_async(tensors, name, prescale, postscale, result, process_set=None):
@@ -221,55 +168,32 @@ def _product_async(tensors, name, prescale, postscale, result, process_set=None)
 # --- allgather, broadcast -----------------------------------------------------------------------
 def allgather_async(tensor, name=None, process_set=None):
     """Concatenates every rank's tensor along dimension 0 (its size may differ per rank)."""
-    name = _auto_name("allgather", name)
-    set_id = _claim(name, process_set)
-    source = _fresh(tensor) if not tensor.is_contiguous() else tensor.detach()
-    if source.dim() == 0:
-        source = source.reshape(1)
-    dtype, device = source.dtype, source.device
-    if dtype in _WIDENED:
-        source = source.to(_WIDENED[dtype])
-    wire = source.dtype
-    handle = _rt().allgather(name, _view(source), set_id)
+    name, set_id = begin("allgather", name, process_set)
+    source, dtype, device = wire_source(tensor), tensor.dtype, tensor.device
+    handle = _rt().allgather(name, view(source), set_id)
 
     def finish(h):
-        array = h.output()
-        if wire == torch.bfloat16:  # numpy has no bfloat16: its bits come back as uint16
-            out = torch.from_numpy(array.view("int16")).view(torch.bfloat16)
-        else:
-            out = torch.from_numpy(array)
-        return out.to(device=device, dtype=dtype)
-    return _track(name, Handle(handle, finish), set_id)
+        return from_numpy(h.output(), source.dtype).to(device=device, dtype=dtype)
+    return track(name, Handle(handle, finish), set_id)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=None):
     """allgather of each tensor (names "<name>.<i>"); the tensors of one dtype travel as one
     unit (all or none, one buffer). The Handle's result is the list of gathered tensors."""
     tensors = list(tensors)
-    base = _auto_name("grouped_allgather", name)
-    set_id = _claim(base, process_set)
-    sources = []
-    for t in tensors:
-        source = _fresh(t) if not t.is_contiguous() else t.detach()
-        if source.dim() == 0:
-            source = source.reshape(1)
-        if source.dtype in _WIDENED:
-            source = source.to(_WIDENED[source.dtype])
-        sources.append(source)
+    base, set_id = begin("grouped_allgather", name, process_set)
+    sources = [wire_source(t) for t in tensors]
     by_dtype = {}
     for i, source in enumerate(sources):
         by_dtype.setdefault(source.dtype, []).append(i)
     units = [(members, _rt().grouped_allgather([f"{base}.{i}" for i in members],
-                                               [_view(sources[i]) for i in members], set_id))
+                                               [view(sources[i]) for i in members], set_id))
              for members in by_dtype.values()]
 
     def finish(_):
         outs = [None] * len(tensors)
         for members, handle in units:
-            array = handle.output()
-            wire = sources[members[0]].dtype
-            flat = torch.from_numpy(array.view("int16")).view(torch.bfloat16) \
-                if wire == torch.bfloat16 else torch.from_numpy(array)
+            flat = from_numpy(handle.output(), sources[members[0]].dtype)
             rows = handle.received_splits()  # [rank * tensors + tensor]
             at = 0
             for k, i in enumerate(members):
@@ -279,24 +203,23 @@ def grouped_allgather_async(tensors, name=None, process_set=None):
                                                                  dtype=tensors[i].dtype)
                 at += count
         return outs
-    return _track(base, Handle(_Combined([h for _, h in units]), finish), set_id)
+    return track(base, Handle(_Combined([h for _, h in units]), finish), set_id)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     """Overwrites `tensor` with root_rank's (a global rank, also in a process set), in place."""
-    name = _auto_name("broadcast", name)
-    set_id = _claim(name, process_set)
+    name, set_id = begin("broadcast", name, process_set)
     data = _data(tensor)
-    if data.dtype in _WIDENED:
-        wire = data.to(_WIDENED[data.dtype])
-        handle = _rt().broadcast(name, _view(wire), int(root_rank), set_id)
-        return _track(name, Handle(handle, lambda _: (data.copy_(wire), tensor)[1]), set_id)
-    handle = _rt().broadcast(name, _view(data), int(root_rank), set_id)
-    return _track(name, Handle(handle, lambda _: tensor), set_id)
+    if data.dtype in WIDENED:
+        wire = data.to(WIDENED[data.dtype])
+        handle = _rt().broadcast(name, view(wire), int(root_rank), set_id)
+        return track(name, Handle(handle, lambda _: (data.copy_(wire), tensor)[1]), set_id)
+    handle = _rt().broadcast(name, view(data), int(root_rank), set_id)
+    return track(name, Handle(handle, lambda _: tensor), set_id)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
-    return broadcast_async_(_fresh(tensor), root_rank, name, process_set)
+    return broadcast_async_(fresh(tensor), root_rank, name, process_set)
 
 
 def sparse_allreduce_async(tensor, name, op, process_set=None):
@@ -306,7 +229,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=None):
     if op not in (Average, Sum):
         raise ValueError("cerar.torch.sparse_allreduce_async: op must be Average or Sum")
     tensor = tensor.coalesce()
-    base = _auto_name("sparse_allreduce", name)
+    base = auto_name("sparse_allreduce", name)
     indices = allgather_async(tensor.indices().t().contiguous(), name=f"{base}.indices",
                               process_set=process_set)
     values = allgather_async(tensor.values(), name=f"{base}.values", process_set=process_set)
@@ -348,14 +271,12 @@ def _reducescatter_async(tensors, name, op, prescale, postscale, single, process
         # NotImplementedError is a RuntimeError, which is what Horovod raises here.
         raise NotImplementedError(f"cerar.torch.reducescatter supports Sum, Average, Min and "
                                   f"Max, not {op}")
-    name = _auto_name("reducescatter" if single else "grouped_reducescatter", name)
-    set_id = _claim(name, process_set)
+    name, set_id = begin("reducescatter" if single else "grouped_reducescatter", name,
+                         process_set)
     if not tensors:
         return Handle(_Combined([]), lambda _: [])
     for t in tensors:
-        if t.dim() == 0:
-            raise ValueError("cerar.torch.reducescatter: a scalar has no first dimension to "
-                             "scatter")
+        check_first_dimension(t.dim(), "cerar.torch.reducescatter")
     integer = not tensors[0].dtype.is_floating_point
     if any(t.dtype.is_floating_point == integer for t in tensors):
         raise TypeError("cerar.torch: a grouped call needs all-floating or all-integer tensors")
@@ -368,19 +289,19 @@ def _reducescatter_async(tensors, name, op, prescale, postscale, single, process
     wires, outputs = [], []
     for t in tensors:
         t = t.detach()
-        wire = t.to(_WIDENED[t.dtype]) if t.dtype in _WIDENED else t
+        wire = t.to(WIDENED[t.dtype]) if t.dtype in WIDENED else t
         if integer and prescale != 1.0:
-            wire = _fresh(wire)
+            wire = fresh(wire)
             _scale(wire, prescale)
         if not wire.is_contiguous():
-            wire = _fresh(wire)
+            wire = fresh(wire)
         wires.append(wire)
         shape = [scatter_rows(wire.shape[0], rank, size), *wire.shape[1:]]
         outputs.append(torch.empty(shape, dtype=wire.dtype, device=wire.device))
     dtypes = [t.dtype for t in tensors]
     pre, post = (1.0, 1.0) if integer else (prescale, postscale)
     names = [name] if single else [f"{name}.{i}" for i in range(len(wires))]
-    handle = _rt().reducescatter(names, [_view(w) for w in wires], [_view(o) for o in outputs],
+    handle = _rt().reducescatter(names, [view(w) for w in wires], [view(o) for o in outputs],
                                  op, pre, post, set_id)
 
     def finish(_):
@@ -391,54 +312,30 @@ def _reducescatter_async(tensors, name, op, prescale, postscale, single, process
                 _scale(out, post_integer)
             results.append(out)
         return results[0] if single else results
-    return _track(name, Handle(handle, finish), set_id)
+    return track(name, Handle(handle, finish), set_id)
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
     """Sends splits[j] rows (first dimension, in order) of `tensor` to rank j; without splits
     the first dimension is divided equally. The Handle's result is (the rows received from
     every rank, concatenated in rank order, and the received splits as an int32 tensor)."""
-    name = _auto_name("alltoall", name)
-    set_id = _claim(name, process_set)
+    name, set_id = begin("alltoall", name, process_set)
     size = _membership(set_id)[2]
-    if splits is None:
-        wanted = []
-    else:
-        if torch.is_tensor(splits):
-            if splits.dtype != torch.int32:
-                raise ValueError("cerar.torch.alltoall: splits must hold 32-bit integers (as "
-                                 f"Horovod's), got {splits.dtype}")
-            if splits.dim() > 1:
-                raise ValueError("cerar.torch.alltoall: splits must be one-dimensional")
-            wanted = [int(v) for v in splits.cpu().tolist()]
-        else:
-            wanted = [int(v) for v in splits]
-        if len(wanted) != size:
-            raise ValueError(f"cerar.torch.alltoall: {len(wanted)} splits for {size} ranks")
-        if any(v < 0 for v in wanted):
-            raise ValueError("cerar.torch.alltoall: splits must not be negative")
-        if tensor.dim() == 0 or sum(wanted) > tensor.shape[0]:
-            raise ValueError("cerar.torch.alltoall: the splits sum to more than the first "
-                             "dimension of the tensor")
-    if tensor.dim() == 0:
-        raise ValueError("cerar.torch.alltoall: a scalar has no first dimension to split")
-    if splits is None and tensor.shape[0] % size != 0:
-        raise ValueError(f"cerar.torch.alltoall: without splits the first dimension "
-                         f"({tensor.shape[0]}) must be a multiple of the size ({size})")
-    source = _fresh(tensor) if not tensor.is_contiguous() else tensor.detach()
-    dtype, device = source.dtype, source.device
-    if dtype in _WIDENED:
-        source = source.to(_WIDENED[dtype])
-    wire = source.dtype
+    if torch.is_tensor(splits):
+        if splits.dtype != torch.int32:
+            raise InvalidArgumentError("cerar.torch.alltoall: splits must hold 32-bit integers "
+                                       f"(as Horovod's), got {splits.dtype}")
+        if splits.dim() > 1:
+            raise InvalidArgumentError("cerar.torch.alltoall: splits must be one-dimensional")
+    check_first_dimension(tensor.dim(), "cerar.torch.alltoall")
+    wanted = alltoall_splits(splits.cpu().tolist() if torch.is_tensor(splits) else splits,
+                             tensor.shape[0], size, "cerar.torch.alltoall")
+    source, dtype, device = wire_source(tensor), tensor.dtype, tensor.device
     splits_device = splits.device if torch.is_tensor(splits) else torch.device("cpu")
-    handle = _rt().alltoall(name, _view(source), wanted, set_id)
+    handle = _rt().alltoall(name, view(source), wanted, set_id)
 
     def finish(h):
-        array = h.output()
-        if wire == torch.bfloat16:
-            out = torch.from_numpy(array.view("int16")).view(torch.bfloat16)
-        else:
-            out = torch.from_numpy(array)
+        out = from_numpy(h.output(), source.dtype).to(device=device, dtype=dtype)
         received = torch.tensor(h.received_splits(), dtype=torch.int32, device=splits_device)
-        return out.to(device=device, dtype=dtype), received
-    return _track(name, Handle(handle, finish), set_id)
+        return out, received
+    return track(name, Handle(handle, finish), set_id)

@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from cerar import Sum, _auto_name, is_initialized, size
+from cerar import Sum, is_initialized, size
+from cerar._frontend import auto_name
 from cerar._handle import synchronize
 from cerar.torch import ops
 
@@ -48,7 +49,7 @@ class _SyncBatchNorm(torch.autograd.Function):
             mean = m2 = torch.zeros(channels, dtype=torch.float64)
         mine = torch.cat([torch.tensor([float(count)], dtype=torch.float64), mean.cpu(),
                           m2.cpu()]).reshape(1, -1)
-        stats = synchronize(ops.allgather_async(mine, _auto_name("sync_batch_norm.stats")))
+        stats = synchronize(ops.allgather_async(mine, auto_name("sync_batch_norm.stats")))
         counts, means, m2s = stats[:, :1], stats[:, 1:channels + 1], stats[:, channels + 1:]
         total = float(counts.sum())
         if total <= 1:
@@ -94,7 +95,7 @@ class _SyncBatchNorm(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             local = torch.cat([sum_dy, sum_dy_xmu]).to("cpu", torch.float64)
             both = synchronize(ops.allreduce_async_(local, None,
-                                                    _auto_name("sync_batch_norm.grad"), Sum))
+                                                    auto_name("sync_batch_norm.grad"), Sum))
             mean_dy = (both[:channels] / ctx.total).to(x.device, acc).view(shape)
             mean_dy_xmu = (both[channels:] / ctx.total).to(x.device, acc).view(shape)
             scale = invstd.view(shape)
