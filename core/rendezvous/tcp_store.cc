@@ -3,9 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <cstring>
-#include <cstdlib>
 #include <list>
 #include <map>
 #include <thread>
