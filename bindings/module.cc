@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "bindings/settings.h"
 #include "bindings/tensors.h"
 #include "core/message.h"
 #include "core/rendezvous/tcp_store.h"
@@ -245,42 +246,7 @@ PYBIND11_MODULE(_cerar, m) {
       .def_readonly("shape", &RawTensor::shape)
       .def_readonly("device", &RawTensor::device);
 
-  py::class_<RuntimeConfig>(m, "RuntimeConfig")
-      .def(py::init<>())
-      .def_static("from_environment", &RuntimeConfig::fromEnvironment)
-      .def_readwrite("rank", &RuntimeConfig::rank)
-      .def_readwrite("size", &RuntimeConfig::size)
-      .def_readwrite("local_rank", &RuntimeConfig::localRank)
-      .def_readwrite("local_size", &RuntimeConfig::localSize)
-      .def_readwrite("rendezvous_addr", &RuntimeConfig::rendezvousAddr)
-      .def_readwrite("rendezvous_port", &RuntimeConfig::rendezvousPort)
-      .def_readwrite("secret", &RuntimeConfig::secret)
-      .def_readwrite("iface", &RuntimeConfig::iface)
-      .def_readwrite("fusion_threshold_bytes", &RuntimeConfig::fusionThresholdBytes)
-      .def_readwrite("cycle_time_ms", &RuntimeConfig::cycleTimeMs)
-      .def_readwrite("cache_capacity", &RuntimeConfig::cacheCapacity)
-      .def_readwrite("algorithm", &RuntimeConfig::algorithm)
-      .def_readwrite("components", &RuntimeConfig::components)
-      .def_readwrite("eps", &RuntimeConfig::eps)
-      .def_readwrite("components_scale", &RuntimeConfig::componentsScale)
-      .def_readwrite("share_correction", &RuntimeConfig::shareCorrection)
-      .def_readwrite("compression", &RuntimeConfig::compression)
-      .def_readwrite("debug_error", &RuntimeConfig::debugError)
-      .def_readwrite("autotune", &RuntimeConfig::autotune)
-      .def_readwrite("autotune_log", &RuntimeConfig::autotuneLog)
-      .def_readwrite("autotune_warmup_samples", &RuntimeConfig::autotuneWarmupSamples)
-      .def_readwrite("autotune_steps_per_sample", &RuntimeConfig::autotuneStepsPerSample)
-      .def_readwrite("max_error", &RuntimeConfig::maxError)
-      .def_readwrite("timeline", &RuntimeConfig::timeline)
-      .def_readwrite("stall_check_seconds", &RuntimeConfig::stallCheckSeconds)
-      .def_readwrite("stall_shutdown_seconds", &RuntimeConfig::stallShutdownSeconds)
-      .def_readwrite("timeout_seconds", &RuntimeConfig::timeoutSeconds)
-      .def_readwrite("rendezvous_timeout_seconds", &RuntimeConfig::rendezvousTimeoutSeconds)
-      .def_readwrite("log_level", &RuntimeConfig::logLevel)
-      .def_readwrite("host_store", &RuntimeConfig::hostStore)
-      .def_readwrite("measure_link", &RuntimeConfig::measureLink)
-      .def_readwrite("device_transport", &RuntimeConfig::deviceTransport)
-      .def_readwrite("dynamic_process_sets", &RuntimeConfig::dynamicProcessSets);
+  cerar::bindings::registerSettings(m);
 
   py::class_<PyHandle>(m, "Handle")
       .def("poll", &PyHandle::poll, "True once the operation has ended.")

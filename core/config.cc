@@ -10,70 +10,16 @@
 #include <algorithm>
 #include <vector>
 
+#include "ops/common/env.h"
 #include "core/log.h"
 #include "core/rendezvous/data_address.h"
 #include "core/rendezvous/host_list.h"
+#include "core/settings.h"
 #include "ops/algorithms/plan.h"
 #include "ops/common/error.h"
 
 namespace cerar {
 namespace {
-
-class Env {
- public:
-  explicit Env(const EnvironmentLookup& lookup) : lookup_(lookup) {}
-
-  std::optional<std::string> text(const std::string& name) const {
-    auto value = lookup_(name);
-    if (value && value->empty()) return std::nullopt;  // VAR= counts as unset
-    return value;
-  }
-  bool has(const std::string& name) const { return text(name).has_value(); }
-
-  // An integer in [low, high]; `fallback` when unset.
-  long long integer(const std::string& name, long long fallback, long long low,
-                    long long high) const {
-    auto value = text(name);
-    if (!value) return fallback;
-    errno = 0;
-    char* end = nullptr;
-    const long long parsed = std::strtoll(value->c_str(), &end, 10);
-    if (errno != 0 || end == value->c_str() || *end != '\0' || parsed < low || parsed > high) {
-      throw InvalidArgumentError(detail::concat("bad value for ", name, ": '", *value,
-                                                "' (expected an integer in [", low, ", ", high,
-                                                "])"));
-    }
-    return parsed;
-  }
-  long long required(const std::string& name, long long low, long long high) const {
-    if (!has(name)) throw InvalidArgumentError(name + " is not set");
-    return integer(name, 0, low, high);
-  }
-  // A finite number >= low; `fallback` when unset.
-  double number(const std::string& name, double fallback, double low) const {
-    auto value = text(name);
-    if (!value) return fallback;
-    errno = 0;
-    char* end = nullptr;
-    const double parsed = std::strtod(value->c_str(), &end);
-    if (errno != 0 || end == value->c_str() || *end != '\0' || !std::isfinite(parsed) ||
-        parsed < low) {
-      throw InvalidArgumentError(detail::concat("bad value for ", name, ": '", *value,
-                                                "' (expected a number >= ", low, ")"));
-    }
-    return parsed;
-  }
-  bool flag(const std::string& name, bool fallback) const {
-    auto value = text(name);
-    if (!value) return fallback;
-    if (*value == "1" || *value == "true") return true;
-    if (*value == "0" || *value == "false") return false;
-    throw InvalidArgumentError("bad value for " + name + ": '" + *value + "' (expected 0 or 1)");
-  }
-
- private:
-  const EnvironmentLookup& lookup_;
-};
 
 constexpr long long kMaxRanks = 1 << 20;
 
@@ -171,14 +117,15 @@ void readIdentity(const Env& env, RuntimeConfig& c) {
   } else if (env.has("SLURM_PROCID")) {  // srun
     readSlurm(env, c);
   }
-  c.hostStore = env.flag("CERAR_HOST_STORE", c.hostStore);
 }
 
-// CERAR_IFACE, else torch's GLOO_SOCKET_IFNAME or Horovod's HOROVOD_GLOO_IFACE, which the same
-// job's other libraries honour. They may list several interfaces ("eth0,eth1"); the data
-// links use the first.
+// CERAR_IFACE, else an alias that the same job's other libraries honour (torch's, Horovod's).
+// The value may list several interfaces ("eth0,eth1"); the data links use the first.
 void readInterface(const Env& env, RuntimeConfig& c) {
-  for (const char* name : {"CERAR_IFACE", "GLOO_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE"}) {
+  const Setting& iface = settingOf("CERAR_IFACE");
+  std::vector<const char*> names{iface.variable};
+  names.insert(names.end(), iface.aliases.begin(), iface.aliases.end());
+  for (const char* name : names) {
     if (auto value = env.text(name)) {
       c.iface = value->substr(0, value->find(','));
       c.ifaceVariable = name;
@@ -187,46 +134,24 @@ void readInterface(const Env& env, RuntimeConfig& c) {
   }
 }
 
+// A text setting with a fixed set of values: one of its row's choices.
+void checkChoice(const std::string& variable, const std::string& value) {
+  const Setting& setting = settingOf(variable);
+  for (const char* choice : setting.choices) {
+    if (value == choice) return;
+  }
+  throw InvalidArgumentError(detail::concat(variable, " must be ", choiceList(setting),
+                                            ", got '", value, "'"));
+}
+
 }  // namespace
 
 RuntimeConfig configFromEnvironment(const EnvironmentLookup& lookup) {
-  Env env(lookup);
+  const Env env(lookup);
   RuntimeConfig c;
   readIdentity(env, c);
-  c.secret = env.text("CERAR_SECRET").value_or("");
+  readSettings(env, c);
   readInterface(env, c);
-  c.fusionThresholdBytes =
-      size_t(env.integer("CERAR_FUSION_THRESHOLD", (long long)c.fusionThresholdBytes, 0, 1ll << 40));
-  c.cycleTimeMs = env.number("CERAR_CYCLE_TIME", c.cycleTimeMs, 0);
-  c.cacheCapacity =
-      size_t(env.integer("CERAR_CACHE_CAPACITY", (long long)c.cacheCapacity, 0, 1 << 24));
-  c.algorithm = env.text("CERAR_ALGORITHM").value_or(c.algorithm);
-  c.components = int(env.integer("CERAR_COMPONENTS", 0, 0, 1 << 24));
-  c.eps = env.number("CERAR_EPS", 0, 0);
-  c.componentsScale = env.number("CERAR_COMPONENTS_SCALE", c.componentsScale, 0);
-  c.shareCorrection = env.flag("CERAR_SHARE_CORRECTION", c.shareCorrection);
-  c.compression = env.text("CERAR_COMPRESSION").value_or(c.compression);
-  c.maxError = env.number("CERAR_MAX_ERROR", c.maxError, 0);
-  c.debugError = env.flag("CERAR_DEBUG_ERROR", c.debugError);
-  c.autotune = env.flag("CERAR_AUTOTUNE", c.autotune);
-  c.autotuneLog = env.text("CERAR_AUTOTUNE_LOG").value_or("");
-  c.autotuneWarmupSamples = int(env.integer("CERAR_AUTOTUNE_WARMUP_SAMPLES",
-                                            c.autotuneWarmupSamples, 0, 1 << 20));
-  c.autotuneStepsPerSample = int(env.integer("CERAR_AUTOTUNE_STEPS_PER_SAMPLE",
-                                             c.autotuneStepsPerSample, 1, 1 << 20));
-  c.timeline = env.text("CERAR_TIMELINE").value_or("");
-  c.stallCheckSeconds = env.number("CERAR_STALL_CHECK_TIME_SECONDS", c.stallCheckSeconds, 0);
-  c.stallShutdownSeconds =
-      env.number("CERAR_STALL_SHUTDOWN_TIME_SECONDS", c.stallShutdownSeconds, 0);
-  c.timeoutSeconds = env.number("CERAR_TIMEOUT_SECONDS", c.timeoutSeconds, 0);
-  c.rendezvousTimeoutSeconds =
-      env.number("CERAR_RENDEZVOUS_TIMEOUT_SECONDS", c.rendezvousTimeoutSeconds, 0);
-  c.logLevel = env.text("CERAR_LOG_LEVEL").value_or(c.logLevel);
-  c.measureLink = env.flag("CERAR_MEASURE_LINK", c.measureLink);
-  c.deviceTransport = env.text("CERAR_DEVICE_TRANSPORT").value_or(c.deviceTransport);
-  // Horovod's name is read too, so that Horovod scripts keep their switch.
-  c.dynamicProcessSets = env.flag("HOROVOD_DYNAMIC_PROCESS_SETS", c.dynamicProcessSets);
-  c.dynamicProcessSets = env.flag("CERAR_DYNAMIC_PROCESS_SETS", c.dynamicProcessSets);
   try {
     validateConfig(c);
   } catch (const Error& e) {
@@ -245,11 +170,7 @@ RuntimeConfig configFromEnvironment(const EnvironmentLookup& lookup) {
 }
 
 RuntimeConfig RuntimeConfig::fromEnvironment() {
-  return configFromEnvironment([](const std::string& name) -> std::optional<std::string> {
-    const char* value = std::getenv(name.c_str());
-    if (value == nullptr) return std::nullopt;
-    return std::string(value);
-  });
+  return configFromEnvironment(processEnvironment());
 }
 
 namespace {
@@ -322,18 +243,11 @@ void validateConfig(const RuntimeConfig& c) {
                        c.rendezvousPort, " out of range");
   CERAR_CHECK_ARGUMENT(c.cycleTimeMs > 0 && std::isfinite(c.cycleTimeMs),
                        "CERAR_CYCLE_TIME must be positive, got ", c.cycleTimeMs);
-  CERAR_CHECK_ARGUMENT(c.deviceTransport == "auto" || c.deviceTransport == "nccl" ||
-                           c.deviceTransport == "gloo",
-                       "CERAR_DEVICE_TRANSPORT must be auto, nccl or gloo, got '",
-                       c.deviceTransport, "'");
-  CERAR_CHECK_ARGUMENT(c.compression == "none" || c.compression == "fp16" ||
-                           c.compression == "bf16" || c.compression == "allow",
-                       "CERAR_COMPRESSION must be none, fp16, bf16 or allow, got '",
-                       c.compression, "'");
+  checkChoice("CERAR_DEVICE_TRANSPORT", c.deviceTransport);
+  checkChoice("CERAR_COMPRESSION", c.compression);
   CERAR_CHECK_ARGUMENT(c.maxError >= 0 && std::isfinite(c.maxError),
                        "CERAR_MAX_ERROR must be >= 0 (0: no budget), got ", c.maxError);
-  CERAR_CHECK_ARGUMENT(c.algorithm == "auto" || c.algorithm == "ring" || c.algorithm == "cerar",
-                       "CERAR_ALGORITHM must be auto, ring or cerar, got '", c.algorithm, "'");
+  checkChoice("CERAR_ALGORITHM", c.algorithm);
   if (c.components != 0 && c.size > 1) {
     const Status invalid = validateCerarParameters(c.size, c.components);
     CERAR_CHECK_ARGUMENT(invalid.ok(), "CERAR_COMPONENTS=", c.components, ": ", invalid.message);

@@ -2,16 +2,12 @@
 #pragma once
 
 #include <chrono>
-#include <functional>
-#include <optional>
 #include <string>
 
+#include "ops/common/env.h"
 #include "core/runtime.h"
 
 namespace cerar {
-
-// Looks up one environment variable; nullopt when unset.
-using EnvironmentLookup = std::function<std::optional<std::string>(const std::string& name)>;
 
 // RuntimeConfig::fromEnvironment over any lookup (tests pass a map). Identity comes from the
 // first launcher found: cerarrun (CERAR_RANK, ...), torchrun (RANK, WORLD_SIZE, ...), Open MPI

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "core/log.h"
+#include "core/settings.h"
 #include "ops/common/error.h"
 
 namespace cerar {
@@ -13,31 +14,15 @@ namespace {
 
 constexpr uint8_t kVersion = 4;  // 2: autotune; 3: dynamic process sets; 4: error budget
 
-// Visits every job-wide field of a config with its variable name, in encoding order. One list
-// serves encoding, decoding, comparing and naming, so they cannot drift apart.
+// Visits every job-wide field of a config with its variable name, in encoding order (the
+// settings table's, core/settings.h). One list serves encoding, decoding, comparing and naming,
+// so they cannot drift apart.
 template <typename Config, typename Visit>
 void forEachJobSetting(Config& c, Visit&& visit) {
-  visit("CERAR_ALGORITHM", c.algorithm);
-  visit("CERAR_COMPONENTS", c.components);
-  visit("CERAR_EPS", c.eps);
-  visit("CERAR_SHARE_CORRECTION", c.shareCorrection);
-  visit("CERAR_COMPRESSION", c.compression);
-  visit("CERAR_MAX_ERROR", c.maxError);
-  visit("CERAR_DEBUG_ERROR", c.debugError);
-  visit("CERAR_FUSION_THRESHOLD", c.fusionThresholdBytes);
-  visit("CERAR_CYCLE_TIME", c.cycleTimeMs);
-  visit("CERAR_CACHE_CAPACITY", c.cacheCapacity);
-  visit("CERAR_STALL_CHECK_TIME_SECONDS", c.stallCheckSeconds);
-  visit("CERAR_STALL_SHUTDOWN_TIME_SECONDS", c.stallShutdownSeconds);
-  visit("CERAR_TIMEOUT_SECONDS", c.timeoutSeconds);
-  visit("CERAR_MEASURE_LINK", c.measureLink);
-  visit("CERAR_DEVICE_TRANSPORT", c.deviceTransport);
-  visit("CERAR_COMPONENTS_SCALE", c.componentsScale);
-  visit("CERAR_AUTOTUNE", c.autotune);
-  visit("CERAR_AUTOTUNE_LOG", c.autotuneLog);
-  visit("CERAR_AUTOTUNE_WARMUP_SAMPLES", c.autotuneWarmupSamples);
-  visit("CERAR_AUTOTUNE_STEPS_PER_SAMPLE", c.autotuneStepsPerSample);
-  visit("CERAR_DYNAMIC_PROCESS_SETS", c.dynamicProcessSets);
+  for (const Setting& setting : settings()) {
+    if (setting.kind != SettingKind::kJob) continue;
+    std::visit([&](auto member) { visit(setting.variable, c.*member); }, setting.field);
+  }
 }
 
 struct Encoder {

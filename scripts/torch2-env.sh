@@ -41,9 +41,8 @@ esac
 
 # --- cerar, built for this interpreter --------------------------------------------------------
 # As setup.sh's setup_python (no build isolation: the build uses the venv's scikit-build-core
-# and pybind11), but in a build folder of its own inside the venv, since pyproject.toml's
-# build/python/<wheel tag> is the same tag for .venv's build. The stamp hashes the sources and
-# the torch version.
+# and pybind11), but in a build folder of its own inside the venv: build/ is .venv's, configured
+# for another interpreter. The stamp hashes the sources and the torch version.
 stamp=$VENV/cerar-build.stamp
 hash=$( (echo "$TORCH"
   find pyproject.toml CMakeLists.txt cmake bindings frameworks core ops -type f \

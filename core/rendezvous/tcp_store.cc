@@ -3,9 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <cstring>
-#include <cstdlib>
 #include <list>
 #include <map>
 #include <thread>
@@ -15,6 +13,7 @@
 #include <boost/asio.hpp>
 #include <gloo/common/error.h>
 
+#include "ops/common/env.h"
 #include "core/rendezvous/wire.h"
 #include "ops/common/error.h"
 
@@ -29,17 +28,9 @@ using namespace rendezvous_wire;
 // ---------------------------------------------------------------------------------- limits --
 StoreLimits StoreLimits::fromEnvironment() {
   StoreLimits limits;
-  auto read = [](const char* name, long long fallback, long long low, long long high) {
-    const char* text = std::getenv(name);
-    if (text == nullptr || *text == '\0') return fallback;
-    char* end = nullptr;
-    errno = 0;
-    const long long value = std::strtoll(text, &end, 10);
-    if (errno != 0 || *end != '\0' || value < low || value > high) {
-      throw Error(detail::concat("bad value for ", name, ": '", text,
-                                 "' (expected an integer in [", low, ", ", high, "])"));
-    }
-    return value;
+  const Env env(processEnvironment());
+  auto read = [&env](const char* name, long long fallback, long long low, long long high) {
+    return env.integer(name, fallback, low, high);
   };
   limits.maxConnections = size_t(
       read("CERAR_STORE_MAX_CONNECTIONS", (long long)limits.maxConnections, 1, 1 << 20));

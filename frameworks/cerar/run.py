@@ -50,34 +50,12 @@ def parse_args(argv=None):
     parser.add_argument("-x", dest="export", action="append", default=[], metavar="VAR[=VALUE]",
                         help="also set VAR for every rank: its value here, or VALUE "
                              "(repeatable; remote ranks get only these and the defaults)")
-    parser.add_argument("--fusion-threshold-mb", type=float, default=None,
-                        help="fusion buffer size in MiB (CERAR_FUSION_THRESHOLD); 0 disables")
-    parser.add_argument("--cycle-time-ms", type=float, default=None, help="CERAR_CYCLE_TIME")
-    parser.add_argument("--algorithm", choices=["auto", "ring", "cerar"], default=None,
-                        help="all-reduce algorithm (CERAR_ALGORITHM)")
-    parser.add_argument("--components", type=int, default=None,
-                        help="CERAR's component count c (CERAR_COMPONENTS; 0 = cost model)")
-    parser.add_argument("--eps", type=float, default=None, help="CERAR's eps (CERAR_EPS)")
-    parser.add_argument("--timeline", default=None, help="chrome trace file (CERAR_TIMELINE)")
-    parser.add_argument("--autotune", action="store_true", default=None,
-                        help="tune fusion threshold, cycle time and c while training "
-                             "(CERAR_AUTOTUNE=1)")
-    parser.add_argument("--autotune-log-file", default=None,
-                        help="CSV of the autotuner's samples (CERAR_AUTOTUNE_LOG)")
-    parser.add_argument("--autotune-warmup-samples", type=int, default=None,
-                        help="CERAR_AUTOTUNE_WARMUP_SAMPLES")
-    parser.add_argument("--autotune-steps-per-sample", type=int, default=None,
-                        help="CERAR_AUTOTUNE_STEPS_PER_SAMPLE")
-    parser.add_argument("--timeout", type=float, default=None,
-                        help="seconds a rank waits for a dead peer (CERAR_TIMEOUT_SECONDS)")
+    _add_knob_flags(parser)
     parser.add_argument("--max-time", type=float, default=None,
                         help="terminate the job after this many seconds (exit 124)")
     parser.add_argument("--rendezvous-addr", default=None,
                         help="this host's address as the ranks see it (multi-host jobs)")
     parser.add_argument("--ssh-port", type=int, default=None, help="ssh port of remote hosts")
-    parser.add_argument("--network-interfaces", default=None, metavar="IFACE[,IFACE]",
-                        help="interface of every rank's data links (CERAR_IFACE; the first "
-                             "is used; default: the route to the rendezvous host)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command of every rank")
     args = parser.parse_args(argv)
     if args.command and args.command[0] == "--":
@@ -111,32 +89,43 @@ def forwarded(environ):
             if k.startswith(FORWARDED_PREFIXES) or k in FORWARDED_NAMES}
 
 
+def _knob_settings():
+    """The settings that have a cerarrun flag, from the settings table (core/settings.cc)."""
+    from cerar._cerar import settings
+    return [row for row in settings() if row["flag"]]
+
+
+def _add_knob_flags(parser):
+    for row in _knob_settings():
+        flag = row["flag"]
+        name = "--" + flag["name"]
+        if row["type"] == "flag":
+            parser.add_argument(name, action="store_true", default=None, help=flag["help"])
+            continue
+        # A flag in other units than its variable's (MiB of bytes) takes any number.
+        kind = {"integer": int, "number": float}.get(row["type"], str)
+        parser.add_argument(name, type=float if flag["scale"] != 1 else kind, default=None,
+                            choices=row["choices"] or None, metavar=flag["metavar"],
+                            help=flag["help"])
+
+
+def _knob_value(row, value):
+    """The variable's text for a flag's value."""
+    scale = row["flag"]["scale"]
+    if row["type"] == "flag":
+        return "1"
+    if scale != 1:
+        return str(int(value * scale))
+    return repr(value) if row["type"] == "number" else str(value)
+
+
 def knob_env(args):
+    """The CERAR_* variables of the knob flags given."""
     env = {}
-    if args.fusion_threshold_mb is not None:
-        env["CERAR_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * 1024 * 1024))
-    if args.cycle_time_ms is not None:
-        env["CERAR_CYCLE_TIME"] = repr(args.cycle_time_ms)
-    if args.algorithm is not None:
-        env["CERAR_ALGORITHM"] = args.algorithm
-    if args.components is not None:
-        env["CERAR_COMPONENTS"] = str(args.components)
-    if args.eps is not None:
-        env["CERAR_EPS"] = repr(args.eps)
-    if args.timeline is not None:
-        env["CERAR_TIMELINE"] = args.timeline
-    if args.autotune:
-        env["CERAR_AUTOTUNE"] = "1"
-    if args.autotune_log_file is not None:
-        env["CERAR_AUTOTUNE_LOG"] = args.autotune_log_file
-    if args.autotune_warmup_samples is not None:
-        env["CERAR_AUTOTUNE_WARMUP_SAMPLES"] = str(args.autotune_warmup_samples)
-    if args.autotune_steps_per_sample is not None:
-        env["CERAR_AUTOTUNE_STEPS_PER_SAMPLE"] = str(args.autotune_steps_per_sample)
-    if args.timeout is not None:
-        env["CERAR_TIMEOUT_SECONDS"] = repr(args.timeout)
-    if args.network_interfaces is not None:
-        env["CERAR_IFACE"] = args.network_interfaces
+    for row in _knob_settings():
+        value = getattr(args, row["flag"]["name"].replace("-", "_"))
+        if value is not None and value is not False:
+            env[row["variable"]] = _knob_value(row, value)
     return env
 
 
