@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "core/runtime.h"
+#include "core/runtime_config.h"
 
 namespace cerar {
 

@@ -18,6 +18,8 @@
 #include "core/negotiation.h"
 #include "core/operation.h"
 #include "core/response_cache.h"
+#include "core/runtime_config.h"
+#include "core/runtime_stats.h"
 #include "core/stall_inspector.h"
 
 namespace cerar {
