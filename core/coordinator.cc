@@ -160,7 +160,9 @@ ResponseMessage Coordinator::negotiate(const RequestMessage& request) {
     throw;
   }
   broadcastBytes(t, answer, kCoordinatorRank);
-  for (int peer = 1; peer < t.size(); ++peer) countControl(stats_.working(), answer.size(), true);  // each but root
+  for (int peer = 1; peer < t.size(); ++peer) {  // each but root
+    countControl(stats_.working(), answer.size(), true);
+  }
   return decodeResponseMessage(answer);
 }
 

@@ -23,9 +23,17 @@ class DispatchAgreement : public ::testing::Test {
     dispatcher_.run({&unit}, {&entry}, decision, stats);
   }
 
-  static Entry entryOf(std::vector<float>& data, std::vector<int64_t> shape) {
+  static Response unitOf(Kind kind, std::vector<std::vector<int64_t>> shapes) {
+    Response unit;
+    unit.names = {"t"};
+    unit.description.kind = kind;
+    unit.description.shapes = std::move(shapes);
+    return unit;
+  }
+
+  Entry entryOf(std::vector<int64_t> shape) {
     Entry entry;
-    entry.inputs = {Tensor{data.data(), DType::kFloat32, std::move(shape)}};
+    entry.inputs = {Tensor{data_.data(), DType::kFloat32, std::move(shape)}};
     entry.outputs = entry.inputs;
     return entry;
   }
@@ -38,38 +46,28 @@ class DispatchAgreement : public ::testing::Test {
 };
 
 TEST_F(DispatchAgreement, AGroupOfAnotherSizeIsAMismatch) {
-  Response unit;
+  Response unit = unitOf(Kind::kAllreduce, {{4}, {4}});
   unit.names = {"a", "b"};
-  unit.description.shapes = {{4}, {4}};
-  Entry entry = entryOf(data_, {4});
+  Entry entry = entryOf({4});
   EXPECT_THROW(run(unit, entry), MismatchError);
 }
 
 TEST_F(DispatchAgreement, AlltoallSendingMoreRowsThanItHasIsAMismatch) {
-  Response unit;
-  unit.names = {"t"};
-  unit.description.kind = Kind::kAlltoall;
-  unit.description.shapes = {{4, 2}};
+  Response unit = unitOf(Kind::kAlltoall, {{4, 2}});
   unit.firstDims = {6};  // one rank sending 6 rows of 4
-  Entry entry = entryOf(data_, {4, 2});
+  Entry entry = entryOf({4, 2});
   EXPECT_THROW(run(unit, entry), MismatchError);
 }
 
 TEST_F(DispatchAgreement, ReducescatterOfAScalarIsAMismatch) {
-  Response unit;
-  unit.names = {"t"};
-  unit.description.kind = Kind::kReducescatter;
-  unit.description.shapes = {{}};
-  Entry entry = entryOf(data_, {1});
+  Response unit = unitOf(Kind::kReducescatter, {{}});
+  Entry entry = entryOf({1});
   EXPECT_THROW(run(unit, entry), MismatchError);
 }
 
 TEST_F(DispatchAgreement, AResponseMissingThisRanksRowsIsInternal) {
-  Response unit;
-  unit.names = {"t"};
-  unit.description.kind = Kind::kAllgather;
-  unit.description.shapes = {{4}};
-  Entry entry = entryOf(data_, {4});
+  Response unit = unitOf(Kind::kAllgather, {{4}});  // no firstDims
+  Entry entry = entryOf({4});
   EXPECT_THROW(run(unit, entry), InternalError);
 }
 
