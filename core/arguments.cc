@@ -124,4 +124,112 @@ Status checkReduction(const std::vector<std::string>& names, const std::vector<T
   return invalid;
 }
 
+Status checkReductionCall(const std::vector<std::string>& names, const std::vector<Tensor>& inputs,
+                          const std::vector<Tensor>& outputs, Description& d,
+                          const std::optional<ProcessSet>& set, int rank) {
+  const bool scatter = d.kind == Kind::kReducescatter;
+  const char* what = scatter ? "reducescatter" : "allreduce";
+  Status invalid = checkMember(set, d.processSet, rank, detail::concat(
+      what, " of '", names.empty() ? std::string() : names.front(), "'"));
+  if (invalid.ok()) {
+    invalid = checkReduction(names, inputs, outputs, d, set->rankOf(rank), set->size());
+  }
+  if (invalid.ok() && scatter && d.op == Op::kAdasum) {
+    invalid = argumentError("reducescatter of '" + names.front() +
+                            "': Adasum is an all-reduce only");
+  }
+  if (invalid.ok()) {
+    invalid = checkOp(names.front(), d.dtype, d.op, d.prescale, d.postscale, set->size(), what);
+  }
+  return invalid;
+}
+
+Status checkAllgatherCall(const std::vector<std::string>& names,
+                          const std::vector<Tensor>& inputs, Description& d,
+                          const std::optional<ProcessSet>& set, int rank) {
+  Status invalid = checkMember(set, d.processSet, rank,
+                               "allgather of '" + (names.empty() ? "" : names[0]) + "'");
+  if (invalid.ok()) invalid = checkNames(names, "allgather");
+  if (invalid.ok() && inputs.size() != names.size()) {
+    invalid = argumentError(detail::concat("grouped allgather: ", names.size(), " names and ",
+                                           inputs.size(), " inputs"));
+  }
+  for (size_t i = 0; invalid.ok() && i < inputs.size(); ++i) {
+    const Tensor& in = inputs[i];
+    if (i == 0) d.dtype = in.dtype, d.onDevice = in.device >= 0;
+    invalid = checkTensor(names[i], in);
+    if (invalid.ok() && in.shape.empty()) {
+      invalid = argumentError("allgather of '" + names[i] +
+                              "': a scalar has no first dimension to concatenate");
+    } else if (invalid.ok() && (in.dtype != d.dtype || in.device != inputs[0].device)) {
+      invalid = argumentError("grouped allgather: '" + names[i] + "' differs in dtype or "
+                              "device from '" + names[0] + "'; a group is one unit");
+    }
+    d.shapes.push_back(in.shape);
+  }
+  return invalid;
+}
+
+Status checkAlltoallCall(const std::string& name, const Tensor& input,
+                         std::vector<int64_t> splits, Description& d,
+                         const std::optional<ProcessSet>& set, int rank) {
+  Status invalid = checkMember(set, d.processSet, rank, "alltoall of '" + name + "'");
+  const int n = set ? set->size() : 1;
+  if (invalid.ok()) invalid = checkNames({name}, "alltoall");
+  if (invalid.ok()) invalid = checkTensor(name, input);
+  if (invalid.ok() && input.shape.empty()) {
+    invalid = argumentError("alltoall of '" + name +
+                            "': a scalar has no first dimension to split");
+  }
+  const int64_t rows = input.shape.empty() ? 0 : input.shape[0];
+  if (invalid.ok() && splits.empty()) {
+    if (rows % n != 0) {
+      invalid = argumentError(detail::concat(
+          "alltoall of '", name, "': without splits the first dimension (", rows,
+          ") must be a multiple of the number of ranks (", n, ")"));
+    }
+    splits.assign(n, rows / n);
+  }
+  if (invalid.ok() && int(splits.size()) != n) {
+    invalid = argumentError(detail::concat("alltoall of '", name, "': ", splits.size(),
+                                           " splits for ", n, " ranks"));
+  }
+  int64_t total = 0;
+  for (int64_t rowsTo : splits) {
+    if (invalid.ok() && rowsTo < 0) {
+      invalid = argumentError("alltoall of '" + name + "': a negative split");
+    }
+    total += rowsTo;
+  }
+  if (invalid.ok() && total > rows) {
+    invalid = argumentError(detail::concat("alltoall of '", name, "': the splits sum to ",
+                                           total, ", more than the first dimension (", rows,
+                                           ")"));
+  }
+  d.splits = std::move(splits);
+  return invalid;
+}
+
+Status checkBroadcastCall(const std::string& name, const Tensor& tensor, const Description& d,
+                          const std::optional<ProcessSet>& set, int rank, int jobSize) {
+  Status invalid = checkMember(set, d.processSet, rank, "broadcast of '" + name + "'");
+  if (invalid.ok()) invalid = checkNames({name}, "broadcast");
+  if (invalid.ok()) invalid = checkTensor(name, tensor);
+  const int root = d.root;
+  if (invalid.ok() && (root < 0 || root >= jobSize)) {
+    invalid = argumentError(detail::concat("broadcast of '", name, "': root ", root,
+                                           " out of range for ", jobSize, " ranks"));
+  } else if (invalid.ok() && !set->contains(root)) {
+    invalid = argumentError(detail::concat("broadcast of '", name, "': root ", root,
+                                           " is not in process set ", d.processSet));
+  }
+  return invalid;
+}
+
+Status checkSetRemoval(int32_t id) {
+  if (id > 0) return {};
+  return argumentError(detail::concat(
+      "process set ", id, " cannot be removed (0 is every rank; others count from 1)"));
+}
+
 }  // namespace cerar

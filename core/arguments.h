@@ -3,12 +3,13 @@
 // negotiated, so a call that is wrong on every rank fails on every rank without talking.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/message.h"
 #include "core/process_sets.h"
-#include "core/runtime.h"
+#include "core/types.h"
 
 namespace cerar {
 
@@ -23,6 +24,26 @@ Status checkOp(const std::string& name, DType dtype, Op op, double prescale, dou
 // `set` (process set `id`, absent when unknown) has `rank`: the caller may run `what` in it.
 Status checkMember(const std::optional<ProcessSet>& set, int32_t id, int rank,
                    const std::string& what);
+
+// The checks of one call, in process set d.processSet as this rank knows it (`set`, absent when
+// unknown), on `rank` (global). Each fills `d` as far as the call gets.
+// A grouped allreduce or reducescatter (d.kind, d.op, d.prescale, d.postscale set).
+Status checkReductionCall(const std::vector<std::string>& names, const std::vector<Tensor>& inputs,
+                          const std::vector<Tensor>& outputs, Description& d,
+                          const std::optional<ProcessSet>& set, int rank);
+// A grouped allgather: one dtype and device, no scalars.
+Status checkAllgatherCall(const std::vector<std::string>& names,
+                          const std::vector<Tensor>& inputs, Description& d,
+                          const std::optional<ProcessSet>& set, int rank);
+// An alltoall: d.splits gets `splits`, or the first dimension split equally when empty.
+Status checkAlltoallCall(const std::string& name, const Tensor& input,
+                         std::vector<int64_t> splits, Description& d,
+                         const std::optional<ProcessSet>& set, int rank);
+// A broadcast from global rank d.root of `jobSize`.
+Status checkBroadcastCall(const std::string& name, const Tensor& tensor, const Description& d,
+                          const std::optional<ProcessSet>& set, int rank, int jobSize);
+// Removing process set `id` (0, every rank, stays).
+Status checkSetRemoval(int32_t id);
 
 // A reduction of several tensors as one unit (a grouped allreduce or reducescatter): the
 // names, the inputs, and outputs whose shapes are the inputs' (allreduce) or this rank's share

@@ -13,26 +13,9 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/tuning.h"
+
 namespace cerar {
-
-// The parameters the coordinator rank decides every cycle and sends in its response.
-struct TuningPoint {
-  uint64_t thresholdBytes = 64u << 20;  // fusion threshold
-  double cycleTimeMs = 1.0;
-  // Scales the cost model's c for CERAR buffers (1: the model's choice; the result is rounded
-  // to a multiple of N, core/selection.h). Ignored where c is forced or the ring runs.
-  double componentsScale = 1.0;
-  bool operator==(const TuningPoint& other) const = default;
-  auto operator<=>(const TuningPoint& other) const = default;
-};
-
-// What travels in every response: the point in force and where tuning stands.
-struct TuningState {
-  TuningPoint point;
-  bool tuning = false;  // the autotuner is still sampling
-  bool frozen = false;  // it has finished and `point` is its best
-  bool operator==(const TuningState& other) const = default;
-};
 
 struct AutotuneOptions {
   int warmupSamples = 3;    // samples at the start point, discarded (CERAR_AUTOTUNE_WARMUP_SAMPLES)

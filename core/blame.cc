@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include "ops/collectives.h"
 #include "ops/common/error.h"
 
 namespace cerar {
@@ -220,6 +221,23 @@ Status agreeOnFailure(const Status& observed, BlameBoard* board, const BlameOpti
     // The verdict stands; only the others' reading of it was in question.
   }
   return result;
+}
+
+
+BlameOptions setUpBlame(Transport& transport, BlameBoard* board, bool hostedByRankZero,
+                        std::chrono::milliseconds timeout) {
+  BlameOptions options;
+  const std::string mine = transport.rank() == 0 ? newBlameScope() : "";
+  const auto scope = broadcastBytes(transport, {mine.begin(), mine.end()}, 0);
+  options.scope.assign(scope.begin(), scope.end());
+  options.rank = transport.rank();
+  options.size = transport.size();
+  options.hostedByRankZero = hostedByRankZero;
+  // Survivors fail within moments of each other; the window only matters when more than one
+  // rank is missing, and must stay short next to the timeout.
+  options.window = std::clamp(timeout / 2, milliseconds(200), milliseconds(5000));
+  leaveLossMark(board, options, timeout);
+  return options;
 }
 
 }  // namespace cerar

@@ -38,6 +38,7 @@
 #include <string>
 
 #include "ops/common/status.h"
+#include "ops/transport/transport.h"
 
 namespace cerar {
 
@@ -76,5 +77,12 @@ void leaveLossMark(BlameBoard* board, const BlameOptions& options,
 
 // A fresh scope for one runtime instance (random), to be agreed on by rank 0's choice.
 std::string newBlameScope();
+
+
+// The options of this runtime instance: rank 0 picks the scope and sends it over `transport`,
+// the window follows `timeout`; then this rank leaves its loss mark. Every rank calls it at
+// start, all with a board.
+BlameOptions setUpBlame(Transport& transport, BlameBoard* board, bool hostedByRankZero,
+                        std::chrono::milliseconds timeout);
 
 }  // namespace cerar

@@ -211,7 +211,7 @@ StoreEndpoint storeEndpointOf(const RuntimeConfig& config) {
     return StoreEndpoint{isLoopback(addr) ? addr : "0.0.0.0", addr};
   }
   if (config.localSize < config.size) {
-    throw Error(detail::concat(
+    throw InvalidArgumentError(detail::concat(
         "cerar: rank ", config.rank, ": the rendezvous store (", addr, ":",
         config.rendezvousPort, ") must be reachable from other hosts and CERAR_SECRET is not "
         "set; set one in the job script, e.g. export CERAR_SECRET=$(openssl rand -hex 16) "

@@ -4,8 +4,8 @@
 #include <chrono>
 #include <string>
 
+#include "core/runtime_config.h"
 #include "ops/common/env.h"
-#include "core/runtime.h"
 
 namespace cerar {
 

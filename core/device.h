@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "core/runtime.h"
+#include "core/types.h"
 #include "ops/communicator.h"
 
 namespace cerar {

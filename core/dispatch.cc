@@ -70,22 +70,28 @@ bool reducesInPlace(const std::vector<const Response*>& units,
   return units.size() == 1 && entries[0] != nullptr && entries[0]->inputs.size() == 1;
 }
 
+// A response (the first submitter's) that disagrees with this rank's tensors: ranks disagree.
+template <typename... Parts>
+void requireAgreement(bool agrees, const Parts&... parts) {
+  if (!agrees) throw MismatchError(detail::concat(parts...));
+}
+
 // The coordinator's shapes decide the layout; this rank's tensors must have exactly those
-// sizes, or unpacking would write past them. (A "mismatch" code at merge.)
+// sizes, or unpacking would write past them. A response missing rows or splits is internal.
 void checkLocalSizes(const Response& unit, const Entry& entry, int rank, int size) {
   const Description& d = unit.description;
   if (d.kind == Kind::kBarrier) return;
-  auto fail = [&](size_t k, size_t expected, size_t local) {
-    return MismatchError(detail::concat("rank ", rank, ": ", kindName(d.kind), " of '",
-                                unit.names.at(std::min(k, unit.names.size() - 1)),
-                                "': the coordinator's shape has ", expected,
-                                " elements, this rank's tensor ", local));
+  auto agree = [&](size_t k, size_t expected, size_t local) {
+    requireAgreement(expected == local, "rank ", rank, ": ", kindName(d.kind), " of '",
+                     unit.names.at(std::min(k, unit.names.size() - 1)),
+                     "': the coordinator's shape has ", expected, " elements, this rank's tensor ",
+                     local);
   };
   const bool grouped = d.kind != Kind::kBroadcast && d.kind != Kind::kAlltoall;
   const size_t tensors = grouped ? d.shapes.size() : 1;
-  CERAR_ENFORCE(entry.inputs.size() == tensors && d.shapes.size() >= tensors, "rank ", rank,
-                ": ", tensors, " tensors in the coordinator's response, ", entry.inputs.size(),
-                " here");
+  requireAgreement(entry.inputs.size() == tensors && d.shapes.size() >= tensors, "rank ", rank,
+                   ": ", tensors, " tensors in the coordinator's response, ",
+                   entry.inputs.size(), " here");
   for (size_t k = 0; k < tensors; ++k) {
     size_t expected = shapeElements(d.shapes[k]);
     if (d.kind == Kind::kAllgather) {
@@ -98,30 +104,28 @@ void checkLocalSizes(const Response& unit, const Entry& entry, int rank, int siz
     if (d.kind == Kind::kAlltoall) {
       // Rows may differ per rank; a row's elements and this rank's splits may not.
       std::vector<int64_t> row = d.shapes[0], mine = entry.inputs[0].shape;
-      CERAR_ENFORCE(!row.empty() && !mine.empty(), "rank ", rank, ": alltoall of a scalar");
+      requireAgreement(!row.empty() && !mine.empty(), "rank ", rank, ": alltoall of a scalar");
       row[0] = mine[0] = 1;
-      if (shapeElements(row) != shapeElements(mine))
-        throw fail(k, shapeElements(row), shapeElements(mine));
+      agree(k, shapeElements(row), shapeElements(mine));
       const size_t N = size_t(size);
       CERAR_ENFORCE(unit.firstDims.size() == N * N, "rank ", rank,
                     ": alltoall response without every rank's splits");
       int64_t sent = 0;
       for (size_t j = 0; j < N; ++j) sent += unit.firstDims[rank * N + j];
-      CERAR_ENFORCE(sent <= entry.inputs[0].shape[0], "rank ", rank, ": alltoall sends ", sent,
-                    " rows of ", entry.inputs[0].shape[0]);
+      requireAgreement(sent <= entry.inputs[0].shape[0], "rank ", rank, ": alltoall sends ",
+                       sent, " rows of ", entry.inputs[0].shape[0]);
       continue;
     }
-    if (entry.inputs[k].elements() != expected) throw fail(k, expected, entry.inputs[k].elements());
+    agree(k, expected, entry.inputs[k].elements());
     size_t output = expected;
     if (d.kind == Kind::kReducescatter) {
       std::vector<int64_t> share = d.shapes[k];
-      CERAR_ENFORCE(!share.empty(), "rank ", rank, ": reducescatter of a scalar");
+      requireAgreement(!share.empty(), "rank ", rank, ": reducescatter of a scalar");
       share[0] = scatterRows(share[0], rank, size);
       output = shapeElements(share);
     }
-    if (k < entry.outputs.size() && d.kind != Kind::kAllgather &&
-        entry.outputs[k].elements() != output) {
-      throw fail(k, output, entry.outputs[k].elements());
+    if (k < entry.outputs.size() && d.kind != Kind::kAllgather) {
+      agree(k, output, entry.outputs[k].elements());
     }
   }
 }

@@ -13,6 +13,7 @@
 #include "core/device.h"
 #include "core/operation.h"
 #include "core/process_sets.h"
+#include "core/runtime_stats.h"
 #include "core/selection.h"
 #include "core/timeline.h"
 #include "ops/adasum_run.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/runtime.h"
+#include "core/runtime_config.h"
 
 namespace cerar {
 

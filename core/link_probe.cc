@@ -10,6 +10,7 @@
 #include "ops/codec/wire.h"
 #include "ops/algorithms/plan.h"
 #include "ops/collectives.h"
+#include "ops/common/error.h"
 #include "ops/communicator.h"
 #include "ops/executor.h"
 #include "ops/paced_link.h"
@@ -169,6 +170,26 @@ LinkModel probeLink(Transport& t) {
   link.windowBytes = values[4];
   for (size_t i = 0; i < link.rounds.size(); ++i) link.rounds[i].seconds = values[5 + i];
   return link;
+}
+
+
+LinkSetup setUpLink(Transport& transport, const RuntimeConfig& config, const Logger& logger) {
+  LinkSetup setup;
+  LinkModel& link = setup.link;
+  if (config.measureLink) link = probeLink(transport);
+  if (const auto& figures = config.linkFigures) {
+    link.alpha = (*figures)[0], link.beta = (*figures)[1], link.gamma = (*figures)[2];
+    link.gammaWire = 0;  // twice the given gamma: a test's figures decide alone
+  }
+  // The model charges rounds by the segments the executor will stream.
+  setup.pacing = pacingFor(size_t(link.windowBytes));
+  link.segmentBytes = double(setup.pacing.segmentBytes);
+  logger.log(LogLevel::kInfo, detail::concat("link model: alpha ", link.alpha * 1e6,
+                                             " us, beta ", link.beta * 1e9, " ns/B, gamma ",
+                                             link.gamma * 1e9, " ns/B, 16-bit wire ",
+                                             link.gammaWire * 1e9, " ns/B, send window ",
+                                             link.windowBytes / 1024, " KiB"));
+  return setup;
 }
 
 }  // namespace cerar

@@ -7,8 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "core/autotune.h"
-#include "core/runtime.h"
+#include "core/tuning.h"
+#include "core/types.h"
+#include "ops/codec/wire.h"
 
 namespace cerar {
 

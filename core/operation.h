@@ -13,7 +13,7 @@
 
 #include "core/device.h"
 #include "core/message.h"
-#include "core/runtime.h"
+#include "core/types.h"
 
 namespace cerar {
 

@@ -79,4 +79,32 @@ std::vector<int32_t> ProcessSetTable::ids() const {
   return out;
 }
 
+
+SetChange applySetChange(ProcessSetTable& sets, int32_t root, std::vector<int> ranks) {
+  SetChange change;
+  change.id = root;
+  if (root > 0) {
+    change.removed = sets.remove(root);
+    if (!change.removed) {
+      change.outcome = Status(StatusCode::kInvalidArgument,
+                              detail::concat("cerar: there is no process set ", root,
+                                             " to remove"));
+    }
+    return change;
+  }
+  std::sort(ranks.begin(), ranks.end());
+  const auto existing = sets.idOf(ranks);
+  const Status valid = checkSetRanks(ranks, sets.jobSize());
+  if (!valid.ok()) {
+    change.outcome = withContext(valid, "cerar: ", "");
+  } else if (existing) {
+    change.outcome = Status(StatusCode::kInvalidArgument,
+                            detail::concat("cerar: a process set with these ranks exists "
+                                           "already (id ", *existing, ")"));
+  } else {
+    change.id = sets.add(ranks);
+  }
+  return change;
+}
+
 }  // namespace cerar

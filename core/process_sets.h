@@ -59,4 +59,15 @@ class ProcessSetTable {
   std::map<int32_t, ProcessSet> sets_;
 };
 
+
+// A negotiated change applied to `sets`, alike on every rank (same order, same ids): `root` > 0
+// removes set `root`, else a set of `ranks` is added. The outcome is the caller's error if
+// the change cannot be made; `id` is the set added or removed.
+struct SetChange {
+  Status outcome;
+  int32_t id = 0;
+  bool removed = false;
+};
+SetChange applySetChange(ProcessSetTable& sets, int32_t root, std::vector<int> ranks);
+
 }  // namespace cerar

@@ -10,7 +10,7 @@
 #include <variant>
 #include <vector>
 
-#include "core/runtime.h"
+#include "core/runtime_config.h"
 
 namespace cerar {
 

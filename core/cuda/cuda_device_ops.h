@@ -3,7 +3,7 @@
 // through pinned host memory.
 #pragma once
 
-#include "core/runtime.h"
+#include "core/types.h"
 
 namespace cerar {
 

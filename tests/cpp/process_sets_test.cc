@@ -59,6 +59,24 @@ TEST(RuntimeProcessSets, RanksAreCheckedAndCIsAMultipleOfTheSetSize) {
   EXPECT_EQ(componentsForSet(0, 3), 0);  // the cost model decides
 }
 
+TEST(RuntimeProcessSets, AChangeAddsOrRemovesAlikeOrSaysWhyNot) {
+  ProcessSetTable table(4);
+  const SetChange added = applySetChange(table, 0, {3, 1});
+  EXPECT_TRUE(added.outcome.ok());
+  EXPECT_FALSE(added.removed);
+  EXPECT_EQ(table.find(added.id)->ranks, (std::vector<int>{1, 3}));
+  const SetChange again = applySetChange(table, 0, {1, 3});
+  EXPECT_EQ(again.outcome.code, StatusCode::kInvalidArgument);
+  EXPECT_NE(again.outcome.message.find("exists already (id 1)"), std::string::npos);
+  EXPECT_EQ(applySetChange(table, 0, {0, 4}).outcome.code, StatusCode::kInvalidArgument);
+  const SetChange removed = applySetChange(table, added.id, {});
+  EXPECT_TRUE(removed.outcome.ok() && removed.removed);
+  EXPECT_EQ(removed.id, added.id);
+  const SetChange missing = applySetChange(table, added.id, {});
+  EXPECT_FALSE(missing.removed);
+  EXPECT_EQ(missing.outcome.code, StatusCode::kInvalidArgument);
+}
+
 TEST(RuntimeProcessSets, SubsetViewTranslatesRanksOverSharedLinks) {
   // Ranks 1 and 3 of 4 allgather among themselves as ranks 0 and 1 of the view, while
   // ranks 0 and 2 do the same in theirs over the same hub.

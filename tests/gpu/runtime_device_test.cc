@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/cuda/cuda_device_ops.h"
+#include "core/runtime.h"
 #include "ops/common/error.h"
 #include "ops/transport/inproc.h"
 #include "tests/gpu/gpu_test_util.h"

@@ -41,6 +41,21 @@ def test_each_status_code_has_its_class():
     assert result.returncode == 0 and "codes OK" in result.stdout, result.stdout + result.stderr
 
 
+def test_a_missing_secret_across_hosts_is_the_users_setting():
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("CERAR_", "OMPI_", "SLURM_", "MASTER_"))}
+    env.update(RANK="1", WORLD_SIZE="4", LOCAL_WORLD_SIZE="2", MASTER_ADDR="node1")
+    script = ("import cerar\n"
+              "try:\n"
+              "    cerar.init()\n"
+              "except cerar.InvalidArgumentError as e:\n"
+              "    print('invalid:', e)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=60, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "invalid:" in result.stdout and "CERAR_SECRET" in result.stdout, result.stdout
+
+
 TIMEOUT_SECONDS = 3
 
 

@@ -1,0 +1,48 @@
+#include "core/handle.h"
+
+#include <mutex>
+
+#include "core/operation.h"
+#include "ops/common/error.h"
+
+namespace cerar {
+
+Handle::Handle(std::shared_ptr<OperationState> state) : state_(std::move(state)) {}
+
+namespace {
+OperationState& stateOf(const std::shared_ptr<OperationState>& state) {
+  if (!state) throw InvalidArgumentError("cerar: empty handle (not returned by an operation)");
+  return *state;
+}
+}  // namespace
+
+bool Handle::poll() const {
+  auto& s = stateOf(state_);
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return s.done;
+}
+
+void Handle::wait() const {
+  auto& s = stateOf(state_);
+  std::unique_lock<std::mutex> lock(s.mutex);
+  s.ended.wait(lock, [&] { return s.done; });
+  if (!s.status.ok()) s.status.raise();
+}
+
+bool Handle::waitFor(std::chrono::milliseconds limit) const {
+  auto& s = stateOf(state_);
+  std::unique_lock<std::mutex> lock(s.mutex);
+  if (!s.ended.wait_for(lock, limit, [&] { return s.done; })) return false;
+  if (!s.status.ok()) s.status.raise();
+  return true;
+}
+
+const std::vector<std::byte>& Handle::output() const { return stateOf(state_).output; }
+const std::vector<int64_t>& Handle::outputShape() const { return stateOf(state_).outputShape; }
+const std::vector<int64_t>& Handle::receivedSplits() const {
+  return stateOf(state_).receivedSplits;
+}
+int Handle::lastJoinedRank() const { return stateOf(state_).lastJoinedRank; }
+int32_t Handle::processSetId() const { return stateOf(state_).processSetId; }
+
+}  // namespace cerar

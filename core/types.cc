@@ -1,0 +1,10 @@
+#include "core/types.h"
+
+#include "core/message.h"
+
+namespace cerar {
+
+size_t Tensor::elements() const { return shapeElements(shape); }
+size_t Tensor::bytes() const { return elements() * dtypeSize(dtype); }
+
+}  // namespace cerar
