@@ -8,6 +8,16 @@ namespace cerar::store_server {
 
 using namespace rendezvous_wire;
 
+namespace {
+// A key or value within its limit, named by the variable that sets it.
+void checkSize(const char* what, size_t bytes, size_t limit, const char* variable) {
+  if (bytes > limit) {
+    throw InvalidArgumentError(detail::concat(what, " of ", bytes, " bytes exceeds the limit of ",
+                                              limit, " (", variable, ")"));
+  }
+}
+}  // namespace
+
 void Session::handle() {
   try {
     ByteReader in = reader(body);
@@ -50,11 +60,7 @@ void Session::dispatch(Op op, ByteReader& in) {
 }
 
 void Session::set(ByteReader& in) {
-  std::string key = in.str();
-  std::vector<char> value = in.bytes<char>();
-  checkKey(key);
-  checkValue(value);
-  charge(key.size() + value.size());
+  auto [key, value] = entryToKeep(in);
   {
     std::lock_guard<std::mutex> lock(server.mutex);
     server.data[key] = std::move(value);
@@ -98,31 +104,21 @@ void Session::add(ByteReader& in) {
 }
 
 void Session::leaveOnLoss(ByteReader& in) {
-  std::string key = in.str();
-  std::vector<char> value = in.bytes<char>();
-  checkKey(key);
-  checkValue(value);
-  charge(key.size() + value.size());
-  onLoss.emplace(std::move(key), std::move(value));
+  onLoss = entryToKeep(in);
   reply(ReplyStatus::kOk);
 }
 
-void Session::checkKey(const std::string& key) const {
-  if (key.size() > server.limits.maxKeyBytes) {
-    throw InvalidArgumentError(detail::concat("key of ", key.size(),
-                                              " bytes exceeds the limit of ",
-                                              server.limits.maxKeyBytes,
-                                              " (CERAR_STORE_MAX_KEY_BYTES)"));
-  }
+std::pair<std::string, std::vector<char>> Session::entryToKeep(ByteReader& in) {
+  std::string key = in.str();
+  std::vector<char> value = in.bytes<char>();
+  checkKey(key);
+  checkSize("value", value.size(), server.limits.maxValueBytes, "CERAR_STORE_MAX_VALUE_BYTES");
+  charge(key.size() + value.size());
+  return {std::move(key), std::move(value)};
 }
 
-void Session::checkValue(const std::vector<char>& value) const {
-  if (value.size() > server.limits.maxValueBytes) {
-    throw InvalidArgumentError(detail::concat("value of ", value.size(),
-                                              " bytes exceeds the limit of ",
-                                              server.limits.maxValueBytes,
-                                              " (CERAR_STORE_MAX_VALUE_BYTES)"));
-  }
+void Session::checkKey(const std::string& key) const {
+  checkSize("key", key.size(), server.limits.maxKeyBytes, "CERAR_STORE_MAX_KEY_BYTES");
 }
 
 void Session::charge(size_t bytes) {

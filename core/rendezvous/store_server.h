@@ -116,7 +116,8 @@ struct Session : std::enable_shared_from_this<Session> {
   void add(ByteReader& in);
   void leaveOnLoss(ByteReader& in);
   void checkKey(const std::string& key) const;
-  void checkValue(const std::vector<char>& value) const;
+  // A key and value to keep (set, on loss): read, checked against the limits and charged.
+  std::pair<std::string, std::vector<char>> entryToKeep(ByteReader& in);
   // Counts what this connection adds to the map against its quota.
   void charge(size_t bytes);
 };
