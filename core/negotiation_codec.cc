@@ -30,7 +30,7 @@ size_t addChecked(const ByteReader& r, size_t a, size_t b) {
 size_t checkedElements(const ByteReader& r, const std::vector<int64_t>& shape) {
   size_t n = 1;
   for (int64_t dim : shape) {
-    r.check(dim >= 0, "negative dimension " + std::to_string(dim));
+    if (dim < 0) r.fail("negative dimension " + std::to_string(dim));
     n = mulChecked(r, n, size_t(dim));
   }
   return n;

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "ops/algorithms/plan.h"
-#include "ops/executor.h"
 #include "ops/paced_link.h"
+#include "ops/run_types.h"
 
 namespace cerar {
 

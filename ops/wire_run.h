@@ -11,7 +11,8 @@
 
 #include "ops/algorithms/plan.h"
 #include "ops/codec/wire.h"
-#include "ops/executor.h"
+#include "ops/run_types.h"
+#include "ops/transport/transport.h"
 
 namespace cerar {
 

@@ -34,7 +34,7 @@ void ByteReader::finish() const {
 }
 
 void ByteReader::fail(const std::string& why) const {
-  Status(onMalformed_, "malformed " + what_ + ": " + why).raise();
+  Status(onMalformed_, std::string("malformed ") + what_ + ": " + why).raise();
 }
 
 }  // namespace cerar

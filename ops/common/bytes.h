@@ -60,17 +60,17 @@ class ByteWriter {
 };
 
 // Reads what ByteWriter wrote, from memory that outlives the reader. Every failure throws the
-// Error of `onMalformed`, its message starting with `what` ("negotiation message", ...).
+// Error of `onMalformed`, its message naming `what` ("negotiation message", ...).
 class ByteReader {
  public:
-  ByteReader(const void* data, size_t size, std::string what,
+  ByteReader(const void* data, size_t size, const char* what,
              StatusCode onMalformed = StatusCode::kInternal)
-      : data_(static_cast<const uint8_t*>(data)), size_(size), what_(std::move(what)),
+      : data_(static_cast<const uint8_t*>(data)), size_(size), what_(what),
         onMalformed_(onMalformed) {}
   template <typename B>
-  ByteReader(const std::vector<B>& bytes, std::string what,
+  ByteReader(const std::vector<B>& bytes, const char* what,
              StatusCode onMalformed = StatusCode::kInternal)
-      : ByteReader(bytes.data(), bytes.size(), std::move(what), onMalformed) {}
+      : ByteReader(bytes.data(), bytes.size(), what, onMalformed) {}
 
   template <typename T>
   T get() {
@@ -100,7 +100,7 @@ class ByteReader {
   size_t left() const { return size_ - at_; }
 
   // Refuses the message unless `ok`: for a field that is readable but not valid.
-  void check(bool ok, const std::string& why) const {
+  void check(bool ok, const char* why) const {
     if (!ok) fail(why);
   }
   [[noreturn]] void fail(const std::string& why) const;
@@ -109,7 +109,7 @@ class ByteReader {
   const uint8_t* data_;
   size_t size_;
   size_t at_ = 0;
-  std::string what_;
+  const char* what_;  // a literal
   StatusCode onMalformed_;
 };
 
