@@ -1,12 +1,12 @@
 #include "core/job_config.h"
 
-#include <cstring>
 #include <iomanip>
 #include <sstream>
 #include <type_traits>
 
 #include "core/log.h"
 #include "core/settings.h"
+#include "ops/common/bytes.h"
 #include "ops/common/error.h"
 
 namespace cerar {
@@ -25,56 +25,36 @@ void forEachJobSetting(Config& c, Visit&& visit) {
   }
 }
 
+// One setting as a field of ByteWriter: a string with its length, bool as u8, size_t as u64.
 struct Encoder {
-  std::vector<uint8_t> bytes;
+  ByteWriter<> out;
   template <typename T>
   void operator()(const char*, const T& value) {
     if constexpr (std::is_same_v<T, std::string>) {
-      put(uint32_t(value.size()));
-      bytes.insert(bytes.end(), value.begin(), value.end());
+      out.str(value);
     } else if constexpr (std::is_same_v<T, bool>) {
-      put(uint8_t(value));
+      out.put(uint8_t(value));
     } else if constexpr (std::is_same_v<T, size_t>) {
-      put(uint64_t(value));
+      out.put(uint64_t(value));
     } else {
-      put(value);
+      out.put(value);
     }
-  }
-  template <typename T>
-  void put(T value) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&value);
-    bytes.insert(bytes.end(), p, p + sizeof value);
   }
 };
 
 struct Decoder {
-  const std::vector<uint8_t>& bytes;
-  size_t at = 0;
+  ByteReader in;
   template <typename T>
-  void operator()(const char* name, T& value) {
+  void operator()(const char*, T& value) {
     if constexpr (std::is_same_v<T, std::string>) {
-      const uint32_t n = get<uint32_t>(name);
-      need(n, name);
-      value.assign(reinterpret_cast<const char*>(bytes.data()) + at, n);
-      at += n;
+      value = in.str();
     } else if constexpr (std::is_same_v<T, bool>) {
-      value = get<uint8_t>(name) != 0;
+      value = in.get<uint8_t>() != 0;
     } else if constexpr (std::is_same_v<T, size_t>) {
-      value = size_t(get<uint64_t>(name));
+      value = size_t(in.get<uint64_t>());
     } else {
-      value = get<T>(name);
+      value = in.get<T>();
     }
-  }
-  template <typename T>
-  T get(const char* name) {
-    need(sizeof(T), name);
-    T value;
-    std::memcpy(&value, bytes.data() + at, sizeof value);
-    at += sizeof value;
-    return value;
-  }
-  void need(size_t n, const char* name) const {
-    CERAR_ENFORCE(n <= bytes.size() - at, "job settings from rank 0: truncated at ", name);
   }
 };
 
@@ -95,21 +75,20 @@ std::string show(const T& value) {
 
 std::vector<uint8_t> encodeJobSettings(const RuntimeConfig& config) {
   Encoder encoder;
-  encoder.put(kVersion);
+  encoder.out.put(kVersion);
   forEachJobSetting(config, encoder);
-  return std::move(encoder.bytes);
+  return std::move(encoder.out.data);
 }
 
 RuntimeConfig adoptJobSettings(const RuntimeConfig& mine, const std::vector<uint8_t>& encoded,
                                std::vector<std::string>& differences) {
-  Decoder decoder{encoded};
-  const auto version = decoder.get<uint8_t>("the version");
+  Decoder decoder{ByteReader(encoded, "job settings from rank 0")};
+  const auto version = decoder.in.get<uint8_t>();
   CERAR_ENFORCE(version == kVersion, "job settings from rank 0: version ", int(version),
                 ", this rank speaks ", int(kVersion), " (mixed cerar builds?)");
   RuntimeConfig job = mine;
   forEachJobSetting(job, decoder);
-  CERAR_ENFORCE(decoder.at == encoded.size(), "job settings from rank 0: ",
-                encoded.size() - decoder.at, " trailing bytes");
+  decoder.in.finish();
   // Compare field by field, by their encodings (exact, unlike printed numbers); the two
   // configs are visited in the same order.
   struct Field {
@@ -121,7 +100,7 @@ RuntimeConfig adoptJobSettings(const RuntimeConfig& mine, const std::vector<uint
     forEachJobSetting(c, [&](const char* name, const auto& value) {
       Encoder one;
       one(name, value);
-      out.push_back({std::move(one.bytes), show(value)});
+      out.push_back({std::move(one.out.data), show(value)});
     });
     return out;
   };

@@ -1,5 +1,6 @@
-// Negotiation: the wire form of the messages, and the coordinator rank's table that matches
-// what every rank has submitted. Pure (no sockets, no threads), so it is unit-tested directly.
+// Negotiation: the coordinator rank's table that matches what every rank has submitted (the
+// messages' wire form is negotiation_codec.h). Pure (no sockets, no threads), so it is
+// unit-tested directly.
 #pragma once
 
 #include <chrono>
@@ -9,16 +10,11 @@
 #include <vector>
 
 #include "core/message.h"
+#include "core/negotiation_codec.h"
 #include "core/process_sets.h"
 #include "core/response_cache.h"
 
 namespace cerar {
-
-std::vector<uint8_t> encode(const RequestMessage& message);
-std::vector<uint8_t> encode(const ResponseMessage& message);
-// Throw Error on malformed input (a truncated or foreign message).
-RequestMessage decodeRequestMessage(const std::vector<uint8_t>& bytes);
-ResponseMessage decodeResponseMessage(const std::vector<uint8_t>& bytes);
 
 // What the coordinator rank knows of the units that some ranks have submitted.
 // Not thread-safe: owned by the coordinator thread of rank 0.

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "ops/common/dtype.h"
-#include "ops/executor.h"
+#include "ops/run_types.h"
 #include "ops/transport/transport.h"
 
 namespace cerar {

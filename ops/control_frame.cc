@@ -1,34 +1,23 @@
 #include "ops/control_frame.h"
 
 #include <algorithm>
-#include <cstring>
 
+#include "ops/common/bytes.h"
 #include "ops/common/error.h"
 
 namespace cerar::control_frame {
-namespace {
-template <typename T>
-void put(uint8_t* at, T value) {
-  for (size_t i = 0; i < sizeof(T); ++i) at[i] = uint8_t(uint64_t(value) >> (8 * i));
-}
-template <typename T>
-T get(const uint8_t* at) {
-  uint64_t value = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) value |= uint64_t(at[i]) << (8 * i);
-  return T(value);
-}
-}  // namespace
 
 std::vector<uint8_t> encode(Type type, const std::vector<uint8_t>& message) {
-  std::vector<uint8_t> frame(kFrameBytes, 0);
-  put<uint32_t>(frame.data(), kMagic);
-  frame[4] = kVersion;
-  frame[5] = uint8_t(type);
-  put<uint64_t>(frame.data() + 8, message.size());
-  if (!message.empty())  // an empty vector's data() may be null, which memcpy forbids
-    std::memcpy(frame.data() + kHeaderBytes, message.data(),
-                std::min(message.size(), kInlineBytes));
-  return frame;
+  ByteWriter<> frame;
+  frame.data.reserve(kFrameBytes);
+  frame.put<uint32_t>(kMagic);
+  frame.put<uint8_t>(kVersion);
+  frame.put<uint8_t>(uint8_t(type));
+  frame.put<uint16_t>(0);  // reserved
+  frame.put<uint64_t>(message.size());
+  frame.raw(message.data(), std::min(message.size(), kInlineBytes));
+  frame.data.resize(kFrameBytes, 0);
+  return std::move(frame.data);
 }
 
 Header parse(const uint8_t* frame, Type expected, uint64_t maxBytes, int rank, int peer) {
@@ -38,16 +27,20 @@ Header parse(const uint8_t* frame, Type expected, uint64_t maxBytes, int rank, i
                                         peer, ": ", what),
                          peer);
   };
-  if (get<uint32_t>(frame) != kMagic) throw fail("bad magic (not a cerar peer?)");
-  if (frame[4] != kVersion) {
-    throw fail(detail::concat("protocol version ", int(frame[4]), ", this rank speaks ",
+  // A whole frame is always there: the reader cannot run past its end.
+  ByteReader in(frame, kHeaderBytes, "control frame", StatusCode::kMismatch);
+  if (in.get<uint32_t>() != kMagic) throw fail("bad magic (not a cerar peer?)");
+  const uint8_t version = in.get<uint8_t>();
+  if (version != kVersion) {
+    throw fail(detail::concat("protocol version ", int(version), ", this rank speaks ",
                               int(kVersion), " (mixed cerar builds?)"));
   }
-  const auto type = Type(frame[5]);
+  const auto type = in.get<Type>();
   const bool allowed = type == expected || (expected == Type::kBroadcast && type == Type::kAbort);
-  if (!allowed) throw fail(detail::concat("message type ", int(frame[5]), ", expected ",
+  if (!allowed) throw fail(detail::concat("message type ", int(type), ", expected ",
                                           int(expected)));
-  const uint64_t length = get<uint64_t>(frame + 8);
+  in.get<uint16_t>();  // reserved
+  const uint64_t length = in.get<uint64_t>();
   if (length > maxBytes) {
     throw fail(detail::concat("a message of ", length, " bytes, past the limit of ", maxBytes));
   }

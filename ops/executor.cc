@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "ops/agreement.h"
 #include "ops/codec/codec.h"
 #include "ops/codec/range.h"
 #include "ops/common/error.h"
@@ -42,24 +43,8 @@ bool PlanRunner::beyondCerarRange(Transport& transport, const void* data, size_t
   return codec::beyondCerarRange(dtype, data, count, transport.size());
 }
 
-// Every rank sends its byte to every other at once: one hop of latency, where the ring's
-// allgather would take N-1 in sequence.
 bool PlanRunner::anyRank(Transport& transport, bool mine) {
-  const int N = transport.size(), rank = transport.rank();
-  std::vector<uint8_t> flags(N, 0);
-  flags[rank] = mine ? 1 : 0;
-  for (int peer = 0; peer < N; ++peer)
-    if (peer != rank) transport.postRecv(peer, &flags[peer], 1);
-  for (int peer = 0; peer < N; ++peer)
-    if (peer != rank) transport.postSend(peer, &flags[rank], 1);
-  for (int peer = 0; peer < N; ++peer) {
-    if (peer == rank) continue;
-    transport.waitRecv(peer);
-    transport.waitSend(peer);
-  }
-  for (uint8_t flag : flags)
-    if (flag != 0) return true;
-  return false;
+  return orAcrossRanks(transport, mine ? 1 : 0) != 0;
 }
 
 RunStats PlanRunner::runUnlessAnyRank(const Plan& plan, Transport& transport, void* data,

@@ -9,39 +9,12 @@
 #include "ops/algorithms/plan.h"
 #include "ops/codec/wire.h"
 #include "ops/common/dtype.h"
+#include "ops/run_types.h"
 #include "ops/transport/transport.h"
 
 namespace cerar {
 
 struct InBandVerdict;  // ops/plan_run.h
-
-// Arithmetic parameters of one all-reduce.
-struct CodecParams {
-  DType dtype = DType::kFloat32;
-  ReduceOp op = ReduceOp::kSum;
-  double eps = 0;  // only used by CERAR's encode/decode actions
-  // A 16-bit wire (ops/wire_run.h): the exact ring's sum of float32 data only.
-  Wire wire = Wire::kNone;
-};
-
-struct RunStats {
-  int rounds = 0;
-  uint64_t bytesSent = 0;      // payload bytes sent by this rank
-  uint64_t bytesReceived = 0;  // payload bytes received by this rank
-  double seconds = 0;
-  // CERAR was asked for, but some rank's input was non-finite or near overflow, so every rank
-  // ran the exact ring (cerar-protocol.md, "Non-finite and near-overflow inputs").
-  bool nonFiniteFallback = false;
-  // A guarded fp16 wire (AllreduceOptions::fp16Guard) refused: every rank ran the float32 ring.
-  bool wireFallback = false;
-};
-
-// How a run streams its rounds: in segments of segmentBytes, with at most about windowBytes
-// in flight to the next rank (0: no window; ops/paced_link.h). Never changes a result.
-struct Pacing {
-  size_t segmentBytes = 256 * 1024;
-  size_t windowBytes = 0;
-};
 
 // Runs a plan on one buffer over a transport: the Executor below on host memory, or the
 // device executor (ops/codec/cuda) on device memory.

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <deque>
 
-#include "ops/executor.h"
+#include "ops/run_types.h"
 #include "ops/transport/transport.h"
 
 namespace cerar {

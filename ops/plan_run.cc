@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "ops/common/error.h"
 
@@ -11,7 +12,9 @@ PlanRun::PlanRun(const Plan& plan, Transport& transport, std::byte* data, size_t
                  size_t segmentElements, size_t windowBytes, void* const* send,
                  void* const* recv, SegmentCodec& codec, InBandVerdict* verdict)
     : plan_(plan), link_(transport, windowBytes), data_(data), elementBytes_(elementBytes),
-      segment_(segmentElements), send_(send), recv_(recv), codec_(codec), verdict_(verdict) {
+      messageBytes_(codec.messageElementBytes() ? codec.messageElementBytes() : elementBytes),
+      encoded_(codec.messageElementBytes() != 0), segment_(segmentElements), send_(send),
+      recv_(recv), codec_(codec), verdict_(verdict) {
   if (verdict_ != nullptr) {
     // Rounds 1..N-1 are loop 0 of CERAR: they read the buffer and write only the message
     // buffers; round N (the homes' first finish) is the first to write the buffer.
@@ -68,8 +71,8 @@ bool PlanRun::execute(RunStats& stats) {
       }
     }
     if (round) {
-      stats.bytesSent += round->message * elementBytes_;
-      stats.bytesReceived += round->receive * elementBytes_;
+      stats.bytesSent += round->message * messageBytes_;
+      stats.bytesReceived += round->receive * messageBytes_;
     }
   }
   waitSendsThrough(L + 1, 0);
@@ -109,6 +112,17 @@ std::byte* PlanRun::at(void* base, size_t element) const {
   return static_cast<std::byte*>(base) + element * elementBytes_;
 }
 
+// Segment k of round t's message in `buffers` (send_ or recv_).
+std::byte* PlanRun::messageAt(void* const* buffers, int t, size_t k) const {
+  return static_cast<std::byte*>(buffers[t % 2]) + k * segment_ * messageBytes_;
+}
+
+// Segment k of round t's send buffer, once the send of round t-2 from there is done.
+std::byte* PlanRun::reuseSendBuffer(int t, size_t k) {
+  waitSendsThrough(t - 2, k);
+  return messageAt(send_, t, k);
+}
+
 std::byte* PlanRun::out(const Range& range, size_t k) const {
   return at(data_, range.offset + k * segment_);
 }
@@ -116,8 +130,9 @@ std::byte* PlanRun::out(const Range& range, size_t k) const {
 // Where the message of round t is stored unchanged, if it is: the next round forwards it or
 // it is the last one. Such a message is received straight into the result (no copy); the
 // slice there is no longer needed, since the message causally follows this rank's own last
-// use of it around the ring.
+// use of it around the ring. An encoded message is never the data's bytes.
 const Range* PlanRun::storedUnchanged(int t) const {
+  if (encoded_) return nullptr;
   const int L = plan_.numRounds();
   const Range* range = nullptr;
   if (t == L) range = plan_.accumulateFinal ? nullptr : &plan_.finalStore;
@@ -128,13 +143,13 @@ const Range* PlanRun::storedUnchanged(int t) const {
 // y: what arrived in the previous round, same segment.
 std::byte* PlanRun::arrived(int t, size_t k) const {
   if (const Range* range = storedUnchanged(t - 1)) return out(*range, k);
-  return at(recv_[(t - 1) % 2], k * segment_);
+  return messageAt(recv_, t - 1, k);
 }
 
 void PlanRun::postReceive(int t, size_t elements, size_t k) {
-  std::byte* to = at(recv_[t % 2], k * segment_);
+  std::byte* to = messageAt(recv_, t, k);
   if (const Range* range = storedUnchanged(t)) to = out(*range, k);
-  link_.postRecv(to, segmentLength(elements, k) * elementBytes_);
+  link_.postRecv(to, segmentLength(elements, k) * messageBytes_);
 }
 
 // Sends complete in posting order; wait for those up to and including (t, k).
@@ -150,38 +165,59 @@ void PlanRun::sendSegment(int t, const Round& round, size_t k) {
   round_ = t;
   const size_t n = segmentLength(round.message, k);
   const std::byte* y = arrived(t, k);
-  std::byte* message = at(send_[t % 2], k * segment_);
-  const std::byte* source = message;
+  const std::byte* source = nullptr;
   switch (round.action) {
     case Action::kSendGradient:
       source = out(round.grad, k);  // zero-copy: the slice is not written before it arrives
+      if (encoded_) {
+        std::byte* message = reuseSendBuffer(t, k);
+        codec_.encode(source, message, n);
+        source = message;
+      }
       break;
-    case Action::kAccumulate:
-      waitSendsThrough(t - 2, k);  // the send buffer segment of round t-2 is reused
+    case Action::kAccumulate: {
+      std::byte* message = reuseSendBuffer(t, k);
       codec_.accumulate(y, out(round.grad, k), message, n);
+      source = message;
       break;
+    }
     case Action::kFinishFirst:
       codec_.finishFirst(y, out(round.store, k), n);
       source = out(round.store, k);
+      if (encoded_) {
+        // The owner keeps the value it sends, as every other rank decodes it.
+        std::byte* message = reuseSendBuffer(t, k);
+        codec_.encode(source, message, n);
+        codec_.store(message, out(round.store, k), n);
+        source = message;
+      }
       break;
     case Action::kFinishDecode:
       codec_.finishDecode(y, out(round.previous, k), out(round.store, k), n);
       source = out(round.store, k);
       break;
     case Action::kStoreAndEncode: {
-      waitSendsThrough(t - 2, k);
+      std::byte* message = reuseSendBuffer(t, k);
       const size_t gradStart = std::min(round.grad.length, k * segment_);
       const size_t gradLength = std::min(n, round.grad.length - gradStart);
       codec_.storeAndEncode(y, out(round.grad, k), gradLength, out(round.store, k), message, n);
+      source = message;
       break;
     }
     case Action::kStoreAndForward:
       if (y != out(round.store, k)) codec_.store(y, out(round.store, k), n);
       source = out(round.store, k);
+      if (encoded_) {
+        // The same bits go on, from the send buffer: the receive buffer is reused by the next
+        // round's receive before this send need be done.
+        std::byte* message = reuseSendBuffer(t, k);
+        std::memcpy(message, y, n * messageBytes_);
+        source = message;
+      }
       break;
   }
   round_ = t;  // after waitSendsThrough, which may have named an older round
-  link_.postSend(source, n * elementBytes_);
+  link_.postSend(source, n * messageBytes_);
   pendingSends_.emplace_back(t, k);
 }
 
@@ -219,7 +255,9 @@ RunStats runPlan(const Plan& plan, Transport& transport, void* data, size_t elem
   const auto start = std::chrono::steady_clock::now();
   RunStats stats;
   if (plan.rounds.empty()) return stats;
-  const size_t messageBytes = plan.maxMessage * elementBytes;
+  const size_t messageElement =
+      codec.messageElementBytes() ? codec.messageElementBytes() : elementBytes;
+  const size_t messageBytes = plan.maxMessage * messageElement;
   const RunBuffers buffers = prepare(messageBytes);
   // Every transfer of the run lies in one of these: the transport sets them up once.
   RegisteredMemory registered[] = {
@@ -227,7 +265,7 @@ RunStats runPlan(const Plan& plan, Transport& transport, void* data, size_t elem
       {transport, buffers.send[0], messageBytes}, {transport, buffers.send[1], messageBytes},
       {transport, buffers.recv[0], messageBytes}, {transport, buffers.recv[1], messageBytes}};
   PlanRun run(plan, transport, static_cast<std::byte*>(data), elementBytes,
-              std::max<size_t>(1, pacing.segmentBytes / elementBytes), pacing.windowBytes,
+              std::max<size_t>(1, pacing.segmentBytes / messageElement), pacing.windowBytes,
               buffers.send, buffers.recv, codec, verdict);
   try {
     if (run.execute(stats)) {

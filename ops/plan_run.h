@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "ops/algorithms/plan.h"
-#include "ops/executor.h"
 #include "ops/paced_link.h"
+#include "ops/run_types.h"
 
 namespace cerar {
 
@@ -26,6 +26,13 @@ class SegmentCodec {
   virtual void storeAndEncode(const void* y, const void* g, size_t gLength, void* store,
                               void* msg, size_t n) = 0;
   virtual void store(const void* y, void* out, size_t n) = 0;
+
+  // A codec whose messages are not the data's own bytes (a 16-bit wire of float32 data) gives
+  // their element size, and encode() makes a message of data. Its messages are then never
+  // sent from nor received into the data: each is encoded into the send buffer, and one that
+  // a rank keeps (the finished chunk of finishFirst) is stored back from what was sent.
+  virtual size_t messageElementBytes() const { return 0; }  // 0: the data's own
+  virtual void encode(const void* /*x*/, void* /*msg*/, size_t /*n*/) {}
 };
 
 // CERAR's non-finite verdict carried in band (cerar-protocol.md, "Non-finite and near-overflow
@@ -59,6 +66,8 @@ class PlanRun {
   size_t segments(size_t elements) const { return (elements + segment_ - 1) / segment_; }
   size_t segmentLength(size_t elements, size_t k) const;
   std::byte* at(void* base, size_t element) const;
+  std::byte* messageAt(void* const* buffers, int t, size_t k) const;
+  std::byte* reuseSendBuffer(int t, size_t k);
   std::byte* out(const Range& range, size_t k) const;
   const Range* storedUnchanged(int t) const;
   std::byte* arrived(int t, size_t k) const;
@@ -74,6 +83,8 @@ class PlanRun {
   PacedLink link_;
   std::byte* data_;
   size_t elementBytes_;
+  size_t messageBytes_;  // of one message element
+  bool encoded_;         // SegmentCodec::messageElementBytes() is not 0
   size_t segment_;
   void* const* send_;
   void* const* recv_;
@@ -90,8 +101,9 @@ struct RunBuffers {
   void* recv[2];
 };
 
-// One run as both executors make it: checks that the plan was made for this transport's rank
-// and size, skips a plan without rounds, gets buffers of at least `bytes` from `prepare`,
+// One run as both executors make it (and the 16-bit wire's ring): checks that the plan was made
+// for this transport's rank and size, skips a plan without rounds, gets buffers of at least
+// `bytes` from `prepare` (segments are pacing.segmentBytes of the codec's messages),
 // streams the rounds, calls `finish` after the last one, and times the run. A failure in the
 // rounds or in `finish` is rethrown with "in round t of L" added, keeping its type. With a
 // verdict (a CERAR plan with c > N > 1, host memory): see PlanRun::execute; a run stopped by it

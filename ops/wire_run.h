@@ -2,8 +2,8 @@
 // data whose messages travel as fp16 or bf16. Each reduce-scatter hop decodes what arrived,
 // adds its own float32 slice and encodes the sum for the next; the owner of a chunk adds its
 // slice last, encodes the total once and keeps the decoded value, and the allgather forwards
-// those same 16 bits, so every rank ends with bit-identical results. Rounds stream in
-// segments (as the float32 ring's PlanRun), so the casts overlap the transfers.
+// those same 16 bits, so every rank ends with bit-identical results. PlanRun streams the rounds
+// in segments, as for the float32 ring, so the casts overlap the transfers.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,8 @@
 
 #include "ops/algorithms/plan.h"
 #include "ops/codec/wire.h"
-#include "ops/executor.h"
+#include "ops/run_types.h"
+#include "ops/transport/transport.h"
 
 namespace cerar {
 

@@ -2,19 +2,10 @@
 
 #include <unistd.h>
 
-#include <atomic>
 #include <cstring>
-#include <list>
-#include <map>
-#include <thread>
 
-#include <utility>  // Boost 1.74's Asio uses std::exchange without including it
-
-#include <boost/asio.hpp>
-#include <gloo/common/error.h>
-
+#include "core/rendezvous/store_server.h"
 #include "ops/common/env.h"
-#include "core/rendezvous/wire.h"
 #include "ops/common/error.h"
 
 namespace cerar {
@@ -47,260 +38,21 @@ StoreLimits StoreLimits::fromEnvironment() {
 }
 
 // ---------------------------------------------------------------------------------- server --
-// All connection state lives on the io thread; only the key map is shared with tryGet().
-namespace {
-struct Session;
-struct Waiter {
-  std::shared_ptr<Session> session;
-  std::vector<std::string> keys;
-  bool isGet;
-  asio::steady_timer timer;
-  bool done = false;
-};
-}  // namespace
+using Session = store_server::Session;
+using Waiter = store_server::Waiter;
 
-struct TcpStoreServer::Impl {
-  // Declared before io: sessions leave this list from their destructors, which may run while
-  // io is destroyed. Oldest first; read by the io thread only, except the count.
-  std::list<Session*> sessions;
-  std::atomic<size_t> open{0};  // sessions whose socket is open: what the cap counts
-  asio::io_context io;  // destroyed after every socket and timer below
-  asio::basic_socket_acceptor<Protocol> acceptor{io};
-  asio::steady_timer acceptBackoff{io};
-  StoreLimits limits;
-  std::string secret;
-  std::string unixSocket;  // the path to remove at the end, if any
-  uint16_t port = 0;  // cached: the acceptor belongs to the io thread once serving
-  std::thread thread;
-  mutable std::mutex mutex;
-  std::map<std::string, std::vector<char>> data;  // guarded by mutex
-  std::list<std::shared_ptr<Waiter>> waiters;     // requests parked until their keys exist
+bool TcpStoreServer::Impl::has(const std::vector<std::string>& keys) const {
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const auto& key : keys) {
+    if (!data.count(key)) return false;
+  }
+  return true;
+}
 
-  bool has(const std::vector<std::string>& keys) const {
-    std::lock_guard<std::mutex> lock(mutex);
-    for (const auto& key : keys) {
-      if (!data.count(key)) return false;
-    }
-    return true;
-  }
-  std::vector<char> value(const std::string& key) const {
-    std::lock_guard<std::mutex> lock(mutex);
-    return data.at(key);
-  }
-  void accept();
-  void admit(Protocol::socket socket);
-  void park(std::shared_ptr<Session> session, std::vector<std::string> keys, bool isGet,
-            int64_t timeoutMs);
-  void finish(const std::shared_ptr<Waiter>& waiter, bool found);
-  void unpark(const Session* session);
-  void notify();  // called after every change of the map
-};
-
-namespace {
-// One client connection: reads a request, answers it, reads the next. Requests that wait for
-// keys are parked on the server and answered later, so a connection never blocks the thread.
-// While parked the next header is already being read: a client only sends after its answer,
-// so that read ends only when the client goes away, which frees the connection at once.
-struct Session : std::enable_shared_from_this<Session> {
-  Session(TcpStoreServer::Impl& server, Protocol::socket socket)
-      : server(server), socket(std::move(socket)), helloTimer(server.io) {
-    entry = server.sessions.insert(server.sessions.end(), this);
-    ++server.open;
-  }
-  ~Session() {
-    server.sessions.erase(entry);
-    if (!closed) --server.open;
-  }
-
-  void start() {
-    helloTimer.expires_after(server.limits.helloTimeout);
-    helloTimer.async_wait([self = shared_from_this()](error_code ec) {
-      if (!ec && !self->authenticated) self->close();
-    });
-    readHeader();
-  }
-
-  // `peerGone`: the client's side ended (end of stream, reset), not a rule of this server; the
-  // key it left with kOnLoss is then set, unless it said goodbye.
-  void close(bool peerGone = false) {
-    if (closed) return;
-    closed = true;
-    error_code ignored;
-    socket.close(ignored);
-    helloTimer.cancel();
-    server.unpark(this);
-    if (peerGone && onLoss) {
-      {
-        std::lock_guard<std::mutex> lock(server.mutex);
-        server.data[onLoss->first] = std::move(onLoss->second);
-      }
-      server.notify();
-    }
-    onLoss.reset();
-    --server.open;  // last: once the count drops, the key above is set (tests wait on it)
-  }
-
-  void readHeader() {
-    asio::async_read(socket, asio::buffer(header), [self = shared_from_this()](error_code ec,
-                                                                             size_t) {
-      // A request while parked breaks the protocol; end of stream is the usual case.
-      if (ec) return self->close(true);
-      if (self->parked) return self->close();
-      const uint32_t length = decodeLength(self->header);
-      // A stranger gets no room before presenting the secret; a client no more than its quota
-      // per request (what a request stores is charged to the quota as well, see charge()).
-      const size_t room =
-          self->authenticated ? self->server.limits.connectionQuotaBytes : kMaxHello;
-      if (length == 0 || length > kMaxFrame || length > room) return self->close();
-      self->length = length;
-      self->body.clear();
-      self->readBody();
-    });
-  }
-
-  // Grows the body by what arrives, so a claimed length costs nothing until it is sent.
-  void readBody() {
-    const size_t have = body.size();
-    const size_t next = std::min(kReadChunk, length - have);
-    body.resize(have + next);
-    asio::async_read(socket, asio::buffer(body.data() + have, next),
-                     [self = shared_from_this()](error_code ec, size_t) {
-                       if (ec) return self->close(true);
-                       if (self->body.size() < self->length) return self->readBody();
-                       self->handle();
-                     });
-  }
-
-  enum class Then { kRead, kNothing, kClose };
-  void reply(ReplyStatus status, const std::vector<char>& payload = {}, Then then = Then::kRead) {
-    out = frame(status, payload);
-    asio::async_write(socket, asio::buffer(out),
-                      [self = shared_from_this(), then](error_code ec, size_t) {
-                        if (ec || then == Then::kClose) return self->close(bool(ec));
-                        if (then == Then::kRead) self->readHeader();
-                      });
-  }
-
-  void checkKey(const std::string& key) const {
-    if (key.size() > server.limits.maxKeyBytes) {
-      throw std::runtime_error(detail::concat("key of ", key.size(), " bytes exceeds the limit of ",
-                                              server.limits.maxKeyBytes,
-                                              " (CERAR_STORE_MAX_KEY_BYTES)"));
-    }
-  }
-  // Counts what this connection adds to the map against its quota.
-  void charge(size_t bytes) {
-    if (bytes > server.limits.connectionQuotaBytes - stored) {
-      throw std::runtime_error(
-          detail::concat("this connection's quota of ", server.limits.connectionQuotaBytes,
-                         " bytes is spent (CERAR_STORE_CONNECTION_QUOTA_BYTES)"));
-    }
-    stored += bytes;
-  }
-
-  void handle() {
-    try {
-      Reader in(body);
-      auto op = static_cast<Op>(in.u8());
-      if (!authenticated) {
-        authenticated = op == Op::kHello && sameSecret(in.str(), server.secret);
-        if (!authenticated) return reply(ReplyStatus::kRejected, {}, Then::kClose);
-        helloTimer.cancel();
-        return reply(ReplyStatus::kOk);
-      }
-      switch (op) {
-        case Op::kSet: {
-          std::string key = in.str();
-          std::vector<char> value = in.bytes();
-          checkKey(key);
-          if (value.size() > server.limits.maxValueBytes) {
-            throw std::runtime_error(detail::concat(
-                "value of ", value.size(), " bytes exceeds the limit of ",
-                server.limits.maxValueBytes, " (CERAR_STORE_MAX_VALUE_BYTES)"));
-          }
-          charge(key.size() + value.size());
-          {
-            std::lock_guard<std::mutex> lock(server.mutex);
-            server.data[key] = std::move(value);
-          }
-          reply(ReplyStatus::kOk);
-          return server.notify();
-        }
-        case Op::kGet:
-        case Op::kWait: {
-          int64_t timeoutMs = in.i64();
-          std::vector<std::string> keys = in.strs();
-          for (const auto& key : keys) checkKey(key);
-          if (op == Op::kGet && keys.size() != 1) throw std::runtime_error("get needs one key");
-          if (timeoutMs < 0) throw std::runtime_error("negative timeout");
-          if (server.has(keys)) {
-            return reply(ReplyStatus::kOk, op == Op::kGet ? server.value(keys.at(0))
-                                                     : std::vector<char>{});
-          }
-          server.park(shared_from_this(), std::move(keys), op == Op::kGet, timeoutMs);
-          parked = true;
-          return readHeader();
-        }
-        case Op::kAdd: {
-          std::string key = in.str();
-          checkKey(key);
-          int64_t delta = in.i64(), now = 0;
-          {
-            std::lock_guard<std::mutex> lock(server.mutex);
-            auto found = server.data.find(key);
-            now = addCounter(found == server.data.end() ? 0 : parseCounter(found->second),
-                             delta);
-            if (found == server.data.end()) charge(key.size() + 20);
-            std::string text = std::to_string(now);
-            server.data[key].assign(text.begin(), text.end());
-          }
-          Writer result;
-          result.i64(now);
-          reply(ReplyStatus::kOk, result.data);
-          return server.notify();
-        }
-        case Op::kCheck: {
-          std::vector<std::string> keys = in.strs();
-          for (const auto& key : keys) checkKey(key);
-          return reply(ReplyStatus::kOk, {static_cast<char>(server.has(keys) ? 1 : 0)});
-        }
-        case Op::kOnLoss: {
-          std::string key = in.str();
-          std::vector<char> value = in.bytes();
-          checkKey(key);
-          if (value.size() > server.limits.maxValueBytes) {
-            throw std::runtime_error("value exceeds the limit (CERAR_STORE_MAX_VALUE_BYTES)");
-          }
-          charge(key.size() + value.size());
-          onLoss.emplace(std::move(key), std::move(value));
-          return reply(ReplyStatus::kOk);
-        }
-        case Op::kGoodbye:
-          onLoss.reset();
-          return close();  // no reply: the client closes its side at once
-        default:
-          throw std::runtime_error("unknown request");
-      }
-    } catch (const std::exception& e) {
-      std::string text = e.what();
-      reply(ReplyStatus::kError, std::vector<char>(text.begin(), text.end()));
-    }
-  }
-
-  TcpStoreServer::Impl& server;
-  std::list<Session*>::iterator entry;
-  Protocol::socket socket;
-  asio::steady_timer helloTimer;
-  bool authenticated = false;
-  bool parked = false;
-  bool closed = false;
-  std::optional<std::pair<std::string, std::vector<char>>> onLoss;  // see kOnLoss in wire.h
-  size_t stored = 0;  // bytes of keys and values this connection put in the map
-  size_t length = 0;  // of the body being read
-  std::array<unsigned char, 4> header{};
-  std::vector<char> body, out;
-};
-}  // namespace
+std::vector<char> TcpStoreServer::Impl::value(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return data.at(key);
+}
 
 void TcpStoreServer::Impl::accept() {
   acceptor.async_accept([this](error_code ec, Protocol::socket socket) {

@@ -69,8 +69,10 @@ class TcpStoreServer {
   std::unique_ptr<Impl> impl_;
 };
 
-// A client connection. Every failure, timeouts included, throws gloo::IoException (the type
-// Gloo's rendezvous expects) with a message naming host:port and the key.
+// A client connection. Every failure of the server or the link, timeouts included, throws
+// gloo::IoException (the type Gloo's rendezvous expects) with a message naming host:port and
+// the key; a malformed reply throws InternalError, an address no socket can take
+// InvalidArgumentError.
 // Thread safety: all calls may be made from any thread; they are serialised on one socket.
 class TcpStore : public gloo::rendezvous::Store {
  public:

@@ -69,7 +69,7 @@ TcpStore::TcpStore(const std::string& host, uint16_t port, const std::string& se
                     std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
   };
   Writer hello;
-  hello.u8(static_cast<uint8_t>(Op::kHello));
+  hello.put<uint8_t>(static_cast<uint8_t>(Op::kHello));
   hello.str(secret);
   for (;;) {
     error_code ec = connect(left());
@@ -98,7 +98,13 @@ TcpStore::TcpStore(const std::string& host, uint16_t port, const std::string& se
 
 error_code TcpStore::connect(std::chrono::milliseconds limit) {
   if (isUnixAddress(host_)) {
-    const Protocol::endpoint endpoint = asio::local::stream_protocol::endpoint(unixPath(host_));
+    Protocol::endpoint endpoint;
+    try {
+      endpoint = asio::local::stream_protocol::endpoint(unixPath(host_));
+    } catch (const boost::system::system_error& e) {  // a path too long for a socket
+      throw InvalidArgumentError(detail::concat("rendezvous store address ", address(), ": ",
+                                                e.code().message()));
+    }
     return conn_->run(limit, [&](auto handler) { conn_->socket.async_connect(endpoint, handler); });
   }
   error_code ec;
@@ -121,8 +127,8 @@ void TcpStore::goodbye() {
   if (conn_->broken) return;
   conn_->broken = true;  // no request follows
   Writer w;
-  w.u32(1);
-  w.u8(static_cast<uint8_t>(Op::kGoodbye));
+  w.put<uint32_t>(1);
+  w.put<uint8_t>(static_cast<uint8_t>(Op::kGoodbye));
   // Five bytes into an idle socket's buffer: done at once, unless the server is gone.
   conn_->run(std::chrono::milliseconds(1000), [&](auto handler) {
     asio::async_write(conn_->socket, asio::buffer(w.data), handler);
@@ -158,8 +164,8 @@ std::vector<char> TcpStore::request(const std::vector<char>& body,
                     std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
   };
   Writer w;
-  w.u32(static_cast<uint32_t>(body.size()));
-  w.data.insert(w.data.end(), body.begin(), body.end());
+  w.put<uint32_t>(static_cast<uint32_t>(body.size()));
+  w.raw(body.data(), body.size());
   std::array<unsigned char, 4> header{};
   std::vector<char> reply;
   error_code ec = conn_->run(left(), [&](auto handler) {
@@ -174,7 +180,11 @@ std::vector<char> TcpStore::request(const std::vector<char>& body,
   }
   if (!ec) {
     uint32_t length = decodeLength(header);
-    if (length == 0 || length > kMaxFrame) throw fail("malformed reply");
+    if (length == 0 || length > kMaxFrame) {
+      conn_->broken = true;  // where the next reply starts is unknown
+      throw InternalError(detail::concat("rendezvous store ", address(), ": ", what,
+                                         ": malformed reply of ", length, " bytes"));
+    }
     reply.resize(length);
     ec = conn_->run(left(), [&](auto handler) {
       asio::async_read(conn_->socket, asio::buffer(reply), handler);
@@ -209,7 +219,7 @@ void TcpStore::set(const std::string& key, const std::vector<char>& data) {
 void TcpStore::set(const std::string& key, const std::vector<char>& data,
                    std::chrono::milliseconds limit) {
   Writer w;
-  w.u8(static_cast<uint8_t>(Op::kSet));
+  w.put<uint8_t>(static_cast<uint8_t>(Op::kSet));
   w.str(key);
   w.bytes(data.data(), data.size());
   request(w.data, limit, detail::concat("set '", key, "'"));
@@ -218,7 +228,7 @@ void TcpStore::set(const std::string& key, const std::vector<char>& data,
 void TcpStore::setOnLoss(const std::string& key, const std::vector<char>& value,
                          std::chrono::milliseconds limit) {
   Writer w;
-  w.u8(static_cast<uint8_t>(Op::kOnLoss));
+  w.put<uint8_t>(static_cast<uint8_t>(Op::kOnLoss));
   w.str(key);
   w.bytes(value.data(), value.size());
   request(w.data, limit, detail::concat("leave '", key, "' to set on loss"));
@@ -228,8 +238,8 @@ std::vector<char> TcpStore::get(const std::string& key) { return get(key, timeou
 
 std::vector<char> TcpStore::get(const std::string& key, std::chrono::milliseconds limit) {
   Writer w;
-  w.u8(static_cast<uint8_t>(Op::kGet));
-  w.i64(limit.count());
+  w.put<uint8_t>(static_cast<uint8_t>(Op::kGet));
+  w.put<int64_t>(limit.count());
   w.strs({key});
   return request(w.data, withGrace(limit),
                  detail::concat("get '", key, "' (waited up to ", limit.count(), " ms)"));
@@ -240,9 +250,9 @@ void TcpStore::wait(const std::vector<std::string>& keys) { wait(keys, timeout_)
 void TcpStore::wait(const std::vector<std::string>& keys,
                     const std::chrono::milliseconds& timeout) {
   Writer w;
-  w.u8(static_cast<uint8_t>(Op::kWait));
+  w.put<uint8_t>(static_cast<uint8_t>(Op::kWait));
   const std::chrono::milliseconds limit(clampTimeoutMs(timeout.count()));
-  w.i64(limit.count());
+  w.put<int64_t>(limit.count());
   w.strs(keys);
   std::string names;
   for (const auto& key : keys) names += (names.empty() ? "'" : ", '") + key + "'";
@@ -252,18 +262,18 @@ void TcpStore::wait(const std::vector<std::string>& keys,
 
 int64_t TcpStore::add(const std::string& key, int64_t delta) {
   Writer w;
-  w.u8(static_cast<uint8_t>(Op::kAdd));
+  w.put<uint8_t>(static_cast<uint8_t>(Op::kAdd));
   w.str(key);
-  w.i64(delta);
+  w.put<int64_t>(delta);
   auto reply = request(w.data, timeout_, detail::concat("add to '", key, "'"));
-  return Reader(reply).i64();
+  return reader(reply).get<int64_t>();
 }
 
 bool TcpStore::check(const std::vector<std::string>& keys) { return check(keys, timeout_); }
 
 bool TcpStore::check(const std::vector<std::string>& keys, std::chrono::milliseconds limit) {
   Writer w;
-  w.u8(static_cast<uint8_t>(Op::kCheck));
+  w.put<uint8_t>(static_cast<uint8_t>(Op::kCheck));
   w.strs(keys);
   auto reply = request(w.data, limit, "check");
   return !reply.empty() && reply[0] != 0;

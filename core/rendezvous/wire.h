@@ -14,9 +14,11 @@
 #include <array>
 #include <charconv>
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "ops/common/bytes.h"
+#include "ops/common/error.h"
 
 namespace cerar::rendezvous_wire {
 
@@ -36,74 +38,23 @@ inline int64_t clampTimeoutMs(int64_t ms) { return ms < kMaxTimeoutMs ? ms : kMa
 inline bool isUnixAddress(const std::string& host) { return host.rfind("unix:", 0) == 0; }
 inline std::string unixPath(const std::string& host) { return host.substr(5); }
 
-struct Writer {
-  std::vector<char> data;
-  void u8(uint8_t v) { data.push_back(static_cast<char>(v)); }
-  void u32(uint32_t v) {
-    for (int i = 0; i < 4; ++i) u8(static_cast<uint8_t>(v >> (8 * i)));
-  }
-  void i64(int64_t v) {
-    for (int i = 0; i < 8; ++i) u8(static_cast<uint8_t>(static_cast<uint64_t>(v) >> (8 * i)));
-  }
-  void bytes(const char* p, size_t n) {
-    u32(static_cast<uint32_t>(n));
-    data.insert(data.end(), p, p + n);
-  }
-  void str(const std::string& s) { bytes(s.data(), s.size()); }
-  void strs(const std::vector<std::string>& v) {
-    u32(static_cast<uint32_t>(v.size()));
-    for (const auto& s : v) str(s);
-  }
-};
-
-// Bounds-checked: a malformed body throws instead of reading past its end.
-struct Reader {
-  const std::vector<char>& data;
-  size_t at = 0;
-  explicit Reader(const std::vector<char>& d) : data(d) {}
-  const char* take(size_t n) {
-    if (n > data.size() - at) throw std::runtime_error("malformed rendezvous message");
-    at += n;
-    return data.data() + at - n;
-  }
-  uint8_t u8() { return static_cast<uint8_t>(*take(1)); }
-  uint32_t u32() {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= uint32_t{u8()} << (8 * i);
-    return v;
-  }
-  int64_t i64() {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= uint64_t{u8()} << (8 * i);
-    return static_cast<int64_t>(v);
-  }
-  std::vector<char> bytes() {
-    uint32_t n = u32();
-    const char* p = take(n);
-    return std::vector<char>(p, p + n);
-  }
-  std::string str() {
-    uint32_t n = u32();
-    return std::string(take(n), n);
-  }
-  std::vector<std::string> strs() {
-    uint32_t n = u32();
-    std::vector<std::string> v;
-    for (uint32_t i = 0; i < n; ++i) v.push_back(str());
-    return v;
-  }
-};
+// The store speaks Gloo's byte type; a malformed body is an InternalError (the server answers
+// it as a refused request, the client lets it out as it is).
+using Writer = ByteWriter<char>;
+inline ByteReader reader(const std::vector<char>& body) {
+  return ByteReader(body, "rendezvous message");
+}
 
 inline uint32_t decodeLength(const std::array<unsigned char, 4>& h) {
-  return uint32_t{h[0]} | uint32_t{h[1]} << 8 | uint32_t{h[2]} << 16 | uint32_t{h[3]} << 24;
+  return ByteReader(h.data(), h.size(), "rendezvous frame").get<uint32_t>();
 }
 
 // A frame holding `body`, itself prefixed by one leading byte (op or status).
 inline std::vector<char> frame(uint8_t lead, const std::vector<char>& body) {
   Writer w;
-  w.u32(static_cast<uint32_t>(body.size() + 1));
-  w.u8(lead);
-  w.data.insert(w.data.end(), body.begin(), body.end());
+  w.put<uint32_t>(static_cast<uint32_t>(body.size() + 1));
+  w.put<uint8_t>(lead);
+  w.raw(body.data(), body.size());
   return w.data;
 }
 inline std::vector<char> frame(ReplyStatus s, const std::vector<char>& body) {
@@ -122,7 +73,7 @@ inline bool sameSecret(const std::string& a, const std::string& b) {
 inline int64_t addCounter(int64_t value, int64_t delta) {
   int64_t sum = 0;
   if (__builtin_add_overflow(value, delta, &sum)) {
-    throw std::runtime_error("add() would overflow the counter");
+    throw InvalidArgumentError("add() would overflow the counter");
   }
   return sum;
 }
@@ -131,7 +82,7 @@ inline int64_t parseCounter(const std::vector<char>& v) {
   if (v.empty()) return 0;
   auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
   if (ec != std::errc() || end != v.data() + v.size()) {
-    throw std::runtime_error("add() on a key that does not hold a counter");
+    throw InvalidArgumentError("add() on a key that does not hold a counter");
   }
   return n;
 }

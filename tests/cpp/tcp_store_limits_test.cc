@@ -96,7 +96,7 @@ bool eventually(Predicate done) {
 
 std::vector<char> waitFields(const std::string& key, int64_t timeoutMs) {
   Writer w;
-  w.i64(timeoutMs);
+  w.put<int64_t>(timeoutMs);
   w.strs({key});
   return w.data;
 }

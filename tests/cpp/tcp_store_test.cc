@@ -230,5 +230,61 @@ TEST(TcpStore, ServerRefusesABusyPort) {
   EXPECT_THROW(TcpStoreServer("127.0.0.1", server.port(), ""), Error);
 }
 
+// A server that says ok to the hello, then answers the next request with `reply` (raw bytes:
+// a frame or less) and closes. Returns its port.
+uint16_t fakeStore(std::thread& thread, std::vector<char> reply) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  EXPECT_EQ(listen(listener, 1), 0);
+  socklen_t size = sizeof addr;
+  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &size);
+  thread = std::thread([listener, reply] {
+    const int fd = accept(listener, nullptr, nullptr);
+    auto readFrame = [fd] {
+      unsigned char header[4];
+      if (recv(fd, header, 4, MSG_WAITALL) != 4) return;
+      std::vector<char> body(rendezvous_wire::decodeLength({header[0], header[1], header[2],
+                                                            header[3]}));
+      recv(fd, body.data(), body.size(), MSG_WAITALL);
+    };
+    readFrame();  // the hello
+    const char ok[] = {1, 0, 0, 0, char(rendezvous_wire::ReplyStatus::kOk)};
+    send(fd, ok, sizeof ok, MSG_NOSIGNAL);
+    readFrame();
+    send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+    close(fd);
+    close(listener);
+  });
+  return ntohs(addr.sin_port);
+}
+
+// A reply the protocol cannot hold is the store's internal error, not a Gloo or standard one.
+TEST(TcpStore, AMalformedReplyIsAnInternalError) {
+  const char ok = char(rendezvous_wire::ReplyStatus::kOk);
+  for (const std::vector<char>& reply :
+       {std::vector<char>{3, 0, 0, 0, ok, 1, 2},  // add's counter cut to two bytes
+        std::vector<char>{0, 0, 0, 0}}) {          // a frame of nothing
+    std::thread server;
+    TcpStore store("127.0.0.1", fakeStore(server, reply), "s", 5s);
+    EXPECT_THROW(store.add("c", 1), InternalError);
+    server.join();
+  }
+}
+
+TEST(TcpStore, AnAddressNoSocketCanTakeIsAnInvalidArgument) {
+  EXPECT_THROW(TcpStore("unix:/tmp/" + std::string(200, 'x'), 0, "s", 1s),
+               InvalidArgumentError);
+}
+
+TEST(TcpStore, CountersRefuseWithCerarErrors) {
+  using namespace rendezvous_wire;
+  EXPECT_EQ(addCounter(parseCounter({'4', '1'}), 1), 42);
+  EXPECT_THROW(parseCounter({'x'}), InvalidArgumentError);
+  EXPECT_THROW(addCounter(INT64_MAX, 1), InvalidArgumentError);
+}
+
 }  // namespace
 }  // namespace cerar

@@ -1,9 +1,9 @@
-// libFuzzer target: the negotiation decoders (core/negotiation.cc). The first byte picks the
+// libFuzzer target: the negotiation decoders (core/negotiation_codec.cc). The first byte picks the
 // request or the response decoder; what decodes must have sizes that fit (checked shapes).
 #include <cstdint>
 #include <vector>
 
-#include "core/negotiation.h"
+#include "core/negotiation_codec.h"
 #include "ops/common/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

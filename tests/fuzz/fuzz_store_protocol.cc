@@ -1,7 +1,8 @@
-// libFuzzer target: the rendezvous store's server (core/rendezvous/tcp_store.cc) fed raw
-// bytes over a Unix-domain socket. The first byte's low bit sends the right hello first. After
-// the input the client closes its sending side; the server must then close the connection
-// within seconds (no parked request, claimed length or stranger may keep it).
+// libFuzzer target: the rendezvous store's server (core/rendezvous/tcp_store.cc,
+// store_session.cc, store_requests.cc) fed raw bytes over a Unix-domain socket. The first
+// byte's low bit sends the right hello first. After the input the client closes its sending
+// side; the server must then close the connection within seconds (no parked request, claimed
+// length or stranger may keep it).
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
