@@ -25,9 +25,7 @@ for folder in ("core", "ops", "bindings"):
         units.append((str(source.relative_to(root)), [f"tests/cpp/{stem}_test.cc",
                                                       f"tests/gpu/{stem}_test.cc"]))
 for module in sorted((root / "frameworks/cerar").rglob("*.py")):
-    stem = module.stem.lstrip("_")
-    if stem == "init":
-        stem = module.parent.name
+    stem = module.parent.name if module.stem == "__init__" else module.stem.lstrip("_")
     units.append((str(module.relative_to(root)), [f"tests/python/test_{stem}.py"]))
 
 missing, broken = [], []
