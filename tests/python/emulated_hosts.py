@@ -30,7 +30,7 @@ def unavailable():
         if shutil.which(tool) is None:
             return f"needs {tool}"
     if not os.access(SSHD, os.X_OK):
-        return "needs sshd (Debian's openssh-server; scripts/setup.sh installs it)"
+        return "needs sshd (Debian's openssh-server; scripts/setup.sh test installs it)"
     probe = f"cerarprobe{os.getpid()}"
     result = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
     if result.returncode != 0:
