@@ -22,13 +22,21 @@ while (($#)); do
   shift
 done
 
+# Each stage's wall time, for docs/testing.md's table of where CI's time goes.
+t0=$SECONDS
+took() { echo "test.sh: $1 took $((SECONDS - t0)) s"; t0=$SECONDS; }
 scripts/setup.sh test
+took "setup (installs, pip install ., the C++ tests' build)"
 ctest --test-dir build --output-on-failure -j2 --timeout 600 "${repeat[@]}"
+took "release tests (C++, pytest modules, bench scripts)"
 if ((sanitize)); then
   for preset in asan tsan; do
     cmake --preset "$preset" >/dev/null
     cmake --build --preset "$preset"
+    took "$preset build"
     ctest --preset "$preset" "${repeat[@]}"
+    took "$preset tests"
   done
   scripts/fuzz.sh "${CERAR_FUZZ_SECONDS:-20}"
+  took "fuzzing (build and run)"
 fi
