@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Runs every test: installs and builds first (scripts/setup.sh), then ctest (C++, pytest, bench).
+# Runs every test: installs and builds first (scripts/setup.sh test), then ctest (C++, pytest, bench).
 # Usage: scripts/test.sh [--sanitize] [--repeat N]
 #   --sanitize  adds the C++ tests under ASan+UBSan and the runtime tests under TSan
 #               (CMakePresets.json: presets asan and tsan), and runs each fuzz target for
 #               CERAR_FUZZ_SECONDS (default 20) from its corpus (scripts/fuzz.sh).
 #   --repeat N  runs each test up to N times, stopping a test at its first failure (ctest's
-#               --repeat until-fail:N; the pytest suite is one ctest test, so it is rerun whole).
+#               --repeat until-fail:N; each pytest module is one ctest test, so it is rerun whole).
 #               For hunting flaky tests, e.g. under load: docs/testing.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
