@@ -1,5 +1,7 @@
 #include "core/bootstrap.h"
 
+#include <gloo/common/error.h>
+
 #ifndef CERAR_NO_GLOO
 
 #include <cstdlib>
@@ -53,9 +55,11 @@ std::vector<uint8_t> exchangeThroughStore(TcpStore& store, const std::string& ke
     }
     const std::vector<char> bytes = store.get(key);
     return std::vector<uint8_t>(bytes.begin(), bytes.end());
-  } catch (const std::exception& e) {
-    throw Error(detail::concat("cerar: rank ", rank, ": the job settings from rank 0 ('", key,
-                               "' at ", store.address(), ") did not arrive: ", e.what()));
+  } catch (const gloo::IoException& e) {  // the store lost or silent: rank 0 did not post
+    throw TimeoutError(detail::concat("cerar: rank ", rank, ": the job settings from rank 0 ('",
+                                      key, "' at ", store.address(), ") did not arrive: ",
+                                      e.what()),
+                       0);
   }
 }
 
@@ -100,9 +104,7 @@ GlooOptions glooOptionsOf(const DataAddress& data, const RuntimeConfig& agreed,
   return options;
 }
 
-}  // namespace
-
-JobLinks connectThroughStore(const RuntimeConfig& config) {
+JobLinks connectLinks(const RuntimeConfig& config) {
   CERAR_CHECK_ARGUMENT(config.rendezvousPort > 0, "cerar: rank ", config.rank, " of ",
                        config.size, ": no rendezvous port (set CERAR_RENDEZVOUS_PORT)");
   auto rendezvous = std::make_shared<Rendezvous>();
@@ -143,6 +145,19 @@ JobLinks connectThroughStore(const RuntimeConfig& config) {
   };
   links.rendezvous = std::move(rendezvous);
   return links;
+}
+
+}  // namespace
+
+JobLinks connectThroughStore(const RuntimeConfig& config) {
+  try {
+    return connectLinks(config);
+  } catch (const gloo::IoException& e) {
+    // The store client and Gloo's links fail with Gloo's type once their wait runs out (a store
+    // or peer that never answered): cerar's class for a silent peer, not Gloo's.
+    throw TimeoutError(detail::concat("cerar: rank ", config.rank, " of ", config.size,
+                                      ": the rendezvous did not complete: ", e.what()));
+  }
 }
 
 }  // namespace cerar
