@@ -1,8 +1,9 @@
 // cerar-bench-nonfinite: what CERAR's non-finite check costs on finite data
 // (cerar-protocol.md, "Non-finite and near-overflow inputs"), on N local ranks.
-//   runtime path: pack the gradient into the fusion buffer, then CERAR, as core/dispatch.cc
-//     does: the range test fused into the packing copy and the verdict in band, vs the plain
-//     copy and no verdict; and each half alone, to show where a difference comes from;
+//   runtime path: pack the gradient into the fusion buffer, then CERAR, as
+//     core/allreduce_pipeline.cc does: the range test fused into the packing copy and the
+//     verdict in band, vs the plain copy and no verdict; and each half alone, to show where a
+//     difference comes from;
 //   engine path: Communicator::allreduce with exactOnNonFinite on (it reads the buffer, and the
 //     verdict rides on the parameter agreement) vs off.
 // Every repeat runs all variants, in an order rotated by one each repeat; rank 0 prints medians,

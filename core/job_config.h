@@ -1,4 +1,4 @@
-// The job-wide settings (architecture.md, "Settings"): rank 0's values are the job's. Every
+// The job-wide settings (docs/settings.md): rank 0's values are the job's. Every
 // rank adopts them at init, so a rank started with a different environment or different
 // init() overrides cannot run different fused operations, algorithms or limits from the
 // others; it logs one warning per setting it had differently.

@@ -18,7 +18,7 @@ const char* kindName(Kind kind) {
   return "?";
 }
 
-// Declared in runtime.h (the public Op); defined here, where descriptions print it.
+// Declared in core/types.h (the public Op); defined here, where descriptions print it.
 const char* opName(Op op) {
   switch (op) {
     case Op::kSum: return "sum";

@@ -82,7 +82,7 @@ struct RuntimeConfig {
   std::function<void(const std::string& line)> logSink;
 
   // Reads the launcher's variables (CERAR_RANK, ...), or torchrun's, Open MPI's or SLURM's
-  // (architecture.md, "Conventions"), and the knobs; a bad value throws Error naming it.
+  // (docs/rendezvous.md), and the knobs; a bad value throws Error naming it.
   static RuntimeConfig fromEnvironment();
 };
 

@@ -11,11 +11,12 @@
 
 namespace cerar {
 
-// The same rounds, segments, posting order and waits as ops/executor.cc, so every transport
-// sees the same transfers and results are bit-identical to the host executor's. Kernels,
-// sends and receives are ordered on transport.stream(); the host only waits where the
-// transport contract requires (receive before use, send before the buffer is rewritten), and
-// over a stream-ordered transport (NCCL) not at all.
+// The same rounds, segments, posting order and waits as the host Executor (both run
+// ops/plan_run.h's runPlan), so every transport sees the same transfers and results are
+// bit-identical to the host executor's. Kernels, sends and receives are ordered on
+// transport.stream(); the host only waits where the transport contract requires (receive
+// before use, send before the buffer is rewritten), and over a stream-ordered transport (NCCL)
+// not at all.
 // Thread safety: one run at a time per executor; device buffers are kept between runs (their
 // reuse by the next run is ordered on the stream; only growing them waits for it).
 class DeviceExecutor {

@@ -17,7 +17,7 @@ namespace cerar {
 struct InBandVerdict;  // ops/plan_run.h
 
 // Runs a plan on one buffer over a transport: the Executor below on host memory, or the
-// device executor (ops/codec/cuda) on device memory.
+// device executor (ops/device_executor.h) on device memory.
 class PlanRunner {
  public:
   virtual ~PlanRunner() = default;

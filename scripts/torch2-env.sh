@@ -40,7 +40,7 @@ case $TORCH in
 esac
 
 # --- cerar, built for this interpreter --------------------------------------------------------
-# As setup.sh's setup_python (no build isolation: the build uses the venv's scikit-build-core
+# As scripts/setup.sh's pip install (no build isolation: the build uses the venv's scikit-build-core
 # and pybind11), but in a build folder of its own inside the venv: build/ is .venv's, configured
 # for another interpreter. The stamp hashes the sources and the torch version.
 stamp=$VENV/cerar-build.stamp

@@ -1,4 +1,4 @@
-// The rendezvous store's client (the server is in tcp_store.cc).
+// The rendezvous store's client (the server: tcp_store.cc, store_session.cc, store_requests.cc).
 #include <thread>
 
 #include <utility>  // Boost 1.74's Asio uses std::exchange without including it

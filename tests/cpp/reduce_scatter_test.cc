@@ -1,6 +1,6 @@
 // The exact reduce-scatter: the ring's first half as a plan (makeReduceScatterPlan), run by the
-// same executor; and the measurement behind docs/reducescatter.md's answer on whether CERAR's
-// first half would make a useful approximate reduce-scatter.
+// same executor; and the measurement behind docs/collectives.md's answer ("Why there is no CERAR
+// reduce-scatter") on whether CERAR's first half would make a useful approximate reduce-scatter.
 #include <gtest/gtest.h>
 
 #include <cstdint>
