@@ -27,8 +27,8 @@ APT_MAIN=(
 # Tests and benchmarks only.
 APT_TEST=(
   googletest libgtest-dev python3-pytest  # the C++ and Python test suites
-  iproute2 procps  # network namespaces of bench/ and the multi-host tests; pgrep/kill in tests
-  openmpi-bin libopenmpi-dev  # init() under Open MPI's variables (tests/python/test_environments.py)
+  iproute2 procps  # network namespaces of bench/ and of the emulated hosts in the tests
+  openmpi-bin libopenmpi-dev  # init() under Open MPI (test_environments.py); bench/'s MPI contender
   openssh-server  # sshd of the emulated hosts in the multi-host tests (not started as a service)
   python3-matplotlib  # bench/ plots
   fortunes  # English text for the time-to-accuracy language model (bench/tta_model.py)
