@@ -15,6 +15,7 @@
 #include "core/rendezvous/data_address.h"
 #include "core/rendezvous/host_list.h"
 #include "core/settings.h"
+#include "core/variable_names.h"
 #include "ops/algorithms/plan.h"
 #include "ops/common/error.h"
 
@@ -150,7 +151,7 @@ RuntimeConfig configFromEnvironment(const EnvironmentLookup& lookup) {
   const Env env(lookup);
   RuntimeConfig c;
   readIdentity(env, c);
-  readSettings(env, c);
+  const std::vector<std::string> conflicts = readSettings(env, c);
   readInterface(env, c);
   try {
     validateConfig(c);
@@ -158,19 +159,29 @@ RuntimeConfig configFromEnvironment(const EnvironmentLookup& lookup) {
     throw InvalidArgumentError(std::string("cerar configuration from the environment: ") +
                                e.what());
   }
+  const Logger logger(c.rank, parseLogLevel(c.logLevel));
+  for (const std::string& conflict : conflicts) warnOnce(logger, conflict);
   // A store this rank hosts follows the secret policy at start (storeEndpointOf); one hosted
   // elsewhere without a secret is someone's deliberate choice, but worth a warning.
   if (c.secret.empty() && c.size > 1 && !c.hostStore) {
-    Logger(c.rank, parseLogLevel(c.logLevel))
-        .log(LogLevel::kWarning,
-             "CERAR_SECRET is not set: the rendezvous store admits any client that knows "
-             "its address");
+    logger.log(LogLevel::kWarning,
+               "CERAR_SECRET is not set: the rendezvous store admits any client that knows its "
+               "address");
   }
   return c;
 }
 
+// The process's own environment can also be listed: rank 0 (one voice for the job) names the
+// variables that have no effect.
 RuntimeConfig RuntimeConfig::fromEnvironment() {
-  return configFromEnvironment(processEnvironment());
+  RuntimeConfig c = configFromEnvironment(processEnvironment());
+  if (c.rank == 0) {
+    const Logger logger(c.rank, parseLogLevel(c.logLevel));
+    for (const std::string& warning : environmentWarnings(processVariableNames())) {
+      warnOnce(logger, warning);
+    }
+  }
+  return c;
 }
 
 namespace {
