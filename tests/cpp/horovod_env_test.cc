@@ -3,7 +3,12 @@
 // over silently.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <regex>
+#include <set>
+#include <sstream>
 
 #include "core/config.h"
 #include "core/settings.h"
@@ -128,6 +133,42 @@ TEST(HorovodEnv, BuildAndLauncherNamesAndCerarsOwnNeverWarn) {
   }
   names.insert(names.end(), otherCerarVariables().begin(), otherCerarVariables().end());
   EXPECT_EQ(environmentWarnings(names), std::vector<std::string>{});
+}
+
+// Every CERAR_ name the repository's code, scripts and docs use is known, so that no test, CI
+// job or documented command gets a warning of a misspelt variable. Names that are no variables
+// (macros, CMake's own variables, a Python constant, tests' made-up names, this file's typos)
+// are skipped.
+TEST(HorovodEnv, EveryCerarNameOfTheRepositoryIsKnown) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(__FILE__).parent_path() / "../..";
+  const std::set<std::string> notVariables{"CERAR_ENV",     "CERAR_NO_SUCH_THING",
+                                           "CERAR_NO_GLOO", "CERAR_NO_NCCL",
+                                           "CERAR_HAVE_CUDA", "CERAR_ERROR_CLASS"};
+  const std::set<std::string> extensions{".py", ".sh", ".cc", ".h", ".cu", ".md", ".toml", ""};
+  const std::regex name(R"(\bCERAR_[A-Z0-9_]*[A-Z0-9]\b(?![(_*]))");
+  std::set<std::string> unknown;
+  for (const char* dir : {"core", "ops", "bindings", "frameworks", "tests", "scripts", "bench",
+                          "examples", "docs", "tools", ".ci"}) {
+    if (!fs::exists(root / dir)) continue;
+    for (const auto& entry : fs::recursive_directory_iterator(root / dir)) {
+      if (!entry.is_regular_file() || !extensions.count(entry.path().extension().string()) ||
+          fs::equivalent(entry.path(), __FILE__)) {
+        continue;
+      }
+      std::ifstream in(entry.path());
+      std::stringstream text;
+      text << in.rdbuf();
+      const std::string content = text.str();
+      for (std::sregex_iterator it(content.begin(), content.end(), name), end; it != end; ++it) {
+        const std::string found = it->str();
+        if (!notVariables.count(found) && !environmentWarnings({found}).empty()) {
+          unknown.insert(found + " (" + entry.path().filename().string() + ")");
+        }
+      }
+    }
+  }
+  EXPECT_EQ(unknown, std::set<std::string>{});
 }
 
 }  // namespace
