@@ -5,7 +5,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -15,19 +14,13 @@
 #include "core/variable_names.h"
 #include "ops/common/env.h"
 #include "ops/common/error.h"
+#include "variables.h"
 
 namespace cerar {
 namespace {
 
-using Variables = std::map<std::string, std::string>;
-
-EnvironmentLookup lookupIn(const Variables& variables) {
-  return [&variables](const std::string& name) -> std::optional<std::string> {
-    auto it = variables.find(name);
-    if (it == variables.end()) return std::nullopt;
-    return it->second;
-  };
-}
+using testing::lookupIn;
+using testing::Variables;
 
 RuntimeConfig read(const Variables& variables, std::vector<std::string>* warnings = nullptr) {
   RuntimeConfig config;
