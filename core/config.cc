@@ -121,8 +121,9 @@ void readIdentity(const Env& env, RuntimeConfig& c) {
 }
 
 // CERAR_IFACE, else an alias that the same job's other libraries honour (torch's, Horovod's).
-// The value may list several interfaces ("eth0,eth1"); the data links use the first.
-void readInterface(const Env& env, RuntimeConfig& c) {
+// The value may list several interfaces ("eth0,eth1"); the data links use the first. A
+// disagreeing alias beside CERAR_IFACE adds a warning to `warnings`, as readSettings does.
+void readInterface(const Env& env, RuntimeConfig& c, std::vector<std::string>& warnings) {
   const Setting& iface = settingOf("CERAR_IFACE");
   std::vector<const char*> names{iface.variable};
   names.insert(names.end(), iface.aliases.begin(), iface.aliases.end());
@@ -130,8 +131,16 @@ void readInterface(const Env& env, RuntimeConfig& c) {
     if (auto value = env.text(name)) {
       c.iface = value->substr(0, value->find(','));
       c.ifaceVariable = name;
-      return;
+      break;
     }
+  }
+  if (c.ifaceVariable != iface.variable) return;
+  for (const char* alias : iface.aliases) {
+    if (!env.has(alias)) continue;
+    if (env.text(alias) != env.text(iface.variable)) {
+      warnings.push_back(bothSetWarning(env, iface.variable, alias));
+    }
+    return;
   }
 }
 
@@ -151,8 +160,8 @@ RuntimeConfig configFromEnvironment(const EnvironmentLookup& lookup) {
   const Env env(lookup);
   RuntimeConfig c;
   readIdentity(env, c);
-  const std::vector<std::string> conflicts = readSettings(env, c);
-  readInterface(env, c);
+  std::vector<std::string> conflicts = readSettings(env, c);
+  readInterface(env, c, conflicts);
   try {
     validateConfig(c);
   } catch (const Error& e) {

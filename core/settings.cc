@@ -243,6 +243,11 @@ std::optional<std::string> aliasValue(const std::string& alias, const std::strin
   return value;
 }
 
+std::string bothSetWarning(const Env& env, const char* variable, const char* alias) {
+  return detail::concat(variable, "=", *env.text(variable), " and ", alias, "=",
+                        *env.text(alias), " are both set: ", variable, " wins");
+}
+
 std::vector<std::string> readSettings(const Env& env, RuntimeConfig& config) {
   // The aliases through aliasValue, so that readVariable sees them in their variables' units.
   const Env aliases([&env](const std::string& name) -> std::optional<std::string> {
@@ -260,9 +265,7 @@ std::vector<std::string> readSettings(const Env& env, RuntimeConfig& config) {
     readVariable(env, s, s.variable, config);
     const char* alias = firstSet(aliases, s.aliases);
     if (alias != nullptr && env.has(s.variable) && !sameValue(s, fromAlias, config)) {
-      warnings.push_back(detail::concat(s.variable, "=", *env.text(s.variable), " and ", alias,
-                                        "=", *env.text(alias), " are both set: ", s.variable,
-                                        " wins"));
+      warnings.push_back(bothSetWarning(env, s.variable, alias));
     }
   }
   return warnings;

@@ -75,6 +75,9 @@ std::string choiceList(const Setting& setting);
 // malformed.
 std::optional<std::string> aliasValue(const std::string& alias, const std::string& value);
 
+// The warning of a variable and its alias both set with different values (both set in `env`).
+std::string bothSetWarning(const Env& env, const char* variable, const char* alias);
+
 // Sets every row without its own rule from its variable or aliases where set; the value in
 // `config` stays where none is. Returns a warning for each variable set along with an alias
 // of another value (the variable wins). Throws InvalidArgumentError naming a malformed

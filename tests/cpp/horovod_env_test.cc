@@ -91,6 +91,13 @@ TEST(HorovodEnv, TheCerarVariableWinsWithAWarningNamingBoth) {
   EXPECT_TRUE(warnings.empty());
   read({{"HOROVOD_LOG_LEVEL", "trace"}, {"CERAR_LOG_LEVEL", "debug"}}, &warnings);
   EXPECT_TRUE(warnings.empty());
+  // The interface: CERAR_IFACE wins over Horovod's name too.
+  const RuntimeConfig iface =
+      configFromEnvironment(lookupIn({{"HOROVOD_GLOO_IFACE", "eth2"}, {"CERAR_IFACE", "eth1"}}));
+  EXPECT_EQ(iface.iface, "eth1");
+  EXPECT_EQ(bothSetWarning(Env(lookupIn({{"HOROVOD_GLOO_IFACE", "eth2"}, {"CERAR_IFACE", "eth1"}})),
+                           "CERAR_IFACE", "HOROVOD_GLOO_IFACE"),
+            "CERAR_IFACE=eth1 and HOROVOD_GLOO_IFACE=eth2 are both set: CERAR_IFACE wins");
   // configFromEnvironment reads the same way (and logs the warning).
   EXPECT_EQ(configFromEnvironment(lookupIn({{"HOROVOD_CYCLE_TIME", "3"},
                                             {"CERAR_CYCLE_TIME", "5"}}))
