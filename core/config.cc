@@ -15,6 +15,7 @@
 #include "core/rendezvous/data_address.h"
 #include "core/rendezvous/host_list.h"
 #include "core/settings.h"
+#include "core/variable_names.h"
 #include "ops/algorithms/plan.h"
 #include "ops/common/error.h"
 
@@ -120,8 +121,9 @@ void readIdentity(const Env& env, RuntimeConfig& c) {
 }
 
 // CERAR_IFACE, else an alias that the same job's other libraries honour (torch's, Horovod's).
-// The value may list several interfaces ("eth0,eth1"); the data links use the first.
-void readInterface(const Env& env, RuntimeConfig& c) {
+// The value may list several interfaces ("eth0,eth1"); the data links use the first. A
+// disagreeing alias beside CERAR_IFACE adds a warning to `warnings`, as readSettings does.
+void readInterface(const Env& env, RuntimeConfig& c, std::vector<std::string>& warnings) {
   const Setting& iface = settingOf("CERAR_IFACE");
   std::vector<const char*> names{iface.variable};
   names.insert(names.end(), iface.aliases.begin(), iface.aliases.end());
@@ -129,8 +131,16 @@ void readInterface(const Env& env, RuntimeConfig& c) {
     if (auto value = env.text(name)) {
       c.iface = value->substr(0, value->find(','));
       c.ifaceVariable = name;
-      return;
+      break;
     }
+  }
+  if (c.ifaceVariable != iface.variable) return;
+  for (const char* alias : iface.aliases) {
+    if (!env.has(alias)) continue;
+    if (env.text(alias) != env.text(iface.variable)) {
+      warnings.push_back(bothSetWarning(env, iface.variable, alias));
+    }
+    return;
   }
 }
 
@@ -150,27 +160,37 @@ RuntimeConfig configFromEnvironment(const EnvironmentLookup& lookup) {
   const Env env(lookup);
   RuntimeConfig c;
   readIdentity(env, c);
-  readSettings(env, c);
-  readInterface(env, c);
+  std::vector<std::string> conflicts = readSettings(env, c);
+  readInterface(env, c, conflicts);
   try {
     validateConfig(c);
   } catch (const Error& e) {
     throw InvalidArgumentError(std::string("cerar configuration from the environment: ") +
                                e.what());
   }
+  const Logger logger(c.rank, parseLogLevel(c.logLevel));
+  for (const std::string& conflict : conflicts) warnOnce(logger, conflict);
   // A store this rank hosts follows the secret policy at start (storeEndpointOf); one hosted
   // elsewhere without a secret is someone's deliberate choice, but worth a warning.
   if (c.secret.empty() && c.size > 1 && !c.hostStore) {
-    Logger(c.rank, parseLogLevel(c.logLevel))
-        .log(LogLevel::kWarning,
-             "CERAR_SECRET is not set: the rendezvous store admits any client that knows "
-             "its address");
+    logger.log(LogLevel::kWarning,
+               "CERAR_SECRET is not set: the rendezvous store admits any client that knows its "
+               "address");
   }
   return c;
 }
 
+// The process's own environment can also be listed: rank 0 (one voice for the job) names the
+// variables that have no effect.
 RuntimeConfig RuntimeConfig::fromEnvironment() {
-  return configFromEnvironment(processEnvironment());
+  RuntimeConfig c = configFromEnvironment(processEnvironment());
+  if (c.rank == 0) {
+    const Logger logger(c.rank, parseLogLevel(c.logLevel));
+    for (const std::string& warning : environmentWarnings(processVariableNames())) {
+      warnOnce(logger, warning);
+    }
+  }
+  return c;
 }
 
 namespace {

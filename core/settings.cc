@@ -2,6 +2,7 @@
 
 #include <type_traits>
 
+#include "core/log.h"
 #include "ops/common/env.h"
 #include "ops/common/error.h"
 
@@ -45,28 +46,32 @@ std::vector<Setting> makeSettings() {
       {.field = &C::debugError, .attribute = "debug_error", .variable = "CERAR_DEBUG_ERROR",
        .kind = kJob, .why = "adds an exact ring per CERAR buffer: a collective"},
       {.field = &C::fusionThresholdBytes, .attribute = "fusion_threshold_bytes",
-       .variable = "CERAR_FUSION_THRESHOLD", .kind = kJob,
+       .variable = "CERAR_FUSION_THRESHOLD", .aliases = {"HOROVOD_FUSION_THRESHOLD"}, .kind = kJob,
        .why = "fusion buffer layout and size (0: no fusion)", .low = 0, .high = 1ll << 40,
        .flag = {.name = "fusion-threshold-mb",
                 .help = "fusion buffer size in MiB (CERAR_FUSION_THRESHOLD); 0 disables",
                 .scale = 1 << 20}},
       {.field = &C::cycleTimeMs, .attribute = "cycle_time_ms", .variable = "CERAR_CYCLE_TIME",
-       .kind = kJob,
+       .aliases = {"HOROVOD_CYCLE_TIME"}, .kind = kJob,
        .why = "milliseconds per cycle (positive): negotiation is a collective every cycle; one "
               "pace",
        .flag = {.name = "cycle-time-ms", .help = "CERAR_CYCLE_TIME"}},
       {.field = &C::cacheCapacity, .attribute = "cache_capacity",
-       .variable = "CERAR_CACHE_CAPACITY", .kind = kJob,
+       .variable = "CERAR_CACHE_CAPACITY", .aliases = {"HOROVOD_CACHE_CAPACITY"}, .kind = kJob,
        .why = "cache bits refer to slots that every rank must hold (0: no cache)", .low = 0,
        .high = 1 << 24},
       {.field = &C::stallCheckSeconds, .attribute = "stall_check_seconds",
-       .variable = "CERAR_STALL_CHECK_TIME_SECONDS", .kind = kJob,
+       .variable = "CERAR_STALL_CHECK_TIME_SECONDS",
+       .aliases = {"HOROVOD_STALL_CHECK_DISABLE", "HOROVOD_STALL_CHECK_TIME_SECONDS"},
+       .kind = kJob,
        .why = "one policy for warning of a unit some ranks lack (0: no warning)"},
       {.field = &C::stallShutdownSeconds, .attribute = "stall_shutdown_seconds",
-       .variable = "CERAR_STALL_SHUTDOWN_TIME_SECONDS", .kind = kJob,
+       .variable = "CERAR_STALL_SHUTDOWN_TIME_SECONDS",
+       .aliases = {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"}, .kind = kJob,
        .why = "one policy for failing a unit some ranks lack (0: never)"},
       {.field = &C::timeoutSeconds, .attribute = "timeout_seconds",
-       .variable = "CERAR_TIMEOUT_SECONDS", .kind = kJob,
+       .variable = "CERAR_TIMEOUT_SECONDS", .aliases = {"HOROVOD_GLOO_TIMEOUT_SECONDS"},
+       .kind = kJob,
        .why = "seconds (positive) of waiting for a dead or silent peer: one limit, so every rank "
               "gives up alike",
        .flag = {.name = "timeout",
@@ -80,22 +85,26 @@ std::vector<Setting> makeSettings() {
       {.field = &C::componentsScale, .attribute = "components_scale",
        .variable = "CERAR_COMPONENTS_SCALE", .kind = kJob,
        .why = "a positive factor on the cost model's c; rounds and message sizes follow c"},
-      {.field = &C::autotune, .attribute = "autotune", .variable = "CERAR_AUTOTUNE", .kind = kJob,
+      {.field = &C::autotune, .attribute = "autotune", .variable = "CERAR_AUTOTUNE",
+       .aliases = {"HOROVOD_AUTOTUNE"}, .kind = kJob,
        .why = "the coordinator rank tunes for everyone; its parameters travel in each response "
               "(docs/autotune.md)",
        .flag = {.name = "autotune",
                 .help = "tune fusion threshold, cycle time and c while training "
                         "(CERAR_AUTOTUNE=1)"}},
       {.field = &C::autotuneLog, .attribute = "autotune_log", .variable = "CERAR_AUTOTUNE_LOG",
-       .kind = kJob, .why = "the autotuner's CSV, one line per sample (written by rank 0)",
+       .aliases = {"HOROVOD_AUTOTUNE_LOG"}, .kind = kJob,
+       .why = "the autotuner's CSV, one line per sample (written by rank 0)",
        .flag = {.name = "autotune-log-file",
                 .help = "CSV of the autotuner's samples (CERAR_AUTOTUNE_LOG)"}},
       {.field = &C::autotuneWarmupSamples, .attribute = "autotune_warmup_samples",
-       .variable = "CERAR_AUTOTUNE_WARMUP_SAMPLES", .kind = kJob,
+       .variable = "CERAR_AUTOTUNE_WARMUP_SAMPLES",
+       .aliases = {"HOROVOD_AUTOTUNE_WARMUP_SAMPLES"}, .kind = kJob,
        .why = "samples the autotuner discards first", .low = 0, .high = 1 << 20,
        .flag = {.name = "autotune-warmup-samples", .help = "CERAR_AUTOTUNE_WARMUP_SAMPLES"}},
       {.field = &C::autotuneStepsPerSample, .attribute = "autotune_steps_per_sample",
-       .variable = "CERAR_AUTOTUNE_STEPS_PER_SAMPLE", .kind = kJob,
+       .variable = "CERAR_AUTOTUNE_STEPS_PER_SAMPLE",
+       .aliases = {"HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE"}, .kind = kJob,
        .why = "steps the autotuner times per sample", .low = 1, .high = 1 << 20,
        .flag = {.name = "autotune-steps-per-sample", .help = "CERAR_AUTOTUNE_STEPS_PER_SAMPLE"}},
       {.field = &C::dynamicProcessSets, .attribute = "dynamic_process_sets",
@@ -145,9 +154,11 @@ std::vector<Setting> makeSettings() {
                         "default: the route to the rendezvous host)",
                 .metavar = "IFACE[,IFACE]"}},
       {.field = &C::logLevel, .attribute = "log_level", .variable = "CERAR_LOG_LEVEL",
-       .kind = kRank, .why = "local output: trace, debug, info, warning, error or fatal"},
+       .aliases = {"HOROVOD_LOG_LEVEL"}, .kind = kRank,
+       .why = "local output: trace, debug, info, warning, error or fatal"},
       {.field = &C::timeline, .attribute = "timeline", .variable = "CERAR_TIMELINE",
-       .kind = kRank, .why = "a local file (`{rank}` is replaced by the rank)",
+       .aliases = {"HOROVOD_TIMELINE"}, .kind = kRank,
+       .why = "a local file (`{rank}` is replaced by the rank; without it rank 0 alone writes)",
        .flag = {.name = "timeline", .help = "chrome trace file (CERAR_TIMELINE)"}},
   };
 }
@@ -169,6 +180,17 @@ void readVariable(const Env& env, const Setting& s, const char* name, RuntimeCon
         }
       },
       s.field);
+}
+
+const char* firstSet(const Env& env, const std::vector<const char*>& names) {
+  for (const char* name : names) {
+    if (env.has(name)) return name;
+  }
+  return nullptr;
+}
+
+bool sameValue(const Setting& s, const RuntimeConfig& a, const RuntimeConfig& b) {
+  return std::visit([&](auto member) { return a.*member == b.*member; }, s.field);
 }
 
 }  // namespace
@@ -200,15 +222,53 @@ std::string choiceList(const Setting& setting) {
   return out;
 }
 
-void readSettings(const Env& env, RuntimeConfig& config) {
+std::optional<std::string> aliasValue(const std::string& alias, const std::string& value) {
+  if (alias == "HOROVOD_LOG_LEVEL") {
+    std::string level;
+    try {
+      level = logLevelName(parseLogLevel(value));
+    } catch (const Error& e) {
+      throw InvalidArgumentError(alias + ": " + e.what());
+    }
+    if (level == "trace") return "debug";
+    if (level == "fatal") return "error";
+    return level;
+  }
+  if (alias == "HOROVOD_STALL_CHECK_DISABLE") {
+    // Disabling the check is a check time of 0; 0 (the check on) leaves the time as it is.
+    const Env one([&value](const std::string&) { return std::optional<std::string>(value); });
+    if (one.flag(alias, false)) return "0";
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::string bothSetWarning(const Env& env, const char* variable, const char* alias) {
+  return detail::concat(variable, "=", *env.text(variable), " and ", alias, "=",
+                        *env.text(alias), " are both set: ", variable, " wins");
+}
+
+std::vector<std::string> readSettings(const Env& env, RuntimeConfig& config) {
+  // The aliases through aliasValue, so that readVariable sees them in their variables' units.
+  const Env aliases([&env](const std::string& name) -> std::optional<std::string> {
+    auto value = env.text(name);
+    return value ? aliasValue(name, *value) : value;
+  });
+  std::vector<std::string> warnings;
   for (const Setting& s : settings()) {
     if (s.ownRule) continue;
     // The last alias first and the variable last, so that the variable wins.
     for (auto alias = s.aliases.rbegin(); alias != s.aliases.rend(); ++alias) {
-      readVariable(env, s, *alias, config);
+      readVariable(aliases, s, *alias, config);
     }
+    const RuntimeConfig fromAlias = config;
     readVariable(env, s, s.variable, config);
+    const char* alias = firstSet(aliases, s.aliases);
+    if (alias != nullptr && env.has(s.variable) && !sameValue(s, fromAlias, config)) {
+      warnings.push_back(bothSetWarning(env, s.variable, alias));
+    }
   }
+  return warnings;
 }
 
 }  // namespace cerar

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -40,8 +41,9 @@ struct Setting {
   const char* attribute;  // RuntimeConfig's Python attribute (init() overrides)
   const char* variable;
   // Other names of the variable (other libraries', so that their job scripts keep working).
-  // Every one that is set is checked; the variable wins over them, an earlier alias over a
-  // later one.
+  // Every one that is set is checked, in its own units where they differ (aliasValue); the
+  // variable wins over them, with a warning where they disagree, an earlier alias over a later
+  // one.
   std::vector<const char*> aliases{};
   SettingKind kind;
   const char* why;  // one line for docs/settings.md
@@ -67,8 +69,19 @@ const char* settingType(const Setting& setting);
 // The choices as a message lists them: "auto, ring or cerar".
 std::string choiceList(const Setting& setting);
 
+// An alias's value in its variable's units, where they differ: HOROVOD_LOG_LEVEL's trace is
+// debug and its fatal error; HOROVOD_STALL_CHECK_DISABLE=1 is a check time of 0. nullopt when
+// the value has no effect (HOROVOD_STALL_CHECK_DISABLE=0). Throws InvalidArgumentError when
+// malformed.
+std::optional<std::string> aliasValue(const std::string& alias, const std::string& value);
+
+// The warning of a variable and its alias both set with different values (both set in `env`).
+std::string bothSetWarning(const Env& env, const char* variable, const char* alias);
+
 // Sets every row without its own rule from its variable or aliases where set; the value in
-// `config` stays where none is. Throws InvalidArgumentError naming a malformed variable.
-void readSettings(const Env& env, RuntimeConfig& config);
+// `config` stays where none is. Returns a warning for each variable set along with an alias
+// of another value (the variable wins). Throws InvalidArgumentError naming a malformed
+// variable.
+std::vector<std::string> readSettings(const Env& env, RuntimeConfig& config);
 
 }  // namespace cerar

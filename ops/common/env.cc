@@ -6,6 +6,8 @@
 
 #include "ops/common/error.h"
 
+extern char** environ;
+
 namespace cerar {
 
 EnvironmentLookup processEnvironment() {
@@ -14,6 +16,15 @@ EnvironmentLookup processEnvironment() {
     if (value == nullptr) return std::nullopt;
     return std::string(value);
   };
+}
+
+std::vector<std::string> processVariableNames() {
+  std::vector<std::string> names;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const std::string line = *entry;
+    names.push_back(line.substr(0, line.find('=')));
+  }
+  return names;
 }
 
 std::optional<std::string> Env::text(const std::string& name) const {

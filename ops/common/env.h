@@ -5,6 +5,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace cerar {
 
@@ -13,6 +14,9 @@ using EnvironmentLookup = std::function<std::optional<std::string>(const std::st
 
 // This process's environment (getenv).
 EnvironmentLookup processEnvironment();
+
+// The names of this process's environment variables.
+std::vector<std::string> processVariableNames();
 
 // Reads of one variable by type. A malformed value throws InvalidArgumentError naming the
 // variable, its value and what was expected.

@@ -16,19 +16,13 @@
 #include "core/rendezvous/tcp_store.h"
 #include "core/settings.h"
 #include "ops/common/error.h"
+#include "variables.h"
 
 namespace cerar {
 namespace {
 
-using Variables = std::map<std::string, std::string>;
-
-EnvironmentLookup lookupIn(const Variables& variables) {
-  return [&variables](const std::string& name) -> std::optional<std::string> {
-    auto it = variables.find(name);
-    if (it == variables.end()) return std::nullopt;
-    return it->second;
-  };
-}
+using testing::lookupIn;
+using testing::Variables;
 
 std::string errorOf(const Variables& variables) {
   try {

@@ -1,0 +1,23 @@
+// A test's environment: variables in a map, looked up as the process's would be.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "ops/common/env.h"
+
+namespace cerar::testing {
+
+using Variables = std::map<std::string, std::string>;
+
+// Looks names up in `variables`, which must outlive the lookup.
+inline EnvironmentLookup lookupIn(const Variables& variables) {
+  return [&variables](const std::string& name) -> std::optional<std::string> {
+    auto it = variables.find(name);
+    if (it == variables.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+}  // namespace cerar::testing
