@@ -41,38 +41,39 @@ def test_each_status_code_has_its_class():
     assert result.returncode == 0 and "codes OK" in result.stdout, result.stdout + result.stderr
 
 
-def test_a_missing_secret_across_hosts_is_the_users_setting():
+def _init_failure(variables, error_class):
+    """The stdout of a process whose init(), under `variables` alone (no launcher's, MPI's,
+    SLURM's or torchrun's own), raised cerar.<error_class>; fails if it did not."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("CERAR_", "OMPI_", "SLURM_", "MASTER_"))}
-    env.update(RANK="1", WORLD_SIZE="4", LOCAL_WORLD_SIZE="2", MASTER_ADDR="node1")
+    env.update(variables)
     script = ("import cerar\n"
               "try:\n"
               "    cerar.init()\n"
-              "except cerar.InvalidArgumentError as e:\n"
-              "    print('invalid:', e)\n")
+              f"except cerar.{error_class} as e:\n"
+              "    print('raised:', e)\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             timeout=60, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "invalid:" in result.stdout and "CERAR_SECRET" in result.stdout, result.stdout
+    assert "raised:" in result.stdout, result.stdout
+    return result.stdout
+
+
+def test_a_missing_secret_across_hosts_is_the_users_setting():
+    output = _init_failure(dict(RANK="1", WORLD_SIZE="4", LOCAL_WORLD_SIZE="2",
+                                MASTER_ADDR="node1"), "InvalidArgumentError")
+    assert "CERAR_SECRET" in output, output
 
 
 def test_a_store_that_never_answers_is_a_timeout():
     # Nothing listens on the rendezvous port: the store client's wait runs out (inside, Gloo's
     # own exception type) and init() raises cerar's class for a silent peer.
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("CERAR_", "OMPI_", "SLURM_", "MASTER_"))}
-    env.update(CERAR_RANK="1", CERAR_SIZE="2", CERAR_LOCAL_RANK="1", CERAR_LOCAL_SIZE="2",
-               CERAR_RENDEZVOUS_ADDR="127.0.0.1", CERAR_RENDEZVOUS_PORT=str(free_port()),
-               CERAR_RENDEZVOUS_TIMEOUT_SECONDS="1", CERAR_SECRET="none")
-    script = ("import cerar\n"
-              "try:\n"
-              "    cerar.init()\n"
-              "except cerar.CerarTimeoutError as e:\n"
-              "    print('timeout:', e)\n")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            timeout=60, env=env)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "timeout:" in result.stdout and "rendezvous" in result.stdout, result.stdout
+    output = _init_failure(dict(CERAR_RANK="1", CERAR_SIZE="2", CERAR_LOCAL_RANK="1",
+                                CERAR_LOCAL_SIZE="2", CERAR_RENDEZVOUS_ADDR="127.0.0.1",
+                                CERAR_RENDEZVOUS_PORT=str(free_port()),
+                                CERAR_RENDEZVOUS_TIMEOUT_SECONDS="1", CERAR_SECRET="none"),
+                           "CerarTimeoutError")
+    assert "rendezvous" in output, output
 
 
 TIMEOUT_SECONDS = 3
