@@ -8,6 +8,9 @@ when discovery adds slots (up to --max-np) or drops a host. Survivors keep their
 order, so rank 0 of the new generation is the lowest surviving rank. The job ends with 0 when
 every worker of the current plan has exited 0, and fails (every worker terminated, exit 1)
 below --min-np for longer than --elastic-timeout or past --reset-limit resets.
+
+Each worker's output lines are prefixed with its id: generation 1's workers have their ranks as
+ids (as without elastic mode), later ones the next numbers, so a prefix is never reused.
 """
 import os
 import signal
@@ -374,7 +377,8 @@ def run_elastic(args):
         code = 130
     except Stopped as stop:
         code = stop.code
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(sig, signal.SIG_IGN)  # the clean-up below must not be cut short
-    driver.close()
+    finally:  # also on an unexpected error: no worker may outlive the launcher
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)  # the clean-up must not be cut short
+        driver.close()
     return code

@@ -303,6 +303,15 @@ def test_past_the_reset_limit_fails_the_job(tmp_path):
     assert len(pids) == 4 and all(_gone(pid) for pid in pids), out
 
 
+def test_max_time_stops_every_worker(tmp_path):
+    result = _job(tmp_path, {}, ["-np", "2", "--min-np", "1", "--max-time", "1"])
+    out = result.stdout + result.stderr
+    assert result.returncode == 124, out
+    assert "the job ran past --max-time 1 s" in result.stderr
+    pids = _pids(result.stdout)
+    assert len(pids) == 2 and all(_gone(pid) for pid in pids), out
+
+
 def test_a_failing_discovery_is_logged_once_and_times_out(tmp_path):
     command = [sys.executable, "-m", "cerar.run", "-np", "1", "--host-discovery-script",
                "echo down >&2; exit 2", "--elastic-timeout", "1.5", "true"]
