@@ -17,8 +17,9 @@ DISCOVERY_INTERVAL = 1.0
 
 def parse_discovery(text, slots_per_host):
     """[(host, slots)] in the order listed, from lines "host:slots" or "host" (then
-    `slots_per_host`); blank lines are skipped. ValueError names the first bad line."""
-    hosts, seen = [], set()
+    `slots_per_host`); blank and repeated lines are skipped. ValueError names the first bad
+    line."""
+    hosts, seen = [], {}
     for number, line in enumerate(text.splitlines(), 1):
         item = line.strip()
         if not item:
@@ -37,9 +38,12 @@ def parse_discovery(text, slots_per_host):
                              "(expected host:slots or host)") from None
         if not host or count < 1 or any(c.isspace() for c in host):
             raise ValueError(f"line {number}: bad host {item!r} (expected host:slots or host)")
-        if host in seen:
-            raise ValueError(f"line {number}: host {host!r} listed twice")
-        seen.add(host)
+        if host in seen:  # a repeated line is harmless; two slot counts are not
+            if seen[host] != count:
+                raise ValueError(f"line {number}: host {host!r} listed twice, with "
+                                 f"{seen[host]} and {count} slots")
+            continue
+        seen[host] = count
         hosts.append((host, count))
     return hosts
 
