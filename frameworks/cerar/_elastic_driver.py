@@ -19,10 +19,9 @@ import threading
 import time
 
 from cerar import _elastic_protocol as protocol
-from cerar._elastic_hosts import (DiscoveryPoller, FixedDiscovery, HostManager,  # noqa: F401
-                                  ScriptDiscovery, place)
-from cerar._hosts import is_local, is_loopback, parse_hostfile, parse_hosts, route_source
-from cerar._launch import Stopped, exported, knob_env, rank_env, spawn, terminate
+from cerar._elastic_hosts import DiscoveryPoller, HostManager, discovery_of, place
+from cerar._hosts import is_local, is_loopback, route_source
+from cerar._launch import Stopped, exit_code, exported, knob_env, rank_env, spawn, terminate
 from cerar._store import HostedStore
 
 TICK = 0.1             # seconds between looks at exits, failure reports and discovery
@@ -58,15 +57,6 @@ class Worker:
         return self.code is not None
 
 
-def discovery_of(args):
-    """The script, or -H/--hostfile as a fixed list (no list: -np slots on this host)."""
-    if args.host_discovery_script:
-        return ScriptDiscovery(args.host_discovery_script, args.slots_per_host)
-    if args.hostfile:
-        return FixedDiscovery(parse_hostfile(args.hostfile, 0))
-    return FixedDiscovery(parse_hosts(args.hosts, 0 if args.hosts else args.np))
-
-
 def _stderr(text):
     print(text, file=sys.stderr, flush=True)
 
@@ -99,19 +89,23 @@ class ElasticDriver:
         while True:
             self._check_time()
             added, _ = self._refresh()
-            events = self._failures()
-            if self._finished():
-                return 0
-            self._note_resumed()
             self._reap_leavers()
+            if self._finishing():
+                code = self._finish()
+                if code is not None:
+                    return code
+                time.sleep(TICK)
+                continue
+            events = self._failures()
+            self._note_resumed()
             if events:
                 started = self.clock()
                 events += self._settle(started)
-                self._reset(_summary(events), started)
+                self._reset(_summary(events), started, failure=True)
                 continue
             change = self._membership_change(added)
             if change:
-                self._reset(change, self.clock())
+                self._reset(change, self.clock(), failure=False)
                 continue
             time.sleep(TICK)
 
@@ -243,14 +237,26 @@ class ElasticDriver:
             events += self._failures()
         return events
 
-    def _finished(self):
-        return bool(self.plan) and all(self.workers[w].exited() and self.workers[w].code == 0
-                                       for w in self.plan)
+    def _finishing(self):
+        """Whether a worker of the plan is done (exited 0): then the job only ends."""
+        return any(self.workers[w].exited() and self.workers[w].code == 0 for w in self.plan)
+
+    def _finish(self):
+        """Once a worker is done the job only ends (as Horovod's): 0 when every worker of the
+        plan exits 0, else the first failure's code, the others terminated; None meanwhile."""
+        running = False
+        for worker_id in self._ranked():
+            worker = self.workers[worker_id]
+            if not worker.exited():
+                running = True
+            elif worker.code != 0 and not worker.handled:
+                raise JobEnded(f"cerarrun: rank {self.plan[worker_id]['rank']} on {worker.host} "
+                               f"exited with code {worker.code} after others finished; "
+                               "terminating the others", exit_code(worker.code))
+        return None if running else 0
 
     def _membership_change(self, added):
         """Why discovery changes the membership, or None."""
-        if any(self.workers[w].exited() for w in self.plan):
-            return None  # the job is finishing: a worker is done
         slots = dict(self.hosts.available())
         on_host = {}
         for worker_id in self.plan:
@@ -267,7 +273,12 @@ class ElasticDriver:
 
     # -- generations --------------------------------------------------------------------------
 
-    def _reset(self, why, started):
+    def _reset(self, why, started, failure):
+        if failure and not self._survivors():
+            first = next((self.workers[w].code for w in self._ranked()
+                          if self.workers[w].code not in (None, 0)), 1)
+            raise JobEnded(f"cerarrun: no worker of generation {self.generation} survives "
+                           f"({why}); stopping the job", exit_code(first))
         limit = self.args.reset_limit
         if limit is not None and self.resets >= limit:
             raise _failed(f"{why}: that would be reset {self.resets + 1}, past --reset-limit "
@@ -279,9 +290,12 @@ class ElasticDriver:
                      f"(--elastic-timeout) for --min-np {self.args.min_np} slots")
             available = self._wait_for_slots(self.args.min_np)
             target = min(self.args.max_np, sum(slots for _, slots in available))
-        survivors = [(w, self.workers[w].host) for w in self._ranked()
-                     if not self.workers[w].exited() and not self.workers[w].handled]
-        self._new_generation(place(available, survivors, target), why, started)
+        self._new_generation(place(available, self._survivors(), target), why, started)
+
+    def _survivors(self):
+        """[(worker, host)] of the plan's workers that go on, in rank order."""
+        return [(w, self.workers[w].host) for w in self._ranked()
+                if not self.workers[w].exited() and not self.workers[w].handled]
 
     def _new_generation(self, placement, why, started):
         old_size, generation = len(self.plan), self.generation + 1

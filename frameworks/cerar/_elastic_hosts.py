@@ -9,6 +9,8 @@ import sys
 import threading
 import time
 
+from cerar._hosts import parse_hostfile, parse_hosts
+
 # Seconds one run of the discovery script may take; a slower run counts as a failed one.
 DISCOVERY_TIMEOUT = 10.0
 # Seconds between discovery runs (Horovod's driver polls about every second).
@@ -75,6 +77,15 @@ class FixedDiscovery:
 
     def find(self):
         return list(self.hosts)
+
+
+def discovery_of(args):
+    """The script, or -H/--hostfile as a fixed list (no list: -np slots on this host)."""
+    if args.host_discovery_script:
+        return ScriptDiscovery(args.host_discovery_script, args.slots_per_host)
+    if args.hostfile:
+        return FixedDiscovery(parse_hostfile(args.hostfile, 0))
+    return FixedDiscovery(parse_hosts(args.hosts, 0 if args.hosts else args.np))
 
 
 class DiscoveryPoller:

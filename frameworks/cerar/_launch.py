@@ -207,3 +207,8 @@ class Stopped(Exception):
 
 def raise_stopped(sig, _frame):
     raise Stopped(sig)
+
+
+def exit_code(rc):
+    """The launcher's exit code for a rank's: a signal's death as the shell reports it."""
+    return rc if rc > 0 else 128 - rc

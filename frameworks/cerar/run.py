@@ -33,7 +33,7 @@ import time
 from cerar._hosts import (assign, is_local, is_loopback, parse_hostfile,  # noqa: F401
                           parse_hosts, route_source)
 from cerar._launch import (FORWARDED_NAMES, FORWARDED_PREFIXES, GRACE_SECONDS,  # noqa: F401
-                           Stopped, add_knob_flags, exported, forwarded, knob_env,
+                           Stopped, add_knob_flags, exit_code, exported, forwarded, knob_env,
                            raise_stopped, rank_env, spawn, ssh_command, ssh_stdin, terminate)
 from cerar._store import HostedStore
 
@@ -120,10 +120,6 @@ def _check_elastic_flags(parser, args):
         parser.error("--blacklist-cooldown-range MIN MAX needs 0 <= MIN <= MAX")
 
 
-def _exit_code(rc):
-    return rc if rc > 0 else 128 - rc
-
-
 def rendezvous_address(args, placement):
     """Where ranks reach the launcher's store: --rendezvous-addr, loopback when every rank is
     local, else this host's address on the route to the first remote host (the network the
@@ -206,7 +202,7 @@ def _wait(args, placement, procs):
             how = ": ssh could not run it there" if rc == 255 and not is_local(where) else ""
             print(f"cerarrun: rank {rank} exited with code {rc} (on {where}{how}); "
                   "terminating the others", file=sys.stderr, flush=True)
-            code = _exit_code(rc)
+            code = exit_code(rc)
             break
     return code
 

@@ -12,7 +12,6 @@ from conftest import WORKERS
 
 run = pytest.importorskip("cerar.run")
 from cerar import _elastic_hosts as eh  # noqa: E402
-from cerar._elastic_driver import discovery_of  # noqa: E402
 
 # -- discovery --------------------------------------------------------------------------------
 
@@ -186,13 +185,13 @@ def test_elastic_flag_errors(argv, error, capsys):
 
 def test_fixed_hosts_are_the_discovery(tmp_path):
     args = run.parse_args(["-np", "4", "--min-np", "2", "-H", "a:1,b:2", "true"])
-    assert discovery_of(args).find() == [("a", 1), ("b", 2)]  # fewer than -np slots is fine
-    assert discovery_of(run.parse_args(["-np", "3", "--min-np", "2", "true"])).find() == \
+    assert eh.discovery_of(args).find() == [("a", 1), ("b", 2)]  # fewer than -np slots is fine
+    assert eh.discovery_of(run.parse_args(["-np", "3", "--min-np", "2", "true"])).find() == \
         [("localhost", 3)]
     hostfile = tmp_path / "hosts"
     hostfile.write_text("a slots=2\nb\n")
     args = run.parse_args(["-np", "3", "--min-np", "2", "--hostfile", str(hostfile), "true"])
-    assert discovery_of(args).find() == [("a", 2), ("b", 1)]
+    assert eh.discovery_of(args).find() == [("a", 2), ("b", 1)]
 
 
 # -- local jobs of fake workers -----------------------------------------------------------------
@@ -290,17 +289,40 @@ def test_below_min_np_past_the_elastic_timeout_fails_the_job(tmp_path):
 
 
 def test_past_the_reset_limit_fails_the_job(tmp_path):
-    result = _job(tmp_path, {"fail": {"1": {"3": 3}, "2": {"1": 4}}},
-                  ["-np", "4", "--min-np", "1", "--reset-limit", "1"],
-                  hosts="localhost:2\n127.0.0.1:2\n")
+    # reset 1: rank 1's failure; reset 2 would be its host's return after the cooldown
+    result = _job(tmp_path, {"fail": {"1": {"1": 3}}},
+                  ["-np", "2", "--min-np", "1", "--reset-limit", "1",
+                   "--blacklist-cooldown-range", "0.5", "0.5"])
     out = result.stdout + result.stderr
     assert result.returncode == 1, out
-    assert "reset 1 -> generation 2: rank 3 on 127.0.0.1 exited with code 3; size 4 -> 2" \
+    assert "reset 1 -> generation 2: rank 1 on 127.0.0.1 exited with code 3; size 2 -> 1" \
         in result.stderr, out
-    assert ("cerarrun: rank 1 on localhost exited with code 4: that would be reset 2, past "
-            "--reset-limit 1; stopping the job") in result.stderr, out
+    assert ("cerarrun: hosts added: 127.0.0.1: that would be reset 2, past --reset-limit 1; "
+            "stopping the job") in result.stderr, out
     pids = _pids(result.stdout)
-    assert len(pids) == 4 and all(_gone(pid) for pid in pids), out
+    assert len(pids) == 2 and all(_gone(pid) for pid in pids), out
+
+
+def test_no_survivor_stops_the_job_with_the_workers_code(tmp_path):
+    # one host: its failing worker takes the other down with it, and no state is left to sync
+    result = _job(tmp_path, {"fail": {"1": {"0": 5}}}, ["-np", "2", "--min-np", "1"],
+                  hosts="localhost:2\n")
+    out = result.stdout + result.stderr
+    assert result.returncode == 5, out
+    assert ("cerarrun: no worker of generation 1 survives (rank 0 on localhost exited with "
+            "code 5); stopping the job") in result.stderr, out
+    assert "reset" not in result.stderr
+
+
+def test_a_failure_after_a_worker_finished_ends_the_job_with_its_code(tmp_path):
+    result = _job(tmp_path, {"fail": {"1": {"1": 6}}, "finish": 1, "hold": 0},
+                  ["-np", "2", "--min-np", "1"])
+    out = result.stdout + result.stderr
+    assert result.returncode == 6, out
+    assert "[0] done" in result.stdout
+    assert ("cerarrun: rank 1 on 127.0.0.1 exited with code 6 after others finished; "
+            "terminating the others") in result.stderr, out
+    assert "reset" not in result.stderr
 
 
 def test_max_time_stops_every_worker(tmp_path):
