@@ -116,7 +116,14 @@ class DiscoveryPoller:
             self._hosts = hosts
 
     def start(self):
-        self.poll_once()
+        """The first run must work: its failure is a misconfiguration (ValueError), not a
+        passing one (as Horovod's driver decides)."""
+        try:
+            hosts = self._discovery.find()
+        except (ValueError, OSError) as error:
+            raise ValueError(f"host discovery failed ({error})") from None
+        with self._lock:
+            self._hosts = hosts
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
 

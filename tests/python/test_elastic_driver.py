@@ -46,22 +46,28 @@ def test_poller_keeps_the_last_good_list_and_logs_a_failure_once():
     answers = [[("a", 1)], ValueError("boom"), ValueError("boom"), [("b", 2)]]
 
     class Scripted:
+        def __init__(self, script=answers):
+            self.script = script
+
         def find(self):
-            answer = answers.pop(0)
+            answer = self.script.pop(0)
             if isinstance(answer, Exception):
                 raise answer
             return answer
 
     lines = []
-    poller = eh.DiscoveryPoller(Scripted(), log=lines.append)
+    poller = eh.DiscoveryPoller(Scripted(), interval=60, log=lines.append)
     assert poller.hosts() is None
-    poller.poll_once()
+    poller.start()
+    poller.stop()
     poller.poll_once()
     poller.poll_once()
     assert poller.hosts() == [("a", 1)]
     assert lines == ["cerarrun: host discovery failed (boom); keeping the last hosts it listed"]
     poller.poll_once()
     assert poller.hosts() == [("b", 2)] and lines[-1] == "cerarrun: host discovery works again"
+    with pytest.raises(ValueError, match=r"host discovery failed \(boom\)"):
+        eh.DiscoveryPoller(Scripted([ValueError("boom")])).start()
 
 
 # -- hosts: order, blacklist, cooldown --------------------------------------------------------
@@ -334,11 +340,20 @@ def test_max_time_stops_every_worker(tmp_path):
     assert len(pids) == 2 and all(_gone(pid) for pid in pids), out
 
 
-def test_a_failing_discovery_is_logged_once_and_times_out(tmp_path):
+def test_a_discovery_failing_from_the_start_stops_the_job_at_once():
     command = [sys.executable, "-m", "cerar.run", "-np", "1", "--host-discovery-script",
-               "echo down >&2; exit 2", "--elastic-timeout", "1.5", "true"]
+               "echo down >&2; exit 2", "true"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=30,
-                            stdin=subprocess.DEVNULL, env={**os.environ})
+                            stdin=subprocess.DEVNULL)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == "cerarrun: host discovery failed (exited with code 2: down)"
+
+
+def test_too_few_slots_at_the_start_time_out(tmp_path):
+    command = [sys.executable, "-m", "cerar.run", "-np", "3", "--min-np", "2",
+               "--host-discovery-script", "echo localhost:1", "--elastic-timeout", "1", "true"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30,
+                            stdin=subprocess.DEVNULL)
     assert result.returncode == 1, result.stderr
-    assert result.stderr.count("host discovery failed (exited with code 2: down)") == 1
-    assert "only 0 slots (below --min-np 1) for 1.5 s" in result.stderr
+    assert result.stderr.strip() == ("cerarrun: only 1 slot (below --min-np 2) for 1 s "
+                                     "(--elastic-timeout); stopping the job")
