@@ -2,7 +2,6 @@
 local jobs of fake workers (workers/elastic_fake.py: the store protocol, no runtime) on two
 names of this host, localhost and 127.0.0.1, so that one can be blacklisted or dropped."""
 import json
-import os
 import subprocess
 import sys
 
