@@ -134,8 +134,10 @@ class ElasticDriver:
         return self.locality[host]
 
     def _usable(self, host):
-        """A remote host cannot reach a store on loopback: it is left out (said once)."""
-        if self.address is None or not is_loopback(self.address) or self._is_local(host):
+        """A remote host cannot reach a store that the launcher put on loopback (no
+        --rendezvous-addr): it is left out (said once)."""
+        if self.address is None or self.args.rendezvous_addr or not is_loopback(self.address) \
+                or self._is_local(host):
             return True
         if host not in self.refused:
             self.refused.add(host)

@@ -2,6 +2,7 @@
 local jobs of fake workers (workers/elastic_fake.py: the store protocol, no runtime) on two
 names of this host, localhost and 127.0.0.1, so that one can be blacklisted or dropped."""
 import json
+import os
 import subprocess
 import sys
 
@@ -202,7 +203,8 @@ def test_fixed_hosts_are_the_discovery(tmp_path):
 # -- local jobs of fake workers -----------------------------------------------------------------
 
 
-def _job(tmp_path, spec, launcher_args, hosts="localhost:1\n127.0.0.1:1\n", timeout=30):
+def _job(tmp_path, spec, launcher_args, hosts="localhost:1\n127.0.0.1:1\n", timeout=30,
+         env=None):
     discovery = tmp_path / "hosts"
     discovery.write_text(hosts)
     spec = {"discovery_file": str(discovery), "timeout": 20, **spec}
@@ -211,7 +213,7 @@ def _job(tmp_path, spec, launcher_args, hosts="localhost:1\n127.0.0.1:1\n", time
                sys.executable, str(WORKERS / "elastic_fake.py"), json.dumps(spec)]
     try:
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+                              stdin=subprocess.DEVNULL, env=env)
     except subprocess.TimeoutExpired as error:
         pytest.fail(f"the elastic job did not end in {timeout} s\nstdout:\n{error.stdout}\n"
                     f"stderr:\n{error.stderr}")
@@ -280,6 +282,27 @@ def test_discovery_grows_then_drops_a_host(tmp_path):
     assert "reset 2 -> generation 3: hosts removed: localhost; size 2 -> 1" in result.stderr, out
     assert "[1] gen=2 rank=1 size=2 host=127.0.0.1" in result.stdout, out
     assert "[0] left gen=3" in result.stdout and "[1] gen=3 rank=0 size=1" in result.stdout
+
+
+def test_a_remote_worker_runs_through_the_ssh_path(tmp_path):
+    # 192.0.2.1 (TEST-NET-1) is never this host: its worker starts over "ssh", here a stand-in
+    # that runs the remote command line locally (the secret on its input, as with sshd)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").symlink_to(WORKERS / "fake_ssh.sh")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    # rank 0 blames the remote rank: the driver stops it by closing its ssh input
+    result = _job(tmp_path, {"report": {"1": {"0": 1}}, "finish": 2},
+                  ["-np", "2", "--min-np", "1", "--rendezvous-addr", "127.0.0.1"],
+                  hosts="localhost:1\n192.0.2.1:1\n", env=env)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "[1] gen=1 rank=1 size=2 host=192.0.2.1 local=0/1" in result.stdout, out
+    assert ("reset 1 -> generation 2: rank 1 on 192.0.2.1 blamed by rank 0; size 2 -> 1"
+            in result.stderr), out
+    assert "[0] gen=2 rank=0 size=1" in result.stdout and "[0] done" in result.stdout
+    pids = _pids(result.stdout)
+    assert len(pids) == 2 and all(_gone(pid) for pid in pids), out
 
 
 def test_below_min_np_past_the_elastic_timeout_fails_the_job(tmp_path):
