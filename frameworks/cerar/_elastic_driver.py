@@ -5,13 +5,15 @@ memberships: generation G's plan says which worker process has which rank (_elas
 A new generation is made when a worker of the current plan exits with an error (its host is
 blacklisted), when a worker reports that G failed (a blamed peer's host is blacklisted), or
 when discovery adds slots (up to --max-np) or drops a host. Survivors keep their relative
-order, so rank 0 of the new generation is the lowest surviving rank. The job ends with 0 when
-every worker of the current plan has exited 0, and fails (every worker terminated, exit 1)
-below --min-np for longer than --elastic-timeout or past --reset-limit resets.
+order, so rank 0 of the new generation is the lowest surviving rank. Once a worker of the plan
+is done (exit 0) the job only ends: 0 when they all are, else the first failure's code. It
+fails (every worker terminated, exit 1) below --min-np for longer than --elastic-timeout, past
+--reset-limit resets, or when a failure leaves no survivor (no state to go on from).
 
 Each worker's output lines are prefixed with its id: generation 1's workers have their ranks as
 ids (as without elastic mode), later ones the next numbers, so a prefix is never reused.
 """
+import functools
 import os
 import signal
 import sys
@@ -21,7 +23,8 @@ import time
 from cerar import _elastic_protocol as protocol
 from cerar._elastic_hosts import DiscoveryPoller, HostManager, discovery_of, place
 from cerar._hosts import is_local, is_loopback, route_source
-from cerar._launch import Stopped, exit_code, exported, knob_env, rank_env, spawn, terminate
+from cerar._launch import (Stopped, Worker, exit_code, exported, knob_env, rank_env, spawn,
+                           terminate)
 from cerar._store import HostedStore
 
 TICK = 0.1             # seconds between looks at exits, failure reports and discovery
@@ -41,20 +44,7 @@ def _failed(cause):
     return JobEnded(f"cerarrun: {cause}; stopping the job")
 
 
-class Worker:
-    """One process the driver started; `handled`: its end needs no reaction (the driver
-    stopped it, or its failure was taken into account)."""
-
-    def __init__(self, worker_id, host, proc, pump):
-        self.id, self.host, self.proc, self.pump = worker_id, host, proc, pump
-        self.code = None if proc is not None else 127
-        self.handled = False
-        self.leave_by = None  # set while it is out of the plan but may still run
-
-    def exited(self):
-        if self.code is None:
-            self.code = self.proc.poll()
-        return self.code is not None
+_is_local = functools.lru_cache(maxsize=None)(is_local)  # name resolution, once a host
 
 
 def _stderr(text):
@@ -74,7 +64,6 @@ class ElasticDriver:
         self.store = self.client = self.address = None
         self.stoppers = []       # threads terminating workers in the background
         self.output = threading.Lock()
-        self.locality = {}
         self.refused = set()     # remote hosts a loopback store cannot serve (logged once)
         self.deadline = clock() + args.max_time if args.max_time else None
 
@@ -128,16 +117,11 @@ class ElasticDriver:
 
     # -- hosts --------------------------------------------------------------------------------
 
-    def _is_local(self, host):
-        if host not in self.locality:
-            self.locality[host] = is_local(host)
-        return self.locality[host]
-
     def _usable(self, host):
         """A remote host cannot reach a store that the launcher put on loopback (no
         --rendezvous-addr): it is left out (said once)."""
         if self.address is None or self.args.rendezvous_addr or not is_loopback(self.address) \
-                or self._is_local(host):
+                or _is_local(host):
             return True
         if host not in self.refused:
             self.refused.add(host)
@@ -201,7 +185,7 @@ class ElasticDriver:
                 if worker.code != 0:
                     worker.handled = True
                     how = ": ssh could not run it there" \
-                        if worker.code == 255 and not self._is_local(worker.host) else ""
+                        if worker.code == 255 and not _is_local(worker.host) else ""
                     events.append(f"rank {rank} on {worker.host} exited with code "
                                   f"{worker.code}{how}")
                     self._blacklist(worker.host)
@@ -367,7 +351,7 @@ class ElasticDriver:
                            "which this build lacks", 2) from None
         address = self.args.rendezvous_addr
         if not address:
-            remote = [host for host, _ in available if not self._is_local(host)]
+            remote = [host for host, _ in available if not _is_local(host)]
             address = route_source(remote[0]) if remote else "127.0.0.1"
         self.store = HostedStore(address, local=is_loopback(address))
         self.address = address

@@ -197,6 +197,23 @@ def spawn(label, host, command, env, extra, ssh_port, lock):
     return proc, thread
 
 
+class Worker:
+    """One process the elastic driver started (proc None: it could not start, code 127);
+    `handled`: its end needs no reaction (the driver stopped it, or took its failure into
+    account)."""
+
+    def __init__(self, worker_id, host, proc, pump):
+        self.id, self.host, self.proc, self.pump = worker_id, host, proc, pump
+        self.code = None if proc is not None else 127
+        self.handled = False
+        self.leave_by = None  # set while it is out of the plan but may still run
+
+    def exited(self):
+        if self.code is None:
+            self.code = self.proc.poll()
+        return self.code is not None
+
+
 class Stopped(Exception):
     """SIGTERM or SIGHUP reached the launcher."""
 
