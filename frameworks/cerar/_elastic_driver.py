@@ -232,13 +232,20 @@ class ElasticDriver:
         plan exits 0, else the first failure's code, the others terminated; None meanwhile."""
         running = False
         for worker_id in self._ranked():
-            worker = self.workers[worker_id]
-            if not worker.exited():
-                running = True
-            elif worker.code != 0 and not worker.handled:
-                raise JobEnded(f"cerarrun: rank {self.plan[worker_id]['rank']} on {worker.host} "
-                               f"exited with code {worker.code} after others finished; "
-                               "terminating the others", exit_code(worker.code))
+            worker, rank = self.workers[worker_id], self.plan[worker_id]["rank"]
+            if worker.exited():
+                if worker.code != 0 and not worker.handled:
+                    raise JobEnded(f"cerarrun: rank {rank} on {worker.host} exited with code "
+                                   f"{worker.code} after others finished; terminating the "
+                                   "others", exit_code(worker.code))
+                continue
+            running = True
+            # a worker that waits for a new generation would wait in vain
+            report = self.store._server.try_get(protocol.failed_key(self.generation, worker_id))
+            if report is not None:
+                error = protocol.decode_failure(report).get("error", "")
+                raise JobEnded(f"cerarrun: rank {rank} on {worker.host} reported a failure "
+                               f"after others finished ({error}); terminating the others")
         return None if running else 0
 
     def _membership_change(self, added):
@@ -267,8 +274,7 @@ class ElasticDriver:
                            f"({why}); stopping the job", exit_code(first))
         limit = self.args.reset_limit
         if limit is not None and self.resets >= limit:
-            raise _failed(f"{why}: that would be reset {self.resets + 1}, past --reset-limit "
-                          f"{limit}")
+            raise _failed(f"reset {self.resets + 1} ({why}) would pass --reset-limit {limit}")
         available = self.hosts.available()
         target = min(self.args.max_np, sum(slots for _, slots in available))
         if target < self.args.min_np:
@@ -298,7 +304,7 @@ class ElasticDriver:
         self.client.set(protocol.LATEST, str(generation).encode())
         leave_by = self.clock() + LEAVE_SECONDS
         for worker_id in removed:
-            if not self.workers[worker_id].exited():
+            if not self.workers[worker_id].exited() and not self.workers[worker_id].handled:
                 self.workers[worker_id].leave_by = leave_by
         self.plan, self.generation, self.reported = plan, generation, set()
         self.resume = (generation, started)
