@@ -201,6 +201,32 @@ def test_fixed_hosts_are_the_discovery(tmp_path):
     assert eh.discovery_of(args).find() == [("a", 2), ("b", 1)]
 
 
+def test_membership_changes_that_make_a_generation():
+    from cerar._elastic_driver import ElasticDriver
+    from cerar._launch import Worker
+
+    class Running:
+        def poll(self):
+            return None
+
+    args = run.parse_args(["-np", "3", "--min-np", "1", "--max-np", "4",
+                           "--host-discovery-script", "true", "true"])
+    hosts = eh.HostManager()
+    hosts.update([("a", 2), ("b", 1)])
+    driver = ElasticDriver(args, poller=None, hosts=hosts, log=lambda text: None)
+    for rank, (worker, host) in enumerate([("0", "a"), ("1", "a"), ("2", "b")]):
+        driver.workers[worker] = Worker(worker, host, Running(), None)
+        driver.plan[worker] = {"rank": rank, "local_rank": 0, "local_size": 1, "host": host}
+    assert driver._membership_change([]) is None
+    assert driver._membership_change(["a"]) is None  # no slot beyond the plan's
+    hosts.update([("a", 2), ("b", 1), ("c", 1)])
+    assert driver._membership_change(["c"]) == "hosts added: c"
+    args.max_np = 3
+    assert driver._membership_change(["c"]) is None  # already at --max-np
+    hosts.update([("a", 1), ("c", 1)])
+    assert driver._membership_change([]) == "hosts removed: b; fewer slots on a"
+
+
 # -- local jobs of fake workers -----------------------------------------------------------------
 
 
