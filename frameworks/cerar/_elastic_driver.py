@@ -267,11 +267,13 @@ class ElasticDriver:
     # -- generations --------------------------------------------------------------------------
 
     def _reset(self, why, started, failure):
-        if failure and not self._survivors():
+        if not any(self.workers[w].holds_state for w, _ in self._survivors()):
+            # new workers alone would start training afresh: the job's progress is gone
             first = next((self.workers[w].code for w in self._ranked()
                           if self.workers[w].code not in (None, 0)), 1)
-            raise JobEnded(f"cerarrun: no worker of generation {self.generation} survives "
-                           f"({why}); stopping the job", exit_code(first))
+            raise JobEnded(f"cerarrun: no worker of generation {self.generation} that holds "
+                           f"the job's state survives ({why}); stopping the job",
+                           exit_code(first) if failure else 1)
         limit = self.args.reset_limit
         if limit is not None and self.resets >= limit:
             raise _failed(f"reset {self.resets + 1} ({why}) would pass --reset-limit {limit}")
@@ -327,6 +329,7 @@ class ElasticDriver:
             self.log(f"cerarrun: cannot start worker {worker_id} on {entry['host']}: {error}")
             proc, pump = None, None
         self.workers[worker_id] = Worker(worker_id, entry["host"], proc, pump)
+        self.workers[worker_id].holds_state = generation == 1  # every one starts alike
 
     def _note_resumed(self):
         if self.resume is None:
@@ -335,6 +338,8 @@ class ElasticDriver:
         if self.store._server.try_get(protocol.running_key(generation)) is None:
             return
         self.resume = None
+        for worker_id in self.plan:  # G's rank 0 synced its state to every worker of G
+            self.workers[worker_id].holds_state = True
         if generation > 1:
             self.log(f"cerarrun: generation {generation} resumed training "
                      f"{self.clock() - started:.1f} s after the event")

@@ -207,6 +207,7 @@ class Worker:
         self.code = None if proc is not None else 127
         self.handled = False
         self.leave_by = None  # set while it is out of the plan but may still run
+        self.holds_state = False  # it started the job, or took part in a sync
 
     def exited(self):
         if self.code is None:

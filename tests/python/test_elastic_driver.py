@@ -225,6 +225,10 @@ def test_membership_changes_that_make_a_generation():
     assert driver._membership_change(["c"]) is None  # already at --max-np
     hosts.update([("a", 1), ("c", 1)])
     assert driver._membership_change([]) == "hosts removed: b; fewer slots on a"
+    # survivors that never took part in a sync cannot carry the job on
+    from cerar._elastic_driver import JobEnded
+    with pytest.raises(JobEnded, match="no worker of generation 0 that holds the job's state"):
+        driver._reset("hosts removed: b", 0.0, failure=False)
 
 
 # -- local jobs of fake workers -----------------------------------------------------------------
@@ -365,8 +369,9 @@ def test_no_survivor_stops_the_job_with_the_workers_code(tmp_path):
                   hosts="localhost:2\n")
     out = result.stdout + result.stderr
     assert result.returncode == 5, out
-    assert re.search(r"cerarrun: no worker of generation 1 survives \([^\n]*rank 0 on localhost "
-                     r"exited with code 5[^\n]*\); stopping the job\n", result.stderr), out
+    assert re.search(r"cerarrun: no worker of generation 1 that holds the job's state survives "
+                     r"\([^\n]*rank 0 on localhost exited with code 5[^\n]*\); stopping the "
+                     r"job\n", result.stderr), out
     assert "reset" not in result.stderr
 
 

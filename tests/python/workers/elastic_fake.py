@@ -70,10 +70,10 @@ while True:
           f"local={entry['local_rank']}/{entry['local_size']}", flush=True)
     client.set(f"fake/pid/{me}", str(os.getpid()).encode())  # after the line tests look for
     if rank == 0:
+        client.set(protocol.running_key(generation), b"1")
         if key in spec.get("write", {}):
             with open(spec["discovery_file"], "w") as hosts:
                 hosts.write(spec["write"][key])
-        client.set(protocol.running_key(generation), b"1")
     if me in spec.get("fail", {}).get(key, {}):
         time.sleep(0.2)
         sys.exit(spec["fail"][key][me])
