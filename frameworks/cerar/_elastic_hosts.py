@@ -19,8 +19,8 @@ DISCOVERY_INTERVAL = 1.0
 
 def parse_discovery(text, slots_per_host):
     """[(host, slots)] in the order listed, from lines "host:slots" or "host" (then
-    `slots_per_host`); blank and repeated lines are skipped. ValueError names the first bad
-    line."""
+    `slots_per_host`); blank and repeated lines and hosts with 0 slots are skipped.
+    ValueError names the first bad line."""
     hosts, seen = [], {}
     for number, line in enumerate(text.splitlines(), 1):
         item = line.strip()
@@ -38,8 +38,10 @@ def parse_discovery(text, slots_per_host):
         except ValueError:
             raise ValueError(f"line {number}: bad slot count in {item!r} "
                              "(expected host:slots or host)") from None
-        if not host or count < 1 or any(c.isspace() for c in host):
+        if not host or count < 0 or any(c.isspace() for c in host):
             raise ValueError(f"line {number}: bad host {item!r} (expected host:slots or host)")
+        if count == 0:  # a drained host, as a cluster's list may show it: not available
+            continue
         if host in seen:  # a repeated line is harmless; two slot counts are not
             if seen[host] != count:
                 raise ValueError(f"line {number}: host {host!r} listed twice, with "

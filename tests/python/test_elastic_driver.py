@@ -18,14 +18,14 @@ from cerar import _elastic_hosts as eh  # noqa: E402
 
 
 def test_parse_discovery_lines_and_defaults():
-    text = "a:2\n\n  b  \n[::1]:3\nfe80::1\n[::2]\na:2\n"
+    text = "a:2\n\n  b  \n[::1]:3\nfe80::1\n[::2]\na:2\ndrained:0\n"
     assert eh.parse_discovery(text, 4) == [("a", 2), ("b", 4), ("::1", 3), ("fe80::1", 4),
                                           ("::2", 4)]
     assert eh.parse_discovery("", 1) == []
 
 
 @pytest.mark.parametrize("text, error", [
-    ("a:x", "line 1: bad slot count in 'a:x'"), ("ok:1\na:0", "line 2: bad host 'a:0'"),
+    ("a:x", "line 1: bad slot count in 'a:x'"), ("ok:1\na:-1", "line 2: bad host 'a:-1'"),
     (":2", "bad host"), ("a:1\nb\na:2", "line 3: host 'a' listed twice, with 1 and 2 slots"),
     ("a b:1", "bad host"), ("[::1]x", "bad slot count")])
 def test_parse_discovery_errors(text, error):
