@@ -13,6 +13,7 @@ fails (every worker terminated, exit 1) below --min-np for longer than --elastic
 Each worker's output lines are prefixed with its id: generation 1's workers have their ranks as
 ids (as without elastic mode), later ones the next numbers, so a prefix is never reused.
 """
+import collections
 import functools
 import os
 import signal
@@ -208,12 +209,8 @@ class ElasticDriver:
         return events
 
     def _settled(self):
-        for worker_id in self.plan:
-            worker = self.workers[worker_id]
-            if not (worker.exited() or worker_id in self.reported
-                    or self.hosts.is_blacklisted(worker.host)):
-                return False
-        return True
+        return all(self.workers[w].exited() or w in self.reported
+                   or self.hosts.is_blacklisted(self.workers[w].host) for w in self.plan)
 
     def _settle(self, started):
         """The other events of the same failure, so that it makes one generation."""
@@ -251,10 +248,7 @@ class ElasticDriver:
     def _membership_change(self, added):
         """Why discovery changes the membership, or None."""
         slots = dict(self.hosts.available())
-        on_host = {}
-        for worker_id in self.plan:
-            host = self.workers[worker_id].host
-            on_host[host] = on_host.get(host, 0) + 1
+        on_host = collections.Counter(self.workers[w].host for w in self.plan)
         gone = sorted(host for host in on_host if host not in slots)
         shrunk = sorted(host for host in on_host if host in slots and on_host[host] > slots[host])
         if gone or shrunk:
@@ -267,13 +261,8 @@ class ElasticDriver:
     # -- generations --------------------------------------------------------------------------
 
     def _reset(self, why, started, failure):
-        if not any(self.workers[w].holds_state for w, _ in self._survivors()):
-            # new workers alone would start training afresh: the job's progress is gone
-            first = next((self.workers[w].code for w in self._ranked()
-                          if self.workers[w].code not in (None, 0)), 1)
-            raise JobEnded(f"cerarrun: no worker of generation {self.generation} that holds "
-                           f"the job's state survives ({why}); stopping the job",
-                           exit_code(first) if failure else 1)
+        if failure:
+            self._check_carriers(why, failure, self.hosts.available())
         limit = self.args.reset_limit
         if limit is not None and self.resets >= limit:
             raise _failed(f"reset {self.resets + 1} ({why}) would pass --reset-limit {limit}")
@@ -284,7 +273,19 @@ class ElasticDriver:
                      f"(--elastic-timeout) for --min-np {self.args.min_np} slots")
             available = self._wait_for_slots(self.args.min_np)
             target = min(self.args.max_np, sum(slots for _, slots in available))
+        self._check_carriers(why, failure, available)
         self._new_generation(place(available, self._survivors(), target), why, started)
+
+    def _check_carriers(self, why, failure, available):
+        """New workers alone would train afresh, the job's progress gone: then it stops."""
+        hosts = dict(available)
+        if any(self.workers[w].holds_state and host in hosts for w, host in self._survivors()):
+            return
+        first = next((self.workers[w].code for w in self._ranked()
+                      if self.workers[w].code not in (None, 0)), 1)
+        raise JobEnded(f"cerarrun: no worker of generation {self.generation} that holds the "
+                       f"job's state survives ({why}); stopping the job",
+                       exit_code(first) if failure else 1)
 
     def _survivors(self):
         """[(worker, host)] of the plan's workers that go on, in rank order."""
