@@ -276,3 +276,151 @@ def test_host_updates_failure_reports_and_running_mark():
     a.mark_running()
     assert protocol.running_key(1) in store.data
     a.wait_newer()  # generation 2 exists: no wait
+
+
+# -- whole jobs: local workers and a fake driver -----------------------------------------
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "elastic_job.py")
+
+
+class FakeDriver:
+    """cerarrun's side of the protocol, reduced to what the tests need: the store, plans
+    published by hand, and worker processes started with the protocol's environment."""
+
+    def __init__(self, tmp_path):
+        from cerar._cerar import StoreClient
+        from cerar._store import HostedStore
+        self.hosted = HostedStore("127.0.0.1", local=True)
+        self.store = StoreClient("127.0.0.1", self.hosted.port, self.hosted.secret, 10.0)
+        self.tmp_path = tmp_path
+        self.processes, self.logs = {}, {}
+
+    def publish(self, generation, ids, removed=(), reason=""):
+        workers = {w: {"rank": r, "local_rank": r, "local_size": len(ids), "host": "localhost"}
+                   for r, w in enumerate(ids)}
+        self.store.set(protocol.plan_key(generation),
+                       protocol.encode_plan(generation, workers, removed=removed, reason=reason))
+        self.store.set(protocol.LATEST, str(generation).encode())
+
+    def start(self, worker_id, generation=1):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CERAR_")}
+        env.update({protocol.ENV_ID: worker_id, protocol.ENV_GENERATION: str(generation),
+                    protocol.ENV_TIMEOUT: "20", "CERAR_RENDEZVOUS_ADDR": "127.0.0.1",
+                    "CERAR_RENDEZVOUS_PORT": str(self.hosted.port),
+                    "CERAR_SECRET": self.hosted.secret, "CERAR_ALGORITHM": "ring",
+                    "CERAR_TIMEOUT_SECONDS": "5", "CERAR_LOG_LEVEL": "warning",
+                    "PYTHONPATH": os.pathsep.join(sys.path)})
+        log = self.logs[worker_id] = self.tmp_path / f"{worker_id}.log"
+        with open(log, "w") as out:
+            self.processes[worker_id] = subprocess.Popen(
+                [sys.executable, WORKER], env=env, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL)
+
+    def output(self, worker_id):
+        return self.logs[worker_id].read_text()
+
+    def wait_for(self, condition, what, limit=30.0):
+        deadline = time.monotonic() + limit
+        while not condition():
+            if time.monotonic() > deadline:
+                self.stop()
+                pytest.fail(f"{what}: not within {limit} s\n" + self.all_output())
+            time.sleep(0.05)
+
+    def has(self, key):
+        return self.hosted._server.try_get(key) is not None
+
+    def finish(self, limit=40.0):
+        """Every worker's exit code once all have ended."""
+        self.wait_for(lambda: all(p.poll() is not None for p in self.processes.values()),
+                      "the workers' end", limit)
+        return {w: p.returncode for w, p in self.processes.items()}
+
+    def result(self, worker_id):
+        import json
+        lines = [line for line in self.output(worker_id).splitlines() if line.startswith("{")]
+        assert lines, f"{worker_id} printed no result\n{self.all_output()}"
+        return json.loads(lines[-1])
+
+    def all_output(self):
+        return "\n".join(f"--- {w}:\n{self.output(w)}" for w in self.logs)
+
+    def stop(self):
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+
+
+def _has_store_client():
+    from cerar import _cerar
+    return hasattr(_cerar, "StoreClient") and hasattr(_cerar.RuntimeConfig(), "rendezvous_scope")
+
+
+needs_store_client = pytest.mark.skipif(
+    not _has_store_client(), reason="this build of the extension has no StoreClient or "
+    "RuntimeConfig.rendezvous_scope")
+
+
+@pytest.fixture
+def driver(tmp_path):
+    fake = FakeDriver(tmp_path)
+    yield fake
+    fake.stop()
+
+
+def _check_training(results, size):
+    """Equal replicas, every sample once per epoch in committed steps."""
+    first = results[0]
+    for result in results:
+        assert result["size"] == size
+        assert result["parameters"] == first["parameters"], "replicas differ"
+        assert result["momenta"] == first["momenta"], "optimizer states differ"
+        for epoch, processed in result["log"].items():
+            assert processed == list(range(48)), f"epoch {epoch}: {processed}"
+
+
+def _started(driver, worker_id, steps=3):
+    return lambda: driver.output(worker_id).count("step ") >= steps
+
+
+@needs_store_client
+def test_a_killed_worker_is_replaced_by_a_smaller_generation(driver):
+    import signal
+    driver.publish(1, ["w0", "w1", "w2"])
+    for worker_id in ("w0", "w1", "w2"):
+        driver.start(worker_id)
+    driver.wait_for(_started(driver, "w0"), "training at 3 ranks")
+    assert driver.has(protocol.running_key(1))
+    driver.processes["w0"].send_signal(signal.SIGKILL)  # rank 0: a new rank 0 takes over
+    driver.wait_for(lambda: any(driver.has(protocol.failed_key(1, w)) for w in ("w1", "w2")),
+                    "a survivor's failure report", 15)
+    report = protocol.decode_failure(driver.hosted._server.try_get(protocol.failed_key(1, "w1"))
+                                     or driver.hosted._server.try_get(protocol.failed_key(1, "w2")))
+    assert report["peer"] == 0, report
+    killed_at = time.monotonic()
+    driver.publish(2, ["w1", "w2"], removed=["w0"], reason="w0 failed")
+    driver.wait_for(lambda: driver.has(protocol.running_key(2)), "training at 2 ranks", 15)
+    resumed = time.monotonic() - killed_at
+    codes = driver.finish()
+    assert codes == {"w0": -signal.SIGKILL, "w1": 0, "w2": 0}, driver.all_output()
+    results = [driver.result("w1"), driver.result("w2")]
+    _check_training(results, 2)
+    assert [r["rank"] for r in results] == [0, 1]
+    assert all(r["restores"] == 1 and r["resets"] == 1 for r in results)
+    assert resumed < 10, resumed
+
+
+@needs_store_client
+def test_a_plan_without_a_worker_interrupts_at_commit_and_it_leaves(driver):
+    driver.publish(1, ["w0", "w1", "w2"])
+    for worker_id in ("w0", "w1", "w2"):
+        driver.start(worker_id)
+    driver.wait_for(_started(driver, "w2"), "training at 3 ranks")
+    driver.publish(2, ["w0", "w1"], removed=["w2"], reason="host removed")
+    codes = driver.finish()
+    assert codes == {"w0": 0, "w1": 0, "w2": 0}, driver.all_output()
+    assert "not in generation 2 (host removed); leaving" in driver.output("w2")
+    results = [driver.result("w0"), driver.result("w1")]
+    _check_training(results, 2)
+    assert all(r["restores"] == 0 and r["resets"] == 1 for r in results)
+    assert driver.has(protocol.running_key(2))
