@@ -279,7 +279,7 @@ def test_host_updates_failure_reports_and_running_mark():
 
 
 # -- whole jobs: local workers and a fake driver -----------------------------------------
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "elastic_job.py")
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "elastic_api_job.py")
 
 
 class FakeDriver:

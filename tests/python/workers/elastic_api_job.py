@@ -52,7 +52,7 @@ def train(state):
         for batch in range(batches):
             indices = sampler.get_indices(batch, BATCH)
             step(indices)
-            everyone = hvd.allgather_object(indices, name="elastic_job.log")
+            everyone = hvd.allgather_object(indices, name="elastic_api_job.log")
             state.log[state.epoch].extend(i for part in everyone for i in part)
             sampler.record_batch(batch, BATCH)
             state.commit()
