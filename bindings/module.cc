@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "bindings/settings.h"
+#include "bindings/store.h"
 #include "bindings/tensors.h"
 #include "core/message.h"
-#include "core/rendezvous/tcp_store.h"
 #include "core/runtime.h"
 #ifdef CERAR_HAVE_CUDA
 #include "core/cuda/cuda_device_ops.h"
@@ -311,18 +311,5 @@ PYBIND11_MODULE(_cerar, m) {
       .def("stop_timeline", &Runtime::stopTimeline, py::call_guard<py::gil_scoped_release>())
       .def("stats", [](const Runtime& rt) { return statsDict(rt.stats()); });
 
-  py::class_<TcpStoreServer>(m, "StoreServer",
-                             "The rendezvous store's server (binds on construction).")
-      .def(py::init([](const std::string& host, uint16_t port, std::string secret) {
-             return std::make_unique<TcpStoreServer>(host, port, std::move(secret),
-                                                     StoreLimits::fromEnvironment());
-           }),
-           py::arg("host"), py::arg("port") = 0, py::arg("secret") = "")
-      .def_property_readonly("port", &TcpStoreServer::port)
-      .def("start", &TcpStoreServer::start)
-      .def("try_get", [](const TcpStoreServer& s, const std::string& key) -> py::object {
-        auto value = s.tryGet(key);
-        if (!value) return py::none();
-        return py::bytes(value->data(), value->size());
-      });
+  cerar::bindings::registerStore(m);
 }

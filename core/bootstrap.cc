@@ -121,10 +121,14 @@ JobLinks connectLinks(const RuntimeConfig& config) {
                                                  uint16_t(config.rendezvousPort), config.secret,
                                                  rendezvousTimeoutOf(config));
   TcpStore& store = *rendezvous->store;
-  // This process's n-th start on this store: every rank starts as often, so the count names
-  // this incarnation's keys on every rank, also on a store that outlives it (cerarrun's).
-  const int64_t epoch = store.add(detail::concat("cerar/runtime/starts/", config.rank), 1);
-  const std::string prefix = detail::concat("cerar/runtime/", epoch);
+  // This process's n-th start on this store (under the scope, when given): every rank starts as
+  // often, so the count names this incarnation's keys on every rank, also on a store that
+  // outlives it (cerarrun's). An elastic generation's ranks agree on the scope instead.
+  const std::string scope = config.rendezvousScope.empty()
+                                ? std::string("cerar/runtime/")
+                                : detail::concat("cerar/runtime/", config.rendezvousScope, "/");
+  const int64_t epoch = store.add(detail::concat(scope, "starts/", config.rank), 1);
+  const std::string prefix = detail::concat(scope, epoch);
   JobLinks links;
   links.config = agreeJobConfig(config, [&](const std::vector<uint8_t>& mine) {
     return exchangeThroughStore(store, prefix + "/job-settings", config.rank, mine);

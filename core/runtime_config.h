@@ -60,6 +60,10 @@ struct RuntimeConfig {
   // CERAR_RENDEZVOUS_TIMEOUT_SECONDS: this rank's limit for reaching the store and rank 0's
   // settings (per rank: it applies before ranks can talk); 0 = its timeoutSeconds.
   double rendezvousTimeoutSeconds = 0;
+  // CERAR_RENDEZVOUS_SCOPE: the store keys of this start live under it, agreed by every rank
+  // (an elastic generation's name); empty: each rank counts its own starts on the store, which
+  // agree only while every rank starts as often.
+  std::string rendezvousScope;
   std::string logLevel = "warning";           // CERAR_LOG_LEVEL
   // Rank 0 hosts the rendezvous store (torchrun, mpirun, SLURM); under cerarrun the launcher
   // hosts it. CERAR_HOST_STORE overrides.

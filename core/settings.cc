@@ -140,6 +140,10 @@ std::vector<Setting> makeSettings() {
       {.field = &C::rendezvousTimeoutSeconds, .attribute = "rendezvous_timeout_seconds",
        .variable = "CERAR_RENDEZVOUS_TIMEOUT_SECONDS", .kind = kRank,
        .why = "limits the wait for the store and rank 0's settings (0: timeout_seconds)"},
+      {.field = &C::rendezvousScope, .attribute = "rendezvous_scope",
+       .variable = "CERAR_RENDEZVOUS_SCOPE", .kind = kRank,
+       .why = "names the keys of this start in the store; every rank of a start passes the "
+              "same (cerarrun's elastic generations); empty: the rank's count of starts"},
       {.field = &C::hostStore, .attribute = "host_store", .variable = "CERAR_HOST_STORE",
        .kind = kRank,
        .why = "who serves the store is decided before it exists (default: rank 0 under "
