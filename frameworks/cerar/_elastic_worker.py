@@ -53,6 +53,11 @@ class Worker:
         self.first_generation = int(environ.get(protocol.ENV_GENERATION, "1"))
         self.timeout = float(environ.get(protocol.ENV_TIMEOUT) or protocol.DEFAULT_TIMEOUT)
         self.store = store if store is not None else _connect(environ, self.timeout)
+        # Where the runtime meets its peers: the driver's store (no CERAR_RANK in the
+        # environment, so the runtime's own reading of it finds no launcher).
+        self._store_address = {"rendezvous_addr": environ.get("CERAR_RENDEZVOUS_ADDR", ""),
+                               "rendezvous_port": int(environ.get("CERAR_RENDEZVOUS_PORT", 0)),
+                               "host_store": False}
         self.generation = None  # the generation joined last
         self.plan = None
         self.synced = False  # whether this process's state was synced in some generation
@@ -93,7 +98,7 @@ class Worker:
                 self.generation, self.plan = target, plan
                 return {"rank": entry["rank"], "size": plan["size"],
                         "local_rank": entry["local_rank"], "local_size": entry["local_size"],
-                        "rendezvous_scope": protocol.scope_of(target)}
+                        "rendezvous_scope": protocol.scope_of(target), **self._store_address}
             target = newer
 
     def _left(self, deadline, generation):

@@ -226,7 +226,8 @@ def test_workers_pass_the_barrier_with_their_plans_identity():
     threads, results = _join_all([_worker(store, "a"), _worker(store, "b")])
     _wait(threads)
     assert results["b"] == {"rank": 1, "size": 2, "local_rank": 1, "local_size": 2,
-                            "rendezvous_scope": protocol.scope_of(1)}
+                            "rendezvous_scope": protocol.scope_of(1), "rendezvous_addr": "",
+                            "rendezvous_port": 0, "host_store": False}
     assert int(store.data[protocol.ready_key(1)]) == 2
 
 
@@ -279,7 +280,8 @@ def test_host_updates_failure_reports_and_running_mark():
 
 
 # -- whole jobs: local workers and a fake driver -----------------------------------------
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers", "elastic_api_job.py")
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers",
+                      "elastic_api_job.py")
 
 
 class FakeDriver:
