@@ -303,14 +303,14 @@ class FakeDriver:
                        protocol.encode_plan(generation, workers, removed=removed, reason=reason))
         self.store.set(protocol.LATEST, str(generation).encode())
 
-    def start(self, worker_id, generation=1):
+    def start(self, worker_id, generation=1, **extra):
         env = {k: v for k, v in os.environ.items() if not k.startswith("CERAR_")}
         env.update({protocol.ENV_ID: worker_id, protocol.ENV_GENERATION: str(generation),
                     protocol.ENV_TIMEOUT: "20", "CERAR_RENDEZVOUS_ADDR": "127.0.0.1",
                     "CERAR_RENDEZVOUS_PORT": str(self.hosted.port),
                     "CERAR_SECRET": self.hosted.secret, "CERAR_ALGORITHM": "ring",
                     "CERAR_TIMEOUT_SECONDS": "5", "CERAR_LOG_LEVEL": "warning",
-                    "PYTHONPATH": os.pathsep.join(sys.path)})
+                    "PYTHONPATH": os.pathsep.join(sys.path), **extra})
         log = self.logs[worker_id] = self.tmp_path / f"{worker_id}.log"
         with open(log, "w") as out:
             self.processes[worker_id] = subprocess.Popen(
@@ -390,7 +390,7 @@ def test_a_killed_worker_is_replaced_by_a_smaller_generation(driver):
     import signal
     driver.publish(1, ["w0", "w1", "w2"])
     for worker_id in ("w0", "w1", "w2"):
-        driver.start(worker_id)
+        driver.start(worker_id, ELASTIC_DISTRIBUTED="1")
     driver.wait_for(_started(driver, "w0"), "training at 3 ranks")
     assert driver.has(protocol.running_key(1))
     driver.processes["w0"].send_signal(signal.SIGKILL)  # rank 0: a new rank 0 takes over

@@ -145,6 +145,10 @@ class _OptimizerHandler(_Handler):
         from cerar.torch import broadcast_optimizer_state
         broadcast_optimizer_state(self.value, root_rank=0, name="cerar.elastic.optimizer")
 
+    def reset(self):
+        # A DistributedOptimizer still holds the reductions that failed with the old runtime.
+        getattr(self.value, "_forget_pending", lambda: None)()
+
 
 class _SamplerHandler(_Handler):
     def save(self):

@@ -21,6 +21,11 @@ target = data.sum(1, keepdim=True)
 torch.manual_seed(1 + hvd.rank())  # different replicas: the first sync must make them equal
 model = torch.nn.Linear(4, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+# ELASTIC_DISTRIBUTED=1: DistributedOptimizer reduces the gradients (whose reductions in flight
+# when a peer is lost must not outlive the reset); else explicit all-reduces.
+DISTRIBUTED = os.environ.get("ELASTIC_DISTRIBUTED") == "1"
+if DISTRIBUTED:
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
 sampler = hvd.elastic.ElasticSampler(list(range(SAMPLES)), shuffle=True, seed=7)
 state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0,
                                log={e: [] for e in range(EPOCHS)})
@@ -41,7 +46,8 @@ def step(indices):
     loss = (model(data[indices]) - target[indices]).pow(2).mean()
     loss.backward()
     for name, parameter in model.named_parameters():
-        hvd.allreduce_(parameter.grad, name=f"grad.{name}")
+        if not DISTRIBUTED:
+            hvd.allreduce_(parameter.grad, name=f"grad.{name}")
     optimizer.step()
 
 
