@@ -296,11 +296,12 @@ class FakeDriver:
         self.tmp_path = tmp_path
         self.processes, self.logs = {}, {}
 
-    def publish(self, generation, ids, removed=(), reason=""):
+    def publish(self, generation, ids, removed=(), added=(), reason=""):
         workers = {w: {"rank": r, "local_rank": r, "local_size": len(ids), "host": "localhost"}
                    for r, w in enumerate(ids)}
         self.store.set(protocol.plan_key(generation),
-                       protocol.encode_plan(generation, workers, removed=removed, reason=reason))
+                       protocol.encode_plan(generation, workers, added=added, removed=removed,
+                                            reason=reason))
         self.store.set(protocol.LATEST, str(generation).encode())
 
     def start(self, worker_id, generation=1, **extra):
@@ -370,15 +371,17 @@ def driver(tmp_path):
     fake.stop()
 
 
-def _check_training(results, size):
-    """Equal replicas, every sample once per epoch in committed steps."""
+def _check_training(results, size, padding=0):
+    """Equal replicas, every sample once per epoch in committed steps (plus at most `padding`
+    repeats: the sampler pads the rest of an epoch when the new size does not divide it)."""
     first = results[0]
     for result in results:
         assert result["size"] == size
         assert result["parameters"] == first["parameters"], "replicas differ"
         assert result["momenta"] == first["momenta"], "optimizer states differ"
         for epoch, processed in result["log"].items():
-            assert processed == list(range(48)), f"epoch {epoch}: {processed}"
+            assert sorted(set(processed)) == list(range(48)), f"epoch {epoch}: {processed}"
+            assert len(processed) - 48 <= padding, f"epoch {epoch}: {processed}"
 
 
 def _started(driver, worker_id, steps=3):
@@ -413,16 +416,19 @@ def test_a_killed_worker_is_replaced_by_a_smaller_generation(driver):
 
 
 @needs_store_client
-def test_a_plan_without_a_worker_interrupts_at_commit_and_it_leaves(driver):
+def test_a_dropped_worker_leaves_at_commit_and_a_new_one_is_synced(driver):
     driver.publish(1, ["w0", "w1", "w2"])
     for worker_id in ("w0", "w1", "w2"):
         driver.start(worker_id)
     driver.wait_for(_started(driver, "w2"), "training at 3 ranks")
     driver.publish(2, ["w0", "w1"], removed=["w2"], reason="host removed")
+    driver.wait_for(lambda: driver.has(protocol.running_key(2)), "training at 2 ranks", 15)
+    driver.publish(3, ["w0", "w1", "w3"], added=["w3"], reason="host added")
+    driver.start("w3", generation=3)
     codes = driver.finish()
-    assert codes == {"w0": 0, "w1": 0, "w2": 0}, driver.all_output()
+    assert codes == {"w0": 0, "w1": 0, "w2": 0, "w3": 0}, driver.all_output()
     assert "not in generation 2 (host removed); leaving" in driver.output("w2")
-    results = [driver.result("w0"), driver.result("w1")]
-    _check_training(results, 2)
-    assert all(r["restores"] == 0 and r["resets"] == 1 for r in results)
-    assert driver.has(protocol.running_key(2))
+    results = [driver.result(w) for w in ("w0", "w1", "w3")]
+    _check_training(results, 3, padding=2)  # w3's replica and record: rank 0's, synced
+    assert [(r["restores"], r["resets"]) for r in results] == [(0, 2), (0, 2), (0, 0)]
+    assert driver.has(protocol.running_key(3))
