@@ -202,8 +202,9 @@ class TorchState(ObjectState):
 
     def __setattr__(self, name, value):
         handlers = self.__dict__.get("_handlers", {})
-        if name in handlers:
+        if name in handlers:  # a new model (or optimizer, sampler): its state is the commit
             handlers[name].value = value
+            handlers[name].save()
         super().__setattr__(name, value)
 
     def save(self):
