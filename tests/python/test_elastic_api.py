@@ -157,6 +157,83 @@ def test_hosts_updated_interrupt_is_not_a_cerar_error():
     assert ct.elastic.HorovodInternalError is ct.HorovodInternalError
 
 
+# -- run's loop, with the worker and the reset stubbed -------------------------------------
+class RecordingState(elastic.ObjectState):
+    def __init__(self, calls):
+        super().__init__(step=0)
+        self.calls = calls
+        self.register_reset_callbacks([lambda: calls.append("callback")])
+
+    def sync(self):
+        self.calls.append("sync")
+
+    def restore(self):
+        self.calls.append("restore")
+        super().restore()
+
+
+class StubWorker:
+    def __init__(self, calls):
+        self.calls = calls
+
+    def mark_running(self):
+        self.calls.append("running")
+
+    def report_failure(self, error):
+        self.calls.append(f"report {error}")
+
+
+def _run_with(monkeypatch, outcomes):
+    """Runs a function that raises `outcomes` in turn, then returns; the calls in order."""
+    import cerar
+    calls = []
+    monkeypatch.setattr(_elastic_worker, "current", lambda: StubWorker(calls))
+    monkeypatch.setattr(cerar, "size", lambda: 1)  # the votes need no collective
+
+    def func(state):
+        calls.append("func")
+        if outcomes:
+            raise outcomes.pop(0)
+        return "done"
+    result = elastic.run_fn(func, lambda: calls.append("reset"))(RecordingState(calls))
+    return result, calls
+
+
+def test_run_restores_after_a_failure_and_not_after_an_interrupt(monkeypatch):
+    import cerar
+    result, calls = _run_with(monkeypatch, [cerar.PeerLostError("rank 2 lost"),
+                                            elastic.HostsUpdatedInterrupt(skip_sync=True),
+                                            elastic.HostsUpdatedInterrupt(skip_sync=False)])
+    assert result == "done"
+    assert calls == ["sync", "running", "func",
+                     "report rank 2 lost", "restore", "reset", "callback", "sync", "running",
+                     "func", "reset", "callback", "running",  # removals only: no sync
+                     "func", "reset", "callback", "sync", "running", "func"]
+
+
+def test_run_lets_program_errors_through(monkeypatch):
+    import cerar
+    for error in (cerar.InvalidArgumentError("bad"), cerar.MismatchError("shapes"),
+                  KeyError("x")):
+        with pytest.raises(type(error)):
+            _run_with(monkeypatch, [error])
+
+
+def test_run_outside_the_elastic_mode_calls_once_and_propagates():
+    import cerar
+    calls = []
+    state = RecordingState(calls)
+    assert elastic.run(lambda s: calls.append("func") or 7)(state) == 7
+
+    @elastic.run
+    def fails(state):
+        calls.append("func")
+        raise cerar.PeerLostError("lost")
+    with pytest.raises(cerar.PeerLostError):
+        fails(state)
+    assert calls == ["sync", "func", "sync", "func"]  # no restore, no second try
+
+
 # -- the worker's protocol, with a store in memory -------------------------------------
 class MemoryStore:
     """StoreClient's calls on a dict: get waits for the key, add is atomic."""
