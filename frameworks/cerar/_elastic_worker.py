@@ -60,7 +60,6 @@ class Worker:
                                "host_store": False}
         self.generation = None  # the generation joined last
         self.plan = None
-        self.synced = False  # whether this process's state was synced in some generation
         self._running_marked = None
         self._start = None  # (start function, process_sets, overrides) from cerar.init
 
@@ -149,7 +148,7 @@ class Worker:
         while True:
             identity = self.join()
             try:
-                return start(process_sets, **overrides, **identity)
+                return start(process_sets, **{**overrides, **identity})  # the plan's wins
             except CerarError as error:
                 if isinstance(error, InvalidArgumentError):
                     raise
@@ -190,7 +189,6 @@ class Worker:
     def mark_running(self):
         """Once per generation, after its state is synced: rank 0 tells the driver that
         training runs (the driver measures the time to resume with it)."""
-        self.synced = True
         if self._running_marked == self.generation:
             return
         self._running_marked = self.generation
