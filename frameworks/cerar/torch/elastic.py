@@ -42,7 +42,8 @@ class ElasticSampler(torch.utils.data.Sampler):
     Rank r takes positions r, r + n, r + 2n, ... of the epoch's order (shuffled with seed +
     epoch), padded by repetition so that every rank has as many samples. record_batch records
     the batch of *every* rank, so all ranks hold the same record and a lost rank's committed
-    progress survives it."""
+    progress survives it; record_indices likewise expects every rank's indices (a sync after a
+    reset keeps rank 0's record, as it keeps rank 0's model)."""
 
     def __init__(self, dataset, shuffle=True, seed=0):
         self.dataset = dataset
@@ -158,12 +159,12 @@ class _SamplerHandler(_Handler):
         self.value.load_state_dict(self.saved)
 
     def sync(self):
-        """Rank 0's epoch, with the samples that any rank in that epoch has processed."""
-        from cerar.torch import allgather_object
-        states = allgather_object(self.value.state_dict(), name="cerar.elastic.sampler")
-        epoch = states[0]["epoch"]
-        processed = set().union(*(s["processed_indices"] for s in states if s["epoch"] == epoch))
-        self.value.load_state_dict({"epoch": epoch, "processed_indices": processed})
+        """Rank 0's record, which goes with rank 0's model: a rank whose last step failed
+        half-way may have committed one step more or less than rank 0 (and every rank's
+        record covers all ranks' batches, so no union is needed)."""
+        from cerar.torch import broadcast_object
+        self.value.load_state_dict(broadcast_object(self.value.state_dict(), root_rank=0,
+                                                    name="cerar.elastic.sampler"))
 
     def reset(self):
         self.value.reset()
@@ -183,8 +184,8 @@ class TorchState(ObjectState):
     """A model's and an optimizer's state (and those of any other Module, Optimizer or
     ElasticSampler attribute) plus plain attributes, kept across resets: state_dicts copied
     at save and loaded at restore; at sync the parameters and optimizer state are broadcast
-    from rank 0 (broadcast_parameters, broadcast_optimizer_state) and the samplers agree on
-    what was processed."""
+    from rank 0 (broadcast_parameters, broadcast_optimizer_state), and so are the samplers'
+    records."""
 
     def __init__(self, model=None, optimizer=None, **kwargs):
         kwargs.update(model=model, optimizer=optimizer)
