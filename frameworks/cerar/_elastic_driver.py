@@ -1,0 +1,396 @@
+"""cerarrun's elastic driver: keeps a job training while workers fail and hosts come and go.
+
+The launcher hosts the rendezvous store (it outlives every worker) and numbers the job's
+memberships: generation G's plan says which worker process has which rank (_elastic_protocol).
+A new generation is made when a worker of the current plan exits with an error (its host is
+blacklisted), when a worker reports that G failed (a blamed peer's host is blacklisted), or
+when discovery adds slots (up to --max-np) or drops a host. Survivors keep their relative
+order, so rank 0 of the new generation is the lowest surviving rank. Once a worker of the plan
+is done (exit 0) the job only ends: 0 when they all are, else the first failure's code. It
+fails (every worker terminated, exit 1) below --min-np for longer than --elastic-timeout, past
+--reset-limit resets, or when a failure leaves no survivor (no state to go on from).
+
+Each worker's output lines are prefixed with its id: generation 1's workers have their ranks as
+ids (as without elastic mode), later ones the next numbers, so a prefix is never reused.
+"""
+import collections
+import functools
+import os
+import signal
+import sys
+import threading
+import time
+
+from cerar import _elastic_protocol as protocol
+from cerar._elastic_hosts import DiscoveryPoller, HostManager, discovery_of, place
+from cerar._hosts import is_local, is_loopback, route_source
+from cerar._launch import (Stopped, Worker, exit_code, exported, knob_env, rank_env, spawn,
+                           terminate)
+from cerar._store import HostedStore
+
+TICK = 0.1             # seconds between looks at exits, failure reports and discovery
+SETTLE_SECONDS = 2.0   # how long the other events of one failure are awaited
+LEAVE_SECONDS = 30.0   # how long a worker left out of the plan has to exit by itself
+
+
+class JobEnded(Exception):
+    """The job stops: `text` is the launcher's last line, `code` its exit code."""
+
+    def __init__(self, text, code=1):
+        super().__init__(text)
+        self.text, self.code = text, code
+
+
+def _failed(cause):
+    return JobEnded(f"cerarrun: {cause}; stopping the job")
+
+
+_is_local = functools.lru_cache(maxsize=None)(is_local)  # name resolution, once a host
+
+
+def _stderr(text):
+    print(text, file=sys.stderr, flush=True)
+
+
+class ElasticDriver:
+    def __init__(self, args, poller, hosts, log=_stderr, clock=time.monotonic):
+        self.args, self.poller, self.hosts, self.log, self.clock = args, poller, hosts, log, clock
+        self.extra = exported(args.export, os.environ)
+        self.knobs = knob_env(args)
+        self.workers = {}    # id -> Worker: every one started
+        self.plan = {}       # id -> {"rank", "local_rank", "local_size", "host"} of generation G
+        self.generation, self.resets, self.next_id = 0, 0, 0
+        self.reported = set()    # ids whose failure report of G was read
+        self.resume = None       # (G, time of its event) until G's rank 0 says it runs
+        self.store = self.client = self.address = None
+        self.stoppers = []       # threads terminating workers in the background
+        self.output = threading.Lock()
+        self.refused = set()     # remote hosts a loopback store cannot serve (logged once)
+        self.deadline = clock() + args.max_time if args.max_time else None
+
+    # -- the job ------------------------------------------------------------------------------
+
+    def run(self):
+        self.poller.start()
+        available = self._wait_for_slots(self.args.min_np)
+        self._open_store(available)
+        target = min(self.args.np, sum(slots for _, slots in available))
+        self._new_generation(place(available, [], target), "start", self.clock())
+        while True:
+            self._check_time()
+            added, _ = self._refresh()
+            self._reap_leavers()
+            if self._finishing():
+                code = self._finish()
+                if code is not None:
+                    return code
+                time.sleep(TICK)
+                continue
+            events = self._failures()
+            self._note_resumed()
+            if events:
+                started = self.clock()
+                events += self._settle(started)
+                self._reset(_summary(events), started, failure=True)
+                continue
+            change = self._membership_change(added)
+            if change:
+                self._reset(change, self.clock(), failure=False)
+                continue
+            time.sleep(TICK)
+
+    def close(self):
+        """Stops discovery and every worker still running, on every host."""
+        self.poller.stop()
+        terminate([w.proc for w in self.workers.values() if w.proc is not None])
+        for thread in self.stoppers:
+            thread.join()
+        for worker in self.workers.values():
+            if worker.pump is not None:
+                worker.pump.join(timeout=2.0)
+        if self.store is not None:
+            self.store.close()
+
+    def _check_time(self):
+        if self.deadline is not None and self.clock() >= self.deadline:
+            raise JobEnded(f"cerarrun: the job ran past --max-time {self.args.max_time:g} s; "
+                           "terminating it", 124)
+
+    # -- hosts --------------------------------------------------------------------------------
+
+    def _usable(self, host):
+        """A remote host cannot reach a store that the launcher put on loopback (no
+        --rendezvous-addr): it is left out (said once)."""
+        if self.address is None or self.args.rendezvous_addr or not is_loopback(self.address) \
+                or _is_local(host):
+            return True
+        if host not in self.refused:
+            self.refused.add(host)
+            self.log(f"cerarrun: leaving out host {host}: the job's store is on loopback "
+                     "(give --rendezvous-addr to use remote hosts found later)")
+        return False
+
+    def _refresh(self):
+        """Takes discovery's latest list; (hosts added, hosts removed)."""
+        listed = self.poller.hosts() or []
+        return self.hosts.update([(host, slots) for host, slots in listed if self._usable(host)])
+
+    def _wait_for_slots(self, need):
+        """The available hosts once they have `need` slots; fails after --elastic-timeout."""
+        start = self.clock()
+        while True:
+            self._check_time()
+            self._refresh()
+            available = self.hosts.available()
+            slots = sum(count for _, count in available)
+            if slots >= need:
+                return available
+            if self.clock() - start >= self.args.elastic_timeout:
+                plural = "" if slots == 1 else "s"
+                raise _failed(f"only {slots} slot{plural} (below --min-np {self.args.min_np}) for "
+                              f"{self.args.elastic_timeout:g} s (--elastic-timeout)")
+            self._failures()  # survivors that die meanwhile take their hosts out
+            time.sleep(TICK)
+
+    def _blacklist(self, host):
+        if self.hosts.is_blacklisted(host):
+            return
+        self.hosts.blacklist(host)
+        doomed = [w for w in self.workers.values() if w.host == host and not w.exited()]
+        for worker in doomed:
+            worker.handled = True
+        self._stop_in_background(doomed)
+
+    def _stop_in_background(self, workers):
+        procs = [w.proc for w in workers if w.proc is not None]
+        if procs:
+            thread = threading.Thread(target=terminate, args=(procs,), daemon=True)
+            thread.start()
+            self.stoppers.append(thread)
+
+    # -- events -------------------------------------------------------------------------------
+
+    def _ranked(self):
+        return sorted(self.plan, key=lambda worker: self.plan[worker]["rank"])
+
+    def _failures(self):
+        """Why G failed, a line an event, from the exits and failure reports not seen yet;
+        the hosts to blame are blacklisted on the way."""
+        events = []
+        by_rank = {entry["rank"]: worker for worker, entry in self.plan.items()}
+        for worker_id in self._ranked():
+            worker, rank = self.workers[worker_id], self.plan[worker_id]["rank"]
+            if worker.handled:
+                continue
+            if worker.exited():
+                if worker.code != 0:
+                    worker.handled = True
+                    how = ": ssh could not run it there" \
+                        if worker.code == 255 and not _is_local(worker.host) else ""
+                    events.append(f"rank {rank} on {worker.host} exited with code "
+                                  f"{worker.code}{how}")
+                    self._blacklist(worker.host)
+                continue
+            if worker_id in self.reported or self.store is None:
+                continue
+            data = self.store._server.try_get(protocol.failed_key(self.generation, worker_id))
+            if data is None:
+                continue
+            self.reported.add(worker_id)
+            report = protocol.decode_failure(data)
+            blamed = by_rank.get(report.get("peer"))
+            if blamed is not None and blamed != worker_id:
+                host = self.workers[blamed].host
+                if not self.hosts.is_blacklisted(host):
+                    events.append(f"rank {report['peer']} on {host} blamed by rank {rank}")
+                    self._blacklist(host)
+            else:
+                events.append(f"rank {rank} reported: {report.get('error', '')}")
+        return events
+
+    def _settled(self):
+        return all(self.workers[w].exited() or w in self.reported
+                   or self.hosts.is_blacklisted(self.workers[w].host) for w in self.plan)
+
+    def _settle(self, started):
+        """The other events of the same failure, so that it makes one generation."""
+        events = []
+        while not self._settled() and self.clock() - started < SETTLE_SECONDS:
+            time.sleep(TICK)
+            events += self._failures()
+        return events
+
+    def _finishing(self):
+        """Whether a worker of the plan is done (exited 0): then the job only ends."""
+        return any(self.workers[w].exited() and self.workers[w].code == 0 for w in self.plan)
+
+    def _finish(self):
+        """Once a worker is done the job only ends (as Horovod's): 0 when every worker of the
+        plan exits 0, else the first failure's code, the others terminated; None meanwhile."""
+        running = False
+        for worker_id in self._ranked():
+            worker, rank = self.workers[worker_id], self.plan[worker_id]["rank"]
+            if worker.exited():
+                if worker.code != 0 and not worker.handled:
+                    raise JobEnded(f"cerarrun: rank {rank} on {worker.host} exited with code "
+                                   f"{worker.code} after others finished; terminating the "
+                                   "others", exit_code(worker.code))
+                continue
+            running = True
+            # a worker that waits for a new generation would wait in vain
+            report = self.store._server.try_get(protocol.failed_key(self.generation, worker_id))
+            if report is not None:
+                error = protocol.decode_failure(report).get("error", "")
+                raise JobEnded(f"cerarrun: rank {rank} on {worker.host} reported a failure "
+                               f"after others finished ({error}); terminating the others")
+        return None if running else 0
+
+    def _membership_change(self, added):
+        """Why discovery changes the membership, or None."""
+        slots = dict(self.hosts.available())
+        on_host = collections.Counter(self.workers[w].host for w in self.plan)
+        gone = sorted(host for host in on_host if host not in slots)
+        shrunk = sorted(host for host in on_host if host in slots and on_host[host] > slots[host])
+        if gone or shrunk:
+            return "; ".join(([f"hosts removed: {', '.join(gone)}"] if gone else []) +
+                             ([f"fewer slots on {', '.join(shrunk)}"] if shrunk else []))
+        if added and len(self.plan) < self.args.max_np and sum(slots.values()) > len(self.plan):
+            return f"hosts added: {', '.join(added)}"
+        return None
+
+    # -- generations --------------------------------------------------------------------------
+
+    def _reset(self, why, started, failure):
+        if failure:
+            self._check_carriers(why, failure, self.hosts.available())
+        limit = self.args.reset_limit
+        if limit is not None and self.resets >= limit:
+            raise _failed(f"reset {self.resets + 1} ({why}) would pass --reset-limit {limit}")
+        available = self.hosts.available()
+        target = min(self.args.max_np, sum(slots for _, slots in available))
+        if target < self.args.min_np:
+            self.log(f"cerarrun: {why}; waiting up to {self.args.elastic_timeout:g} s "
+                     f"(--elastic-timeout) for --min-np {self.args.min_np} slots")
+            available = self._wait_for_slots(self.args.min_np)
+            target = min(self.args.max_np, sum(slots for _, slots in available))
+        self._check_carriers(why, failure, available)
+        self._new_generation(place(available, self._survivors(), target), why, started)
+
+    def _check_carriers(self, why, failure, available):
+        """New workers alone would train afresh, the job's progress gone: then it stops."""
+        hosts = dict(available)
+        if any(self.workers[w].holds_state and host in hosts for w, host in self._survivors()):
+            return
+        first = next((self.workers[w].code for w in self._ranked()
+                      if self.workers[w].code not in (None, 0)), 1)
+        raise JobEnded(f"cerarrun: no worker of generation {self.generation} that holds the "
+                       f"job's state survives ({why}); stopping the job",
+                       exit_code(first) if failure else 1)
+
+    def _survivors(self):
+        """[(worker, host)] of the plan's workers that go on, in rank order."""
+        return [(w, self.workers[w].host) for w in self._ranked()
+                if not self.workers[w].exited() and not self.workers[w].handled]
+
+    def _new_generation(self, placement, why, started):
+        old_size, generation = len(self.plan), self.generation + 1
+        plan, new = {}, []
+        for rank, (worker_id, host, local_rank, local_size) in enumerate(placement):
+            if worker_id is None:
+                worker_id, self.next_id = str(self.next_id), self.next_id + 1
+                new.append(worker_id)
+            plan[worker_id] = {"rank": rank, "local_rank": local_rank,
+                               "local_size": local_size, "host": host}
+        removed = [w for w in self.plan if w not in plan]
+        self.client.set(protocol.plan_key(generation),
+                        protocol.encode_plan(generation, plan, new, removed, why))
+        self.client.set(protocol.LATEST, str(generation).encode())
+        leave_by = self.clock() + LEAVE_SECONDS
+        for worker_id in removed:
+            if not self.workers[worker_id].exited() and not self.workers[worker_id].handled:
+                self.workers[worker_id].leave_by = leave_by
+        self.plan, self.generation, self.reported = plan, generation, set()
+        self.resume = (generation, started)
+        if generation > 1:
+            self.resets += 1
+            self.log(f"cerarrun: reset {self.resets} -> generation {generation}: {why}; "
+                     f"size {old_size} -> {len(plan)}")
+        for worker_id in new:
+            self._start(worker_id, plan[worker_id], generation)
+
+    def _start(self, worker_id, entry, generation):
+        env = rank_env(entry["rank"], len(self.plan), entry["local_rank"], entry["local_size"],
+                       self.address, self.store.port, self.store.secret, self.knobs)
+        env.update({protocol.ENV_ID: worker_id, protocol.ENV_GENERATION: str(generation),
+                    protocol.ENV_TIMEOUT: repr(float(self.args.elastic_timeout))})
+        try:
+            proc, pump = spawn(worker_id, entry["host"], self.args.command, env, self.extra,
+                               self.args.ssh_port, self.output)
+        except OSError as error:
+            self.log(f"cerarrun: cannot start worker {worker_id} on {entry['host']}: {error}")
+            proc, pump = None, None
+        self.workers[worker_id] = Worker(worker_id, entry["host"], proc, pump)
+        self.workers[worker_id].holds_state = generation == 1  # every one starts alike
+
+    def _note_resumed(self):
+        if self.resume is None:
+            return
+        generation, started = self.resume
+        if self.store._server.try_get(protocol.running_key(generation)) is None:
+            return
+        self.resume = None
+        for worker_id in self.plan:  # G's rank 0 synced its state to every worker of G
+            self.workers[worker_id].holds_state = True
+        if generation > 1:
+            self.log(f"cerarrun: generation {generation} resumed training "
+                     f"{self.clock() - started:.1f} s after the event")
+
+    def _reap_leavers(self):
+        now = self.clock()
+        late = [w for w in self.workers.values()
+                if w.leave_by is not None and now >= w.leave_by and not w.exited()]
+        for worker in late:
+            worker.leave_by, worker.handled = None, True
+        self._stop_in_background(late)
+
+    def _open_store(self, available):
+        """The store, on loopback when the first hosts are all this one (and no
+        --rendezvous-addr), else where the first remote host reaches this one."""
+        try:
+            from cerar._cerar import StoreClient
+        except ImportError:
+            raise JobEnded("cerarrun: elastic mode needs cerar._cerar.StoreClient, "
+                           "which this build lacks", 2) from None
+        address = self.args.rendezvous_addr
+        if not address:
+            remote = [host for host, _ in available if not _is_local(host)]
+            address = route_source(remote[0]) if remote else "127.0.0.1"
+        self.store = HostedStore(address, local=is_loopback(address))
+        self.address = address
+        self.client = StoreClient("127.0.0.1", self.store.port, self.store.secret)
+
+
+def _summary(events, most=4):
+    unique = list(dict.fromkeys(events))
+    more = f" (and {len(unique) - most} more)" if len(unique) > most else ""
+    return "; ".join(unique[:most]) + more
+
+
+def run_elastic(args):
+    """cerarrun in elastic mode: the job's exit code."""
+    poller = DiscoveryPoller(discovery_of(args))
+    driver = ElasticDriver(args, poller, HostManager(args.blacklist_cooldown_range))
+    try:
+        code = driver.run()
+    except JobEnded as end:
+        _stderr(end.text)
+        code = end.code
+    except KeyboardInterrupt:
+        code = 130
+    except Stopped as stop:
+        code = stop.code
+    finally:  # also on an unexpected error: no worker may outlive the launcher
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)  # the clean-up must not be cut short
+        driver.close()
+    return code
