@@ -326,6 +326,18 @@ def test_a_newer_plan_replaces_a_generation_whose_member_never_arrives():
     assert leaving.value.code == 0
 
 
+def test_a_reset_joins_the_newest_generation_skipping_those_between():
+    store = MemoryStore()
+    _publish(store, 1, ["a"])
+    a = _worker(store, "a")
+    a.join()
+    _publish(store, 2, ["a", "b"], added=["b"])
+    _publish(store, 3, ["a"], removed=["b"])
+    a.wait_newer()
+    assert a.join()["size"] == 1 and a.generation == 3
+    assert protocol.ready_key(2) not in store.data
+
+
 def test_barrier_waits_at_most_the_elastic_timeout():
     store = MemoryStore()
     _publish(store, 1, ["a", "b"])
