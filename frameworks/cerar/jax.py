@@ -19,6 +19,7 @@ from cerar import (BUILD_FLAGS, ERRORS, Adasum, Average, CerarError,  # noqa: F4
                    is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
                    mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, shutdown,
                    size)
+from cerar import elastic  # noqa: F401  (hvd.elastic: ObjectState, run, ...)
 from cerar._frontend import auto_name, barrier, join  # noqa: F401
 from cerar._process_sets import (ProcessSet, add_process_set,  # noqa: F401
                                  global_process_set, remove_process_set)

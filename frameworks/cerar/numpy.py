@@ -19,6 +19,7 @@ from cerar._frontend import (alltoall_splits, barrier, begin,  # noqa: F401
 from cerar._process_sets import (ProcessSet, _membership,  # noqa: F401
                                  add_process_set, global_process_set, remove_process_set)
 from cerar._handle import Handle, poll, synchronize
+from cerar import elastic  # noqa: F401  (hvd.elastic: ObjectState, run, ...)
 
 __all__ = [
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",

@@ -229,6 +229,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.drift_control.after_step()
         return result
 
+    def _forget_pending(self):
+        """Drops the reductions in flight (elastic training: they failed with the runtime that
+        a reset replaced), so that the step redone after the reset starts clean."""
+        self._handles.clear()
+        self._delay = {p: self._passes for p in self._ordered}
+        self._waiting = [set(group) for group in self._groups]
+        self._synchronized = False
+
     def zero_grad(self, *args, **kwargs):
         if self._handles:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "

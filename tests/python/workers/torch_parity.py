@@ -1,6 +1,6 @@
 """horovod.torch's names and semantics in cerar.torch: flags, cross ranks, Product, int8/int16,
-integer average and scaling, Compression, elastic, differentiable collectives, duplicate names,
-grouped_allgather, sparse_allreduce_async, and the same basics in cerar.numpy / cerar.jax."""
+integer average and scaling, Compression, elastic (outside its mode), differentiable collectives,
+duplicate names, grouped_allgather, sparse_allreduce_async, and the same basics in cerar.numpy / cerar.jax."""
 import warnings
 
 import torch
@@ -127,12 +127,12 @@ try:
 except cerar.MismatchError as error:
     check("wire mismatch names the wire", "fp16" in str(error), str(error))
 
-# elastic: present, refuses to run
-try:
-    hvd.elastic.run(lambda state: None)(None)
-    check("elastic", False, "elastic.run did not raise")
-except NotImplementedError as error:
-    check("elastic message", "not supported yet" in str(error), str(error))
+# elastic outside cerarrun's elastic mode: run syncs rank 0's state, then calls once
+layer = torch.nn.Linear(2, 1)
+torch.nn.init.constant_(layer.weight, float(r))
+state = hvd.elastic.TorchState(layer, torch.optim.SGD(layer.parameters(), lr=0.1), step=r)
+got = hvd.elastic.run(lambda s: (s.step, s.model.weight.sum().item()))(state)
+check("elastic run syncs from rank 0", got == (0, 0.0), str(got))
 
 # gradients (Horovod's): allreduce -> the same allreduce of the gradients
 a = torch.full((3,), float(r), requires_grad=True)
