@@ -50,6 +50,7 @@ void Coordinator::run() {
   try {
     while (true) {
       queue_.sleepUntil(next);
+      timeline_.markCycle();
       // The pace is the coordinator rank's last answer's (job-wide; it may be autotuned).
       const auto cycle = std::chrono::duration_cast<Clock::duration>(
           std::chrono::duration<double, std::milli>(tuning_.applied().cycleTimeMs));
@@ -65,6 +66,7 @@ void Coordinator::run() {
       }
       process(answer);
       stats_.publish();
+      timeline_.flush();
     }
   } catch (const std::exception& e) {
     const Status observed = statusOf(e);
@@ -183,12 +185,12 @@ void Coordinator::process(const ResponseMessage& message) {
     Entry* entry = pending_.find(unit.key());
     if (entry == nullptr) continue;
     entry->responded = responded;
+    if (!timeline_.active()) continue;
+    const int32_t set = unit.description.processSet;
+    const std::string activity = negotiateActivity(unit.description);
     for (const auto& name : unit.names) {
-      const int32_t set = unit.description.processSet;
-      timeline_.record(name, "NEGOTIATE", entry->enqueued, responded,
-                       detail::concat("\"kind\": \"", kindName(unit.description.kind), "\"",
-                                      set == 0 ? "" : ", \"process_set\": ",
-                                      set == 0 ? "" : std::to_string(set)));
+      timeline_.record(name, activity, entry->enqueued, responded,
+                       set == 0 ? "" : detail::concat("\"process_set\": ", set));
     }
   }
 
@@ -237,7 +239,7 @@ void Coordinator::runGroup(const std::vector<Response>& units, const FusedGroup&
   for (size_t i = 0; i < members.size(); ++i) {
     if (entries[i] == nullptr) continue;
     for (const auto& name : members[i]->names) {
-      timeline_.record(name, "WAIT", entries[i]->responded, dispatched);
+      timeline_.record(name, kQueueActivity, entries[i]->responded, dispatched);
     }
   }
   DeviceUnit unit = dispatcher_.run(members, entries, group, stats_.working(), *set);

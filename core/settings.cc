@@ -164,6 +164,9 @@ std::vector<Setting> makeSettings() {
        .aliases = {"HOROVOD_TIMELINE"}, .kind = kRank,
        .why = "a local file (`{rank}` is replaced by the rank; without it rank 0 alone writes)",
        .flag = {.name = "timeline", .help = "chrome trace file (CERAR_TIMELINE)"}},
+      {.field = &C::timelineMarkCycles, .attribute = "timeline_mark_cycles",
+       .variable = "CERAR_TIMELINE_MARK_CYCLES", .aliases = {"HOROVOD_TIMELINE_MARK_CYCLES"},
+       .kind = kRank, .why = "local output: a CYCLE_START mark in the timeline at each cycle"},
   };
 }
 
