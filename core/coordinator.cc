@@ -189,7 +189,7 @@ void Coordinator::process(const ResponseMessage& message) {
     const int32_t set = unit.description.processSet;
     const std::string activity = negotiateActivity(unit.description);
     for (const auto& name : unit.names) {
-      timeline_.record(name, activity, entry->enqueued, responded,
+      timeline_.record(tensorRow(unit.description, name), activity, entry->enqueued, responded,
                        set == 0 ? "" : detail::concat("\"process_set\": ", set));
     }
   }
@@ -239,7 +239,8 @@ void Coordinator::runGroup(const std::vector<Response>& units, const FusedGroup&
   for (size_t i = 0; i < members.size(); ++i) {
     if (entries[i] == nullptr) continue;
     for (const auto& name : members[i]->names) {
-      timeline_.record(name, kQueueActivity, entries[i]->responded, dispatched);
+      timeline_.record(tensorRow(members[i]->description, name), kQueueActivity,
+                       entries[i]->responded, dispatched);
     }
   }
   DeviceUnit unit = dispatcher_.run(members, entries, group, stats_.working(), *set);

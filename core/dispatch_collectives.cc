@@ -29,7 +29,9 @@ void Dispatcher::record(const std::vector<const Response*>& units, const std::st
                         Clock::time_point start, Clock::time_point end, const std::string& args) {
   if (!timeline_.active()) return;
   for (const Response* unit : units) {
-    for (const auto& name : unit->names) timeline_.record(name, activity, start, end, args);
+    for (const auto& name : unit->names) {
+      timeline_.record(tensorRow(unit->description, name), activity, start, end, args);
+    }
   }
 }
 
@@ -41,7 +43,8 @@ Dispatcher::OperationRows Dispatcher::operationRows(const std::vector<const Resp
   const auto now = Clock::now();
   for (size_t u = 0; u < units.size(); ++u) {
     for (const auto& name : units[u]->names) {
-      rows.starts.emplace_back(name, entries[u] ? entries[u]->responded : now);
+      rows.starts.emplace_back(tensorRow(units[u]->description, name),
+                               entries[u] ? entries[u]->responded : now);
     }
   }
   return rows;

@@ -22,6 +22,13 @@ constexpr char kEnd[] = "\n]\n";
 
 }  // namespace
 
+std::string tensorRow(const Description& d, const std::string& name) {
+  std::string prefix = upperName(kindName(d.kind));
+  for (char& ch : prefix) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  prefix += '.';
+  return name.rfind(prefix + "noname.", 0) == 0 ? name : prefix + name;
+}
+
 std::string operationActivity(const Description& d) {
   if (d.kind == Kind::kAllreduce && d.op == Op::kAdasum) return "ADASUM";
   return upperName(kindName(d.kind));

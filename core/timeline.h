@@ -1,6 +1,6 @@
 // The timeline: a chrome://tracing JSON array in Horovod's layout, so its readers and habits
-// carry over. Each tensor is a "process" row named after the tensor; on it, complete events
-// ("ph": "X") nest by time: NEGOTIATE_<OP>, then the operation <OP> holding QUEUE,
+// carry over. Each tensor is a "process" row named as Horovod names it (tensorRow); on it,
+// complete events ("ph": "X") nest by time: NEGOTIATE_<OP>, then the operation <OP> holding QUEUE,
 // MEMCPY_IN_FUSION_BUFFER, the collective (<ALGORITHM>_<OP>) and MEMCPY_OUT_FUSION_BUFFER.
 // CYCLE_START marks ("ph": "i", global) when asked. cerar's own facts (algorithm, c, wire,
 // predicted error, ...) are the events' args. The file is a valid JSON array after stop() (also
@@ -63,6 +63,9 @@ class Timeline {
   std::unordered_map<std::string, int> rows_;
 };
 
+// A tensor's row, named as Horovod's PyTorch layer names it: "<op>.<name>" ("allreduce.grad.w");
+// a name already in that form (an unnamed call's "allreduce.noname.3") is kept.
+std::string tensorRow(const Description& d, const std::string& name);
 // Horovod's activity names. The operation: "ALLREDUCE" ("ADASUM" for an Adasum all-reduce),
 // "ALLGATHER", "BROADCAST", "ALLTOALL", "REDUCESCATTER", "BARRIER".
 std::string operationActivity(const Description& d);

@@ -88,6 +88,10 @@ TEST(Timeline, ActivitiesHaveHorovodsNames) {
   EXPECT_EQ(collectiveActivity("ring", describe(Kind::kAllreduce)), "RING_ALLREDUCE");
   EXPECT_EQ(collectiveActivity("cerar", describe(Kind::kAllreduce)), "CERAR_ALLREDUCE");
   EXPECT_EQ(collectiveActivity("chain", describe(Kind::kBroadcast)), "CHAIN_BROADCAST");
+  EXPECT_EQ(tensorRow(describe(Kind::kAllreduce), "grad.w"), "allreduce.grad.w");
+  EXPECT_EQ(tensorRow(describe(Kind::kAllreduce), "allreduce.noname.3"), "allreduce.noname.3");
+  EXPECT_EQ(tensorRow(describe(Kind::kBroadcast), "allreduce.noname.3"),
+            "broadcast.allreduce.noname.3");
   EXPECT_STREQ(kMemcpyInActivity, "MEMCPY_IN_FUSION_BUFFER");
   EXPECT_STREQ(kMemcpyOutActivity, "MEMCPY_OUT_FUSION_BUFFER");
 }
@@ -211,7 +215,7 @@ TEST(Timeline, RuntimeWritesRankZerosFileInHorovodsLayout) {
   EXPECT_EQ(errors, std::vector<std::string>(2));
   const Parsed p = parse(path);
   EXPECT_EQ(p.rowNames.at(0), "rank 0");
-  const auto& w = p.byTensor.at("grad/w");
+  const auto& w = p.byTensor.at("allreduce.grad/w");
   ASSERT_NE(find(w, "NEGOTIATE_ALLREDUCE"), nullptr);
   const Json* op = find(w, "ALLREDUCE");
   ASSERT_NE(op, nullptr);
