@@ -71,6 +71,9 @@ void Timeline::start(const std::string& path, bool markCycles) {
     throw Error(detail::concat("rank ", rank_, ": cannot write the timeline to '", path,
                                "': ", std::strerror(errno)));
   }
+  // A buffer that holds what comes between two flushes, so that the file on disk ends at a
+  // flush's closing bracket rather than inside an event.
+  std::setvbuf(file_, nullptr, _IOFBF, kBufferBytes);
   seekable_ = std::fseek(file_, 0, SEEK_CUR) == 0;
   markCycles_ = markCycles;
   std::fputs("[\n", file_);

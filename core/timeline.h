@@ -46,6 +46,7 @@ class Timeline {
   void flush();
 
   static constexpr std::chrono::milliseconds kFlushInterval{100};
+  static constexpr size_t kBufferBytes = size_t(1) << 20;
 
  private:
   void write(const std::string& event);  // with mutex_ held
