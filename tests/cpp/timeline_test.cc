@@ -8,6 +8,7 @@
 
 #include "core/settings.h"
 #include "core/timeline.h"
+#include "host_device_ops.h"
 #include "ops/transport/inproc.h"
 #include "runtime_scenarios.h"
 #include "variables.h"
@@ -190,10 +191,10 @@ TEST(Timeline, MarkCyclesSettingAndItsHorovodAlias) {
   EXPECT_EQ(warnings.size(), 1u);
 }
 
-// Two ranks in threads, a path without "{rank}": rank 0's file alone, with every activity of
-// a named all-reduce nested in its operation, and cycle marks.
-TEST(Timeline, RuntimeWritesRankZerosFileInHorovodsLayout) {
-  const std::string path = tempPath("runtime.json");
+// Two ranks in threads (their device faked in host memory, or none) run `work`, recording to
+// `path`.
+void runTwoRanks(const std::string& path, bool fakeDevice,
+                 const std::function<void(Runtime&)>& work) {
   std::filesystem::remove(path);
   InprocHub hub(2, 20s);
   std::vector<std::thread> threads;
@@ -201,10 +202,13 @@ TEST(Timeline, RuntimeWritesRankZerosFileInHorovodsLayout) {
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
       try {
-        auto rt = Runtime::startWith(scenarios::testConfig(), hub.connect(rank));
+        RuntimeConfig config = scenarios::testConfig();
+        if (fakeDevice) {
+          config.deviceOps = testing::hostDeviceOps(std::make_shared<testing::FakeDeviceLog>());
+        }
+        auto rt = Runtime::startWith(config, hub.connect(rank));
         rt->startTimeline(path, /*markCycles=*/true);
-        std::vector<float> v(64, 1.0f);
-        rt->allreduce("grad/w", scenarios::f32(v), scenarios::f32(v), Op::kSum).wait();
+        work(*rt);
         rt->shutdown();
       } catch (const std::exception& e) {
         errors[rank] = e.what();
@@ -213,6 +217,16 @@ TEST(Timeline, RuntimeWritesRankZerosFileInHorovodsLayout) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(errors, std::vector<std::string>(2));
+}
+
+// A path without "{rank}": rank 0's file alone, with every activity of a named all-reduce
+// nested in its operation, and cycle marks.
+TEST(Timeline, RuntimeWritesRankZerosFileInHorovodsLayout) {
+  const std::string path = tempPath("runtime.json");
+  runTwoRanks(path, false, [](Runtime& rt) {
+    std::vector<float> v(64, 1.0f);
+    rt.allreduce("grad/w", scenarios::f32(v), scenarios::f32(v), Op::kSum).wait();
+  });
   const Parsed p = parse(path);
   EXPECT_EQ(p.rowNames.at(0), "rank 0");
   const auto& w = p.byTensor.at("allreduce.grad/w");
@@ -229,6 +243,26 @@ TEST(Timeline, RuntimeWritesRankZerosFileInHorovodsLayout) {
   EXPECT_NE(find(w, kMemcpyInActivity), nullptr);
   EXPECT_NE(find(w, kMemcpyOutActivity), nullptr);
   EXPECT_FALSE(p.marks.empty());
+}
+
+// A device all-reduce: its collective and operation are recorded once the device is done.
+TEST(Timeline, DeviceAllreduceIsRecordedAtCompletion) {
+  const std::string path = tempPath("device.json");
+  runTwoRanks(path, true, [](Runtime& rt) {
+    std::vector<float> v(64, 1.0f);
+    Tensor t = scenarios::f32(v);
+    t.device = 0;
+    rt.allreduce("grad/d", t, t, Op::kSum).wait();
+  });
+  const Parsed p = parse(path);
+  const auto& d = p.byTensor.at("allreduce.grad/d");
+  const Json* op = find(d, "ALLREDUCE");
+  ASSERT_NE(op, nullptr);
+  EXPECT_TRUE(op->field("args")->field("device")->boolean);
+  const std::string algorithm = op->field("args")->field("algorithm")->text;
+  const Json* collective = find(d, collectiveActivity(algorithm, describe(Kind::kAllreduce)));
+  ASSERT_NE(collective, nullptr) << algorithm;
+  EXPECT_TRUE(contains(*op, *collective));
 }
 
 }  // namespace
