@@ -13,6 +13,22 @@ namespace {
 
 constexpr int kCoordinatorRank = 0;
 
+// Horovod's readiness ticks, on the coordinator rank's timeline: an instant named after `rank`
+// on the row of each tensor it asked for, at the cycle its request arrived (the ranks' requests
+// of a cycle arrive together, so a tick is as fine as the cycle).
+void recordReadiness(Timeline& timeline, const ResponseCache& cache, int rank,
+                     const RequestMessage& message, Clock::time_point arrived) {
+  const std::string tick = std::to_string(rank);
+  auto mark = [&](const Description& d, const std::vector<std::string>& names) {
+    for (const auto& name : names) timeline.record(tensorRow(d, name), tick, arrived, arrived);
+  };
+  for (const Request& request : message.requests) mark(request.description, request.names);
+  for (size_t slot : setBits(message.cacheBits)) {
+    const Response& cached = cache.at(slot);
+    mark(cached.description, cached.names);
+  }
+}
+
 }  // namespace
 
 Coordinator::Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport> transport,
@@ -126,7 +142,9 @@ ResponseMessage Coordinator::negotiate(const RequestMessage& request) {
     const auto now = Clock::now();
     for (int rank = 0; rank < t.size(); ++rank) {
       if (rank != kCoordinatorRank) countControl(stats_.working(), gathered[rank].size(), false);
-      table_->receive(rank, decodeRequestMessage(gathered[rank]), cache_, now);
+      const RequestMessage message = decodeRequestMessage(gathered[rank]);
+      table_->receive(rank, message, cache_, now);  // checks the message first
+      if (timeline_.active()) recordReadiness(timeline_, cache_, rank, message, now);
     }
     // The table can be long; a stall is judged in seconds, so a glance every 50 ms suffices.
     if (now - lastInspection_ >= std::chrono::milliseconds(50)) {

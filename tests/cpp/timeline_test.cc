@@ -219,8 +219,8 @@ void runTwoRanks(const std::string& path, bool fakeDevice,
   EXPECT_EQ(errors, std::vector<std::string>(2));
 }
 
-// A path without "{rank}": rank 0's file alone, with every activity of a named all-reduce
-// nested in its operation, and cycle marks.
+// A path without "{rank}": rank 0's file alone, with the ranks' readiness ticks, every activity
+// of a named all-reduce nested in its operation, and cycle marks.
 TEST(Timeline, RuntimeWritesRankZerosFileInHorovodsLayout) {
   const std::string path = tempPath("runtime.json");
   runTwoRanks(path, false, [](Runtime& rt) {
@@ -234,9 +234,13 @@ TEST(Timeline, RuntimeWritesRankZerosFileInHorovodsLayout) {
   const Json* op = find(w, "ALLREDUCE");
   ASSERT_NE(op, nullptr);
   EXPECT_NE(op->field("args")->field("algorithm"), nullptr);
+  // Each rank's readiness tick, on the coordinator rank's file.
+  ASSERT_NE(find(w, "0"), nullptr);
+  ASSERT_NE(find(w, "1"), nullptr);
+  EXPECT_EQ(find(w, "1")->field("dur")->number, 0);
   for (const Json* e : w) {
     const std::string name = e->field("name")->text;
-    if (name != "ALLREDUCE" && name != "NEGOTIATE_ALLREDUCE") {
+    if (name != "ALLREDUCE" && name != "NEGOTIATE_ALLREDUCE" && name != "0" && name != "1") {
       EXPECT_TRUE(contains(*op, *e)) << name;
     }
   }

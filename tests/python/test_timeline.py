@@ -43,8 +43,9 @@ def test_horovod_timeline_is_rank_zeros_with_horovods_names_and_cycle_marks(tmp_
             "MEMCPY_OUT_FUSION_BUFFER"} <= set(events), events
     operation = events["ALLREDUCE"]
     assert operation["args"]["algorithm"] in ("ring", "cerar"), operation
+    assert {"0", "1"} <= set(events), events  # each rank's readiness tick, as Horovod's
     for name, event in events.items():
-        if name not in ("ALLREDUCE", "NEGOTIATE_ALLREDUCE"):
+        if name not in ("ALLREDUCE", "NEGOTIATE_ALLREDUCE", "0", "1"):
             assert _inside(operation, event), (name, event, operation)
     assert marks and {m["name"] for m in marks} == {"CYCLE_START"}
     assert "allreduce.grad.v" not in rows  # recorded after start_timeline moved on
