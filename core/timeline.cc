@@ -17,7 +17,7 @@ std::string upperName(const std::string& text) {
   return out;
 }
 
-// The closing of the array; flush() writes it and steps back over it.
+// The closing of the array; each spill writes it and steps back over it.
 constexpr char kEnd[] = "\n]\n";
 
 }  // namespace
@@ -71,12 +71,11 @@ void Timeline::start(const std::string& path, bool markCycles) {
     throw Error(detail::concat("rank ", rank_, ": cannot write the timeline to '", path,
                                "': ", std::strerror(errno)));
   }
-  // A buffer that holds what comes between two flushes, so that the file on disk ends at a
-  // flush's closing bracket rather than inside an event.
-  std::setvbuf(file_, nullptr, _IOFBF, kBufferBytes);
+  // Events gather in pending_ and reach the file whole, each time with the closing bracket.
+  std::setvbuf(file_, nullptr, _IONBF, 0);
   seekable_ = std::fseek(file_, 0, SEEK_CUR) == 0;
   markCycles_ = markCycles;
-  std::fputs("[\n", file_);
+  pending_ = "[\n";
   first_ = true;
   origin_ = flushed_ = Clock::now();
   rows_.clear();
@@ -89,6 +88,7 @@ void Timeline::start(const std::string& path, bool markCycles) {
                        ", \"start_time_since_epoch_in_micros\": ", epoch, "}}"));
   write("{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": 0, \"args\": "
         "{\"sort_index\": 0}}");
+  spill();  // valid JSON from the start
   active_ = true;
 }
 
@@ -96,16 +96,30 @@ void Timeline::stop() {
   std::lock_guard<std::mutex> lock(mutex_);
   active_ = false;
   if (file_ == nullptr) return;
-  std::fputs(kEnd, file_);
+  pending_ += kEnd;
+  std::fwrite(pending_.data(), 1, pending_.size(), file_);
   std::fclose(file_);
   file_ = nullptr;
+  pending_.clear();
 }
 
 void Timeline::write(const std::string& event) {
-  if (!first_) std::fputs(",\n", file_);
-  std::fputs(event.c_str(), file_);
+  if (!first_) pending_ += ",\n";
+  pending_ += event;
   first_ = false;
-  dirty_ = true;
+  if (pending_.size() >= kPendingBytes) spill();
+}
+
+void Timeline::spill() {
+  if (!seekable_) {  // the bracket could not be taken back: it comes at stop()
+    std::fwrite(pending_.data(), 1, pending_.size(), file_);
+  } else {
+    pending_ += kEnd;
+    std::fwrite(pending_.data(), 1, pending_.size(), file_);
+    std::fseek(file_, -long(sizeof kEnd - 1), SEEK_CUR);  // the next events overwrite it
+  }
+  pending_.clear();
+  flushed_ = Clock::now();
 }
 
 long Timeline::micros(Clock::time_point t) const {
@@ -147,13 +161,8 @@ void Timeline::markCycle() {
 void Timeline::flush() {
   if (!active()) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  const auto now = Clock::now();
-  if (file_ == nullptr || !dirty_ || !seekable_ || now - flushed_ < kFlushInterval) return;
-  std::fputs(kEnd, file_);
-  std::fflush(file_);
-  std::fseek(file_, -long(sizeof kEnd - 1), SEEK_CUR);
-  dirty_ = false;
-  flushed_ = now;
+  if (file_ == nullptr || pending_.empty() || Clock::now() - flushed_ < kFlushInterval) return;
+  spill();
 }
 
 }  // namespace cerar

@@ -40,16 +40,18 @@ class Timeline {
               Clock::time_point end, const std::string& args = "");
   // A CYCLE_START mark now, if start() asked for them.
   void markCycle();
-  // Closes the array after the events so far and hands them to the system, at most every
-  // kFlushInterval, so that a reader finds valid JSON while the job runs; the next event
-  // overwrites the closing bracket.
+  // Writes the events held back, with the array's closing bracket, at most every
+  // kFlushInterval (and whenever kPendingBytes are held), so that the file is a valid JSON
+  // array while the job runs; the next events overwrite the bracket.
   void flush();
 
   static constexpr std::chrono::milliseconds kFlushInterval{100};
-  static constexpr size_t kBufferBytes = size_t(1) << 20;
+  static constexpr size_t kPendingBytes = size_t(1) << 20;
 
  private:
-  void write(const std::string& event);  // with mutex_ held
+  // With mutex_ held: an event into pending_; pending_ to the file.
+  void write(const std::string& event);
+  void spill();
   long micros(Clock::time_point t) const;
 
   int rank_;
@@ -59,7 +61,7 @@ class Timeline {
   bool markCycles_ = false;
   bool seekable_ = false;  // a pipe cannot take the closing bracket back
   bool first_ = true;
-  bool dirty_ = false;     // events since the last flush
+  std::string pending_;    // written since the last spill
   Clock::time_point origin_, flushed_;
   std::unordered_map<std::string, int> rows_;
 };

@@ -144,21 +144,34 @@ TEST(Timeline, NoCycleMarksUnlessAsked) {
   EXPECT_EQ(p.byTensor.at("x").size(), 1u);
 }
 
-TEST(Timeline, ValidJsonAfterEachFlushAndAfterStop) {
+TEST(Timeline, ValidJsonFromStartAtEachFlushAndAfterStop) {
   const std::string path = tempPath("flush.json");
   Timeline timeline(0);
   timeline.start(path, true);
+  EXPECT_TRUE(parse(path).byTensor.empty());  // the header alone, a complete array
   timeline.record("x", "ALLREDUCE", Clock::now(), Clock::now());
+  timeline.flush();  // too soon after the last write: held back
+  EXPECT_EQ(parse(path).byTensor.count("x"), 0u);
   std::this_thread::sleep_for(Timeline::kFlushInterval + 10ms);
   timeline.flush();
   EXPECT_EQ(parse(path).byTensor.at("x").size(), 1u);  // while it runs
-  timeline.flush();  // nothing new, too soon: the file stays as it is
-  EXPECT_EQ(parse(path).byTensor.at("x").size(), 1u);
+  // More than kPendingBytes between two flushes (each event holds the name): written at once,
+  // still a complete array.
+  const std::string longName(200, 'n');
+  size_t events = 0;
+  for (size_t bytes = 0; bytes <= Timeline::kPendingBytes; bytes += longName.size()) {
+    timeline.record(longName, "ALLREDUCE", Clock::now(), Clock::now());
+    ++events;
+  }
+  const size_t written = parse(path).byTensor.at(longName).size();
+  EXPECT_GT(written, 0u);
+  EXPECT_LE(written, events);
   timeline.record("x", "ALLREDUCE", Clock::now(), Clock::now());
   timeline.markCycle();
   timeline.stop();
   const Parsed p = parse(path);
   EXPECT_EQ(p.byTensor.at("x").size(), 2u);
+  EXPECT_EQ(p.byTensor.at(longName).size(), events);
   EXPECT_EQ(p.marks.size(), 1u);
   // A stopped timeline writes nothing more.
   timeline.record("y", "ALLREDUCE", Clock::now(), Clock::now());

@@ -34,6 +34,7 @@ def test_horovod_timeline_is_rank_zeros_with_horovods_names_and_cycle_marks(tmp_
     result = run_job("timeline_job.py", np=2, args=[second], timeout=60, env={
         "HOROVOD_TIMELINE": str(first), "HOROVOD_TIMELINE_MARK_CYCLES": "1"})
     assert_ok(result, "done", np=2)
+    assert "[0] while running: " in result.stdout  # valid JSON before the job ended
     assert sorted(p.name for p in tmp_path.iterdir()) == ["second.json", "tl.json"]
 
     rows, marks, header = _rows(first)
@@ -48,7 +49,8 @@ def test_horovod_timeline_is_rank_zeros_with_horovods_names_and_cycle_marks(tmp_
         if name not in ("ALLREDUCE", "NEGOTIATE_ALLREDUCE", "0", "1"):
             assert _inside(operation, event), (name, event, operation)
     assert marks and {m["name"] for m in marks} == {"CYCLE_START"}
-    assert "allreduce.grad.v" not in rows  # recorded after start_timeline moved on
+    # grad.v ran after start_timeline moved on (rank 1's readiness tick may come before)
+    assert {e["name"] for e in rows.get("allreduce.grad.v", [])} <= {"1"}, rows
 
     rows, marks, _ = _rows(second)
     assert "ALLREDUCE" in {e["name"] for e in rows["allreduce.grad.v"]}
