@@ -2,9 +2,10 @@
 // carry over. Each tensor is a "process" row named as Horovod names it (tensorRow); on it,
 // complete events ("ph": "X") nest by time: NEGOTIATE_<OP>, then the operation <OP> holding QUEUE,
 // MEMCPY_IN_FUSION_BUFFER, the collective (<ALGORITHM>_<OP>) and MEMCPY_OUT_FUSION_BUFFER.
-// CYCLE_START marks ("ph": "i", global) when asked. cerar's own facts (algorithm, c, wire,
-// predicted error, ...) are the events' args. The file is a valid JSON array after stop() (also
-// on destruction) and after each flush() while it runs (docs/timeline.md).
+// On rank 0, each rank's readiness tick (an event named "0", "1", ...). CYCLE_START marks
+// ("ph": "i", global) when asked. cerar's own facts (algorithm, c, wire, predicted error, ...)
+// are the events' args. The file is a valid JSON array from start() on: events are written in
+// whole pieces, each followed by the closing bracket (docs/timeline.md).
 // Thread safety: every member may be called from any thread.
 #pragma once
 
