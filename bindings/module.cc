@@ -307,7 +307,7 @@ PYBIND11_MODULE(_cerar, m) {
       .def_property_readonly("dynamic_process_sets", &Runtime::dynamicProcessSets)
       .def("join", [](Runtime& rt) { return simple([&] { return rt.join(); }); })
       .def("start_timeline", &Runtime::startTimeline, py::arg("path"),
-           py::call_guard<py::gil_scoped_release>())
+           py::arg("mark_cycles") = false, py::call_guard<py::gil_scoped_release>())
       .def("stop_timeline", &Runtime::stopTimeline, py::call_guard<py::gil_scoped_release>())
       .def("stats", [](const Runtime& rt) { return statsDict(rt.stats()); });
 

@@ -13,6 +13,22 @@ namespace {
 
 constexpr int kCoordinatorRank = 0;
 
+// Horovod's readiness ticks, on the coordinator rank's timeline: an instant named after `rank`
+// on the row of each tensor it asked for, at the cycle its request arrived (the ranks' requests
+// of a cycle arrive together, so a tick is as fine as the cycle).
+void recordReadiness(Timeline& timeline, const ResponseCache& cache, int rank,
+                     const RequestMessage& message, Clock::time_point arrived) {
+  const std::string tick = std::to_string(rank);
+  auto mark = [&](const Description& d, const std::vector<std::string>& names) {
+    for (const auto& name : names) timeline.record(tensorRow(d, name), tick, arrived, arrived);
+  };
+  for (const Request& request : message.requests) mark(request.description, request.names);
+  for (size_t slot : setBits(message.cacheBits)) {
+    const Response& cached = cache.at(slot);
+    mark(cached.description, cached.names);
+  }
+}
+
 }  // namespace
 
 Coordinator::Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport> transport,
@@ -50,6 +66,7 @@ void Coordinator::run() {
   try {
     while (true) {
       queue_.sleepUntil(next);
+      timeline_.markCycle();
       // The pace is the coordinator rank's last answer's (job-wide; it may be autotuned).
       const auto cycle = std::chrono::duration_cast<Clock::duration>(
           std::chrono::duration<double, std::milli>(tuning_.applied().cycleTimeMs));
@@ -65,6 +82,7 @@ void Coordinator::run() {
       }
       process(answer);
       stats_.publish();
+      timeline_.flush();
     }
   } catch (const std::exception& e) {
     const Status observed = statusOf(e);
@@ -124,7 +142,9 @@ ResponseMessage Coordinator::negotiate(const RequestMessage& request) {
     const auto now = Clock::now();
     for (int rank = 0; rank < t.size(); ++rank) {
       if (rank != kCoordinatorRank) countControl(stats_.working(), gathered[rank].size(), false);
-      table_->receive(rank, decodeRequestMessage(gathered[rank]), cache_, now);
+      const RequestMessage message = decodeRequestMessage(gathered[rank]);
+      table_->receive(rank, message, cache_, now);  // checks the message first
+      if (timeline_.active()) recordReadiness(timeline_, cache_, rank, message, now);
     }
     // The table can be long; a stall is judged in seconds, so a glance every 50 ms suffices.
     if (now - lastInspection_ >= std::chrono::milliseconds(50)) {
@@ -183,12 +203,12 @@ void Coordinator::process(const ResponseMessage& message) {
     Entry* entry = pending_.find(unit.key());
     if (entry == nullptr) continue;
     entry->responded = responded;
+    if (!timeline_.active()) continue;
+    const int32_t set = unit.description.processSet;
+    const std::string activity = negotiateActivity(unit.description);
     for (const auto& name : unit.names) {
-      const int32_t set = unit.description.processSet;
-      timeline_.record(name, "NEGOTIATE", entry->enqueued, responded,
-                       detail::concat("\"kind\": \"", kindName(unit.description.kind), "\"",
-                                      set == 0 ? "" : ", \"process_set\": ",
-                                      set == 0 ? "" : std::to_string(set)));
+      timeline_.record(tensorRow(unit.description, name), activity, entry->enqueued, responded,
+                       set == 0 ? "" : detail::concat("\"process_set\": ", set));
     }
   }
 
@@ -237,7 +257,8 @@ void Coordinator::runGroup(const std::vector<Response>& units, const FusedGroup&
   for (size_t i = 0; i < members.size(); ++i) {
     if (entries[i] == nullptr) continue;
     for (const auto& name : members[i]->names) {
-      timeline_.record(name, "WAIT", entries[i]->responded, dispatched);
+      timeline_.record(tensorRow(members[i]->description, name), kQueueActivity,
+                       entries[i]->responded, dispatched);
     }
   }
   DeviceUnit unit = dispatcher_.run(members, entries, group, stats_.working(), *set);

@@ -186,14 +186,6 @@ void Dispatcher::setPacing(const Pacing& pacing) {
   for (auto& [id, group] : groups_) group->communicator.setPacing(pacing);
 }
 
-void Dispatcher::record(const std::vector<const Response*>& units, const char* phase,
-                        Clock::time_point start, Clock::time_point end, const std::string& args) {
-  if (!timeline_.active()) return;
-  for (const Response* unit : units) {
-    for (const auto& name : unit->names) timeline_.record(name, phase, start, end, args);
-  }
-}
-
 DeviceUnit Dispatcher::run(const std::vector<const Response*>& units,
                            const std::vector<Entry*>& entries, const FusedGroup& decision,
                            RuntimeStats& stats) {
@@ -214,15 +206,18 @@ DeviceUnit Dispatcher::run(const std::vector<const Response*>& units,
     }
   }
   const Response& first = *units.front();
+  OperationRows rows = operationRows(units, entries);
+  std::string args;
   switch (first.description.kind) {
-    case Kind::kAllreduce: return allreduce(units, entries, decision, stats);
-    case Kind::kReducescatter: reducescatter(units, entries, stats); break;
-    case Kind::kAlltoall: alltoall(first, entries.front(), stats); break;
-    case Kind::kAllgather: allgather(units, entries, stats); break;
-    case Kind::kBroadcast: broadcast(first, entries.front(), stats); break;
+    case Kind::kAllreduce: return allreduce(units, entries, decision, stats, std::move(rows));
+    case Kind::kReducescatter: args = reducescatter(units, entries, stats); break;
+    case Kind::kAlltoall: args = alltoall(first, entries.front(), stats); break;
+    case Kind::kAllgather: args = allgather(units, entries, stats); break;
+    case Kind::kBroadcast: args = broadcast(first, entries.front(), stats); break;
     case Kind::kBarrier: break;  // the negotiation itself was the barrier
     case Kind::kProcessSet: break;  // applied by the coordinator
   }
+  recordOperation(rows, Clock::now(), args);
   return {};
 }
 
@@ -244,7 +239,8 @@ std::string Dispatcher::measureError(const std::byte* result, size_t total, DTyp
 
 DeviceUnit Dispatcher::allreduce(const std::vector<const Response*>& units,
                                  const std::vector<Entry*>& entries,
-                                 const FusedGroup& decision, RuntimeStats& stats) {
+                                 const FusedGroup& decision, RuntimeStats& stats,
+                                 OperationRows rows) {
   const Description& d = units.front()->description;
   const size_t elementSize = dtypeSize(d.dtype);
   const ReduceOp op = reduceOpOf(d.op);
@@ -358,17 +354,14 @@ DeviceUnit Dispatcher::allreduce(const std::vector<const Response*>& units,
     DeviceUnit unit;
     unit.mark = queue.record();
     // The run's figures are there once the mark is reached: counted then, before the handles
-    // complete, with the timeline's ALLREDUCE event from dispatch to completion.
-    std::vector<std::string> names;
-    for (const Response* u : units) names.insert(names.end(), u->names.begin(), u->names.end());
+    // complete, with the timeline's events: the collective from dispatch to completion.
     const Wire wire = options.wire;
-    unit.finish = [this, ran, names = std::move(names), start, decision, wire, N, tensors,
+    unit.finish = [this, ran, rows = std::move(rows), start, decision, wire, N, tensors,
+                   collective = collectiveActivity(algorithmName(decision.algorithm), d),
                    args = args + ", \"device\": true" + errorArgs](RuntimeStats& s) {
-      if (timeline_.active()) {
-        for (const auto& name : names) {
-          timeline_.record(name, "ALLREDUCE", start, Clock::now(), args + fallbackArgs(*ran));
-        }
-      }
+      const auto end = Clock::now();
+      for (const auto& row : rows.starts) timeline_.record(row.first, collective, start, end);
+      recordOperation(rows, end, args + fallbackArgs(*ran));
       countAllreduce(s, *ran, decision, wire, false, N, tensors);
     };
     return unit;
@@ -387,11 +380,12 @@ DeviceUnit Dispatcher::allreduce(const std::vector<const Response*>& units,
   });
   const auto end = Clock::now();
   errorArgs += measured(run);
-  record(units, "MEMCPY_IN", packStart, reduceStart);
-  record(units, "ALLREDUCE", reduceStart, unpackStart,
-         args + errorArgs + fallbackArgs(run) +
-             (run.wireFallback ? ", \"wire_fallback\": true" : ""));
-  record(units, "MEMCPY_OUT", unpackStart, end);
+  record(units, kMemcpyInActivity, packStart, reduceStart);
+  record(units, collectiveActivity(adasum ? "adasum" : algorithmName(decision.algorithm), d),
+         reduceStart, unpackStart);
+  record(units, kMemcpyOutActivity, unpackStart, end);
+  recordOperation(rows, end, args + errorArgs + fallbackArgs(run) +
+                                 (run.wireFallback ? ", \"wire_fallback\": true" : ""));
   countAllreduce(stats, run, decision, options.wire, adasum, N, tensors);
   return {};
 }

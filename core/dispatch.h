@@ -55,9 +55,19 @@ class Dispatcher {
   void setPacing(const Pacing& pacing);
 
  private:
+  // The operation's timeline event on each tensor's row: from its response (a joined rank's
+  // share: from the dispatch) to the end given to recordOperation.
+  struct OperationRows {
+    std::string activity;
+    std::vector<std::pair<std::string, Clock::time_point>> starts;
+  };
+  OperationRows operationRows(const std::vector<const Response*>& units,
+                              const std::vector<Entry*>& entries) const;
+  void recordOperation(const OperationRows& rows, Clock::time_point end, const std::string& args);
+
   DeviceUnit allreduce(const std::vector<const Response*>& units,
                        const std::vector<Entry*>& entries, const FusedGroup& decision,
-                       RuntimeStats& stats);
+                       RuntimeStats& stats, OperationRows rows);
   // Debug error mode: the exact ring on `exactCopy_` (the input, on the host), compared with
   // `result` (host memory); returns the timeline arguments.
   std::string measureError(const std::byte* result, size_t total, DType dtype,
@@ -66,16 +76,17 @@ class Dispatcher {
   // then for rank 1, ...) so that rank i's share is one chunk, reduced by the exact ring's
   // reduce-scatter plan, and this rank's chunk unpacked into the outputs. Device tensors are
   // staged through host memory.
-  void reducescatter(const std::vector<const Response*>& units,
-                     const std::vector<Entry*>& entries, RuntimeStats& stats);
-  void alltoall(const Response& unit, Entry* entry, RuntimeStats& stats);
+  // Each returns the operation's timeline args.
+  std::string reducescatter(const std::vector<const Response*>& units,
+                            const std::vector<Entry*>& entries, RuntimeStats& stats);
+  std::string alltoall(const Response& unit, Entry* entry, RuntimeStats& stats);
   // A fused group of allgather units (each of one or more tensors): every rank's rows of
   // every tensor in one ring allgather, then each unit's output assembled tensor by tensor.
-  void allgather(const std::vector<const Response*>& units, const std::vector<Entry*>& entries,
-                 RuntimeStats& stats);
-  void broadcast(const Response& unit, Entry* entry, RuntimeStats& stats);
-  // Timeline events of one phase for every tensor of the group.
-  void record(const std::vector<const Response*>& units, const char* phase,
+  std::string allgather(const std::vector<const Response*>& units,
+                        const std::vector<Entry*>& entries, RuntimeStats& stats);
+  std::string broadcast(const Response& unit, Entry* entry, RuntimeStats& stats);
+  // Timeline events of one activity for every tensor of the group.
+  void record(const std::vector<const Response*>& units, const std::string& activity,
               Clock::time_point start, Clock::time_point end, const std::string& args = "");
 
   // One process set's view of the links (the job's transport itself for set 0), over a

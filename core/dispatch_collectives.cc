@@ -1,5 +1,6 @@
 // The dispatcher's collectives other than the all-reduce: reduce-scatter, alltoall, allgather
-// and broadcast (core/dispatch.h). Device tensors go through host memory here.
+// and broadcast (core/dispatch.h), and the timeline events of all. Device tensors go through
+// host memory here.
 #include <cstring>
 
 #include "core/device_queue.h"
@@ -24,7 +25,39 @@ const std::byte* hostBytes(const Tensor& t, const Entry& entry, DeviceSlot& devi
 
 }  // namespace
 
-void Dispatcher::reducescatter(const std::vector<const Response*>& units,
+void Dispatcher::record(const std::vector<const Response*>& units, const std::string& activity,
+                        Clock::time_point start, Clock::time_point end, const std::string& args) {
+  if (!timeline_.active()) return;
+  for (const Response* unit : units) {
+    for (const auto& name : unit->names) {
+      timeline_.record(tensorRow(unit->description, name), activity, start, end, args);
+    }
+  }
+}
+
+Dispatcher::OperationRows Dispatcher::operationRows(const std::vector<const Response*>& units,
+                                                    const std::vector<Entry*>& entries) const {
+  OperationRows rows;
+  if (!timeline_.active()) return rows;
+  rows.activity = operationActivity(units.front()->description);
+  const auto now = Clock::now();
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (const auto& name : units[u]->names) {
+      rows.starts.emplace_back(tensorRow(units[u]->description, name),
+                               entries[u] ? entries[u]->responded : now);
+    }
+  }
+  return rows;
+}
+
+void Dispatcher::recordOperation(const OperationRows& rows, Clock::time_point end,
+                                 const std::string& args) {
+  for (const auto& [name, start] : rows.starts) {
+    timeline_.record(name, rows.activity, start, end, args);
+  }
+}
+
+std::string Dispatcher::reducescatter(const std::vector<const Response*>& units,
                                const std::vector<Entry*>& entries, RuntimeStats& stats) {
   const Description& d = units.front()->description;
   const size_t elementSize = dtypeSize(d.dtype);
@@ -79,13 +112,11 @@ void Dispatcher::reducescatter(const std::vector<const Response*>& units,
     }
   }
   const auto reduceStart = Clock::now();
-  record(units, "MEMCPY_IN", packStart, reduceStart);
+  record(units, kMemcpyInActivity, packStart, reduceStart);
   const RunStats run =
       group_->communicator.reduceScatter(buffer, chunks, d.dtype, reduceOpOf(d.op));
   const auto unpackStart = Clock::now();
-  record(units, "REDUCESCATTER", reduceStart, unpackStart,
-         detail::concat("\"algorithm\": \"ring\", \"bytes\": ", total * elementSize,
-                        ", \"tensors\": ", parts.size()));
+  record(units, collectiveActivity("ring", d), reduceStart, unpackStart);
   const double factor = d.postscale / (d.op == Op::kAverage ? double(N) : 1.0);
   at = mine;
   for (const Part& p : parts) {
@@ -99,13 +130,15 @@ void Dispatcher::reducescatter(const std::vector<const Response*>& units,
     }
     at += n;
   }
-  record(units, "MEMCPY_OUT", unpackStart, Clock::now());
+  record(units, kMemcpyOutActivity, unpackStart, Clock::now());
   stats.reducescatterBuffers += 1;
   stats.tensorsScattered += parts.size();
   stats.bytesSent += run.bytesSent;
+  return detail::concat("\"algorithm\": \"ring\", \"bytes\": ", total * elementSize,
+                        ", \"tensors\": ", parts.size());
 }
 
-void Dispatcher::alltoall(const Response& unit, Entry* entry, RuntimeStats& stats) {
+std::string Dispatcher::alltoall(const Response& unit, Entry* entry, RuntimeStats& stats) {
   CERAR_ENFORCE(entry != nullptr, "rank ", group_->transport->rank(),
                 ": alltoall without this rank");
   const Description& d = unit.description;
@@ -128,17 +161,17 @@ void Dispatcher::alltoall(const Response& unit, Entry* entry, RuntimeStats& stat
   std::vector<std::byte>& out = entry->state->output;
   out.resize(size_t(rows) * rowBytes);
   const auto exchangeStart = Clock::now();
-  record({&unit}, "MEMCPY_IN", start, exchangeStart);
+  record({&unit}, kMemcpyInActivity, start, exchangeStart);
   pairwiseAlltoall(*group_->transport, in, sendBytes, out.data(), recvBytes);
-  record({&unit}, "ALLTOALL", exchangeStart, Clock::now(),
-         detail::concat("\"algorithm\": \"pairwise\", \"bytes\": ", out.size()));
+  record({&unit}, collectiveActivity("pairwise", d), exchangeStart, Clock::now());
   entry->state->outputShape = entry->inputs[0].shape;
   entry->state->outputShape[0] = rows;
   entry->state->receivedSplits = std::move(received);
   for (int j = 0; j < N; ++j) stats.bytesSent += j == rank ? 0 : sendBytes[j];
+  return detail::concat("\"algorithm\": \"pairwise\", \"bytes\": ", out.size());
 }
 
-void Dispatcher::allgather(const std::vector<const Response*>& units,
+std::string Dispatcher::allgather(const std::vector<const Response*>& units,
                            const std::vector<Entry*>& entries, RuntimeStats& stats) {
   const int N = group_->transport->size(), rank = group_->transport->rank();
   const size_t elementSize = dtypeSize(units.front()->description.dtype);
@@ -188,12 +221,11 @@ void Dispatcher::allgather(const std::vector<const Response*>& units,
     }
   }
   const auto gatherStart = Clock::now();
-  record(units, "MEMCPY_IN", start, gatherStart);
+  record(units, kMemcpyInActivity, start, gatherStart);
   ringAllgather(*group_->transport, buffer, blocks);
   const auto unpackStart = Clock::now();
-  record(units, "ALLGATHER", gatherStart, unpackStart,
-         detail::concat("\"algorithm\": \"ring\", \"bytes\": ", total, ", \"tensors\": ",
-                        parts.size()));
+  record(units, collectiveActivity("ring", units.front()->description), gatherStart,
+         unpackStart);
   // Each unit's output: tensor 0 gathered (every rank's rows in rank order), then tensor 1...
   for (size_t u = 0; u < units.size(); ++u) {
     std::vector<std::byte>& out = entries[u]->state->output;
@@ -217,12 +249,14 @@ void Dispatcher::allgather(const std::vector<const Response*>& units,
     }
     state.receivedSplits = units[u]->firstDims;
   }
-  record(units, "MEMCPY_OUT", unpackStart, Clock::now());
+  record(units, kMemcpyOutActivity, unpackStart, Clock::now());
   stats.allgatherBuffers += 1;
   stats.bytesSent += total - blocks[rank];
+  return detail::concat("\"algorithm\": \"ring\", \"bytes\": ", total, ", \"tensors\": ",
+                        parts.size());
 }
 
-void Dispatcher::broadcast(const Response& unit, Entry* entry, RuntimeStats& stats) {
+std::string Dispatcher::broadcast(const Response& unit, Entry* entry, RuntimeStats& stats) {
   const Description& d = unit.description;
   const size_t bytes = d.bytes();
   void* data = nullptr;
@@ -244,11 +278,12 @@ void Dispatcher::broadcast(const Response& unit, Entry* entry, RuntimeStats& sta
   }
   chainBroadcast(*group_->transport, data, bytes, rootRank);
   if (ops && !root) devices_.get(device).upload(entry->outputs[0].data, data, bytes);
-  record({&unit}, "BROADCAST", start, Clock::now(),
-         detail::concat("\"algorithm\": \"chain\", \"root\": ", d.root, ", \"bytes\": ", bytes));
+  record({&unit}, collectiveActivity("chain", d), start, Clock::now());
   const int n = group_->transport->size();
   const int position = (group_->transport->rank() - rootRank + n) % n;
   if (position < group_->transport->size() - 1) stats.bytesSent += bytes;
+  return detail::concat("\"algorithm\": \"chain\", \"root\": ", d.root, ", \"bytes\": ",
+                        bytes);
 }
 
 }  // namespace cerar

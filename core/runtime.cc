@@ -41,7 +41,7 @@ class RuntimeImpl final : public Runtime {
         devices_(config_.deviceOps, deviceSetup(config_, transport_)),
         coordinator_(config_, transport_, queue_, timeline_, logger_, devices_, sets_,
                      std::move(links.beforeRelease)) {
-    if (!config_.timeline.empty()) startTimeline(config_.timeline);
+    if (!config_.timeline.empty()) startTimeline(config_.timeline, config_.timelineMarkCycles);
     coordinator_.setBlameBoard(std::move(links.board), config_.hostStore);
     coordinator_.probe();
     thread_ = std::thread([this] { coordinator_.run(); });
@@ -166,9 +166,9 @@ class RuntimeImpl final : public Runtime {
     return Handle(state);
   }
 
-  void startTimeline(const std::string& path) override {
+  void startTimeline(const std::string& path, bool markCycles) override {
     const std::string mine = timelinePath(path, rank());
-    if (!mine.empty()) timeline_.start(mine);
+    if (!mine.empty()) timeline_.start(mine, markCycles);
   }
   void stopTimeline() override { timeline_.stop(); }
   RuntimeStats stats() const override {

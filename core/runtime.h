@@ -102,7 +102,9 @@ class Runtime {
   // sets change after init.
   virtual bool dynamicProcessSets() const = 0;
 
-  virtual void startTimeline(const std::string& path) = 0;
+  // Starts writing the timeline (docs/timeline.md): `path` with "{rank}" is every rank's file,
+  // else rank 0 alone writes; `markCycles`: a CYCLE_START mark at each coordinator cycle.
+  virtual void startTimeline(const std::string& path, bool markCycles = false) = 0;
   virtual void stopTimeline() = 0;
   // A consistent copy of the counters. Once a handle has completed (wait() returned, or its
   // callback ran), its operation's effects (buffers, bytes, errors) are in the stats of the rank

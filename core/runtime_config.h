@@ -54,6 +54,7 @@ struct RuntimeConfig {
   int autotuneWarmupSamples = 3;              // CERAR_AUTOTUNE_WARMUP_SAMPLES
   int autotuneStepsPerSample = 10;            // CERAR_AUTOTUNE_STEPS_PER_SAMPLE
   std::string timeline;                       // CERAR_TIMELINE
+  bool timelineMarkCycles = false;            // CERAR_TIMELINE_MARK_CYCLES
   double stallCheckSeconds = 60;              // CERAR_STALL_CHECK_TIME_SECONDS
   double stallShutdownSeconds = 0;            // CERAR_STALL_SHUTDOWN_TIME_SECONDS; 0 = never
   double timeoutSeconds = 60;                 // CERAR_TIMEOUT_SECONDS: a dead peer's limit

@@ -162,8 +162,12 @@ std::vector<Setting> makeSettings() {
        .why = "local output: trace, debug, info, warning, error or fatal"},
       {.field = &C::timeline, .attribute = "timeline", .variable = "CERAR_TIMELINE",
        .aliases = {"HOROVOD_TIMELINE"}, .kind = kRank,
-       .why = "a local file (`{rank}` is replaced by the rank; without it rank 0 alone writes)",
+       .why = "a local file (`{rank}` is replaced by the rank; without it rank 0 alone writes; "
+              "docs/timeline.md)",
        .flag = {.name = "timeline", .help = "chrome trace file (CERAR_TIMELINE)"}},
+      {.field = &C::timelineMarkCycles, .attribute = "timeline_mark_cycles",
+       .variable = "CERAR_TIMELINE_MARK_CYCLES", .aliases = {"HOROVOD_TIMELINE_MARK_CYCLES"},
+       .kind = kRank, .why = "local output: a CYCLE_START mark in the timeline at each cycle"},
   };
 }
 

@@ -250,12 +250,15 @@ def is_homogeneous():
     return _topology[2]
 
 
-def start_timeline(path):
-    """Starts writing a chrome://tracing timeline to `path`."""
-    _rt().start_timeline(str(path))
+def start_timeline(file_path, mark_cycles=False):
+    """Starts writing the timeline (docs/timeline.md) to `file_path`, as Horovod's: rank 0
+    writes it ("{rank}" in the path: every rank its own); `mark_cycles`: a CYCLE_START mark at
+    each cycle."""
+    _rt().start_timeline(str(file_path), bool(mark_cycles))
 
 
 def stop_timeline():
+    """Ends the timeline's file as a complete JSON array."""
     _rt().stop_timeline()
 
 

@@ -311,8 +311,10 @@ inline std::string timeline(int rank, const Starter& start, const std::string& p
                      args->field("eps") && args->field("bytes");
     }
   }
-  for (const char* phase : {"NEGOTIATE", "WAIT", "MEMCPY_IN", "ALLREDUCE", "MEMCPY_OUT",
-                            "BROADCAST", "ALLGATHER"}) {
+  for (const char* phase :
+       {"NEGOTIATE_ALLREDUCE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER", "ALLREDUCE",
+        "MEMCPY_OUT_FUSION_BUFFER", "NEGOTIATE_BROADCAST", "BROADCAST", "CHAIN_BROADCAST",
+        "ALLGATHER", "RING_ALLGATHER", "NEGOTIATE_BARRIER", "BARRIER"}) {
     check(phases.count(phase), "timeline lacks ", phase);
   }
   check(algorithmArg, "ALLREDUCE events lack algorithm, c, eps, bytes");
