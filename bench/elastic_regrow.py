@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,18 +34,6 @@ def parse_args():
     parser.add_argument("--cooldown", type=float, default=3.0)
     parser.add_argument("--batches-per-iter", type=int, default=5)
     return parser.parse_args()
-
-
-def worker_pids(hosts, host):
-    pids = []
-    for pid in hosts.processes(host, "elastic_train.py"):
-        try:
-            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-        except OSError:
-            continue
-        if b"python" in os.path.basename(argv0):
-            pids.append(pid)
-    return pids
 
 
 def phases(lines, kill_line):
@@ -99,7 +86,7 @@ def main():
                 lines.append(line.rstrip("\n"))
                 match = ITER.search(line)
                 if match and int(match.group(1)) == args.kill_after and kill_line[0] is None:
-                    pid = worker_pids(hosts, 1)[0]
+                    pid = hosts.interpreters(1, "elastic_train.py")[0]
                     os.kill(pid, signal.SIGKILL)
                     kill_line[0] = len(lines)
 

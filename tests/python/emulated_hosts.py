@@ -156,6 +156,19 @@ class EmulatedHosts:
                 found.append(int(pid))
         return found
 
+    def interpreters(self, host, marker):
+        """Pids of the Python processes on host whose command line contains `marker` (the
+        workers themselves, not the shells that started them)."""
+        found = []
+        for pid in self.processes(host, marker):
+            try:
+                argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+            except OSError:
+                continue
+            if b"python" in os.path.basename(argv0):
+                found.append(pid)
+        return found
+
     # --- tear-down ----------------------------------------------------------------------------
     def close(self):
         for proc in self._sshd:

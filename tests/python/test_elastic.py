@@ -116,16 +116,7 @@ def jobs(hosts):
 
 
 def workers_on(hosts, host):
-    """Pids of the worker interpreters (not their shells) on one host."""
-    found = []
-    for pid in hosts.processes(host, "elastic"):
-        try:
-            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-        except OSError:
-            continue
-        if b"python" in os.path.basename(argv0):
-            found.append(pid)
-    return found
+    return hosts.interpreters(host, "elastic")
 
 
 def kill_workers(hosts, host, count=None):
