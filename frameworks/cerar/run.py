@@ -30,11 +30,13 @@ import sys
 import threading
 import time
 
+from cerar._horovodrun import add_horovod_flags, check_horovod_args
 from cerar._hosts import (assign, is_local, is_loopback, parse_hostfile,  # noqa: F401
                           parse_hosts, route_source)
 from cerar._launch import (FORWARDED_NAMES, FORWARDED_PREFIXES, GRACE_SECONDS,  # noqa: F401
                            Stopped, add_knob_flags, exit_code, exported, forwarded, knob_env,
-                           raise_stopped, rank_env, spawn, ssh_command, ssh_stdin, terminate)
+                           raise_stopped, rank_env, spawn, spawn_options, ssh_command, ssh_stdin,
+                           terminate)
 from cerar._store import HostedStore
 
 
@@ -56,10 +58,13 @@ def parse_args(argv=None):
                         help="terminate the job after this many seconds (exit 124)")
     parser.add_argument("--rendezvous-addr", default=None,
                         help="this host's address as the ranks see it (multi-host jobs)")
-    parser.add_argument("--ssh-port", type=int, default=None, help="ssh port of remote hosts")
+    parser.add_argument("-p", "--ssh-port", type=int, default=None,
+                        help="ssh port of remote hosts")
+    add_horovod_flags(parser)
     _add_elastic_flags(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command of every rank")
     args = parser.parse_args(argv)
+    check_horovod_args(parser, args)
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
     if not args.command:
@@ -79,9 +84,9 @@ def parse_args(argv=None):
 
 def _add_elastic_flags(parser):
     group = parser.add_argument_group("elastic mode (horovodrun's flags)")
-    group.add_argument("--min-np", type=int, default=None,
+    group.add_argument("--min-np", "--min-num-proc", dest="min_np", type=int, default=None,
                        help="fewest ranks the job runs with (default -np)")
-    group.add_argument("--max-np", type=int, default=None,
+    group.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int, default=None,
                        help="most ranks the job grows to (default -np)")
     group.add_argument("--host-discovery-script", default=None, metavar="SCRIPT",
                        help="prints the available hosts, 'host:slots' or 'host' a line; "
@@ -163,11 +168,16 @@ def _start_ranks(args, placement, store, procs, pumps):
     extra = exported(args.export, os.environ)
     knobs = knob_env(args)
     lock = threading.Lock()
+    options = spawn_options(args)
+    if options.verbose:
+        print(f"cerarrun: store at {store.address}:{store.port}; {args.np} ranks",
+              file=sys.stderr, flush=True)
     for rank, host, local_rank, local_size in placement:
         env = rank_env(rank, args.np, local_rank, local_size, store.address, store.port,
                        store.secret, knobs)
         try:
-            proc, pump = spawn(rank, host, args.command, env, extra, args.ssh_port, lock)
+            proc, pump = spawn(rank, host, args.command, env, extra, args.ssh_port, lock,
+                               options)
         except OSError as error:
             print(f"cerarrun: cannot start rank {rank}: {error}", file=sys.stderr)
             return 127
