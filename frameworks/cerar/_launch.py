@@ -85,11 +85,13 @@ def knob_env(args):
 
 
 def shadowed(env):
-    """The HOROVOD_* aliases of the variables `env` sets: a rank must not see them, as a flag
-    wins over the launcher's environment (else the rank warns that both forms are set)."""
+    """What a rank must not see of the launcher's environment: the HOROVOD_* aliases of the
+    variables `env` sets (a flag wins over them, without the rank's warning that both forms
+    are set) and HOROVOD_START_TIMEOUT (cerarrun's own, --start-timeout's default)."""
     from cerar._cerar import settings
-    return sorted(alias for row in settings() if row["variable"] in env
-                  for alias in row["aliases"] if alias.startswith("HOROVOD_"))
+    return sorted(["HOROVOD_START_TIMEOUT"] + [
+        alias for row in settings() if row["variable"] in env
+        for alias in row["aliases"] if alias.startswith("HOROVOD_")])
 
 
 class SpawnOptions(typing.NamedTuple):

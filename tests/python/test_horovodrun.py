@@ -167,12 +167,14 @@ def test_config_file_without_pyyaml_names_the_package(tmp_path, capsys, monkeypa
 
 def test_ssh_identity_file_and_hidden_aliases():
     env = {"CERAR_FUSION_THRESHOLD": "0", "CERAR_TIMELINE": "t.json", "CERAR_RANK": "0"}
-    assert _launch.shadowed(env) == ["HOROVOD_FUSION_THRESHOLD", "HOROVOD_TIMELINE"]
+    assert _launch.shadowed(env) == ["HOROVOD_FUSION_THRESHOLD", "HOROVOD_START_TIMEOUT",
+                                     "HOROVOD_TIMELINE"]
     cmd = run.ssh_command("node2", env, ["python", "x.py"], "/w", 22, "/k/id",
                           _launch.shadowed(env))
     assert cmd[:9] == ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-p",
                        "22", "-i", "/k/id"]
-    assert "setsid env -u HOROVOD_FUSION_THRESHOLD -u HOROVOD_TIMELINE CERAR_" in cmd[-1]
+    assert ("setsid env -u HOROVOD_FUSION_THRESHOLD -u HOROVOD_START_TIMEOUT "
+            "-u HOROVOD_TIMELINE CERAR_") in cmd[-1]
 
 
 def test_output_filename_prefix_timestamp_and_verbose(tmp_path):
@@ -198,13 +200,14 @@ def test_two_ranks_with_horovods_tuning_and_timeline_flags(tmp_path):
     result = run_job("horovodrun_job.py", np=2, timeout=60, launcher_args=[
         "--fusion-threshold-mb", "0", "--cycle-time-ms", "7", "--timeline-filename",
         str(timeline), "--timeline-mark-cycles"],
-        env={"HOROVOD_FUSION_THRESHOLD": "123"})  # the flag wins, without a both-set warning
+        # the flag wins, without a both-set warning; cerarrun's own variable stays with it
+        env={"HOROVOD_FUSION_THRESHOLD": "123", "HOROVOD_START_TIMEOUT": "30"})
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     for rank in (0, 1):
         assert (f"[{rank}] fusion_threshold_bytes=0 cycle_time_ms=7 "
                 f"HOROVOD_FUSION_THRESHOLD=-") in result.stdout, output
-    assert "both set" not in output
+    assert "both set" not in output and "HOROVOD_START_TIMEOUT" not in output
     assert [p.name for p in tmp_path.iterdir()] == ["tl.json"]  # rank 0's file only
     events = json.loads(timeline.read_text())
     rows = {e["pid"]: e["args"]["name"] for e in events
