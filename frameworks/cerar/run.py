@@ -40,7 +40,7 @@ from cerar._launch import (FORWARDED_NAMES, FORWARDED_PREFIXES, GRACE_SECONDS,  
 from cerar._store import HostedStore
 
 
-def parse_args(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(
         prog="cerarrun", description="Runs a command as the ranks of a cerar job.")
     parser.add_argument("-np", "--num-proc", dest="np", type=int, default=None,
@@ -63,6 +63,11 @@ def parse_args(argv=None):
     add_horovod_flags(parser)
     _add_elastic_flags(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command of every rank")
+    return parser
+
+
+def parse_args(argv=None):
+    parser = build_parser()
     args = parser.parse_args(argv)
     check_horovod_args(parser, args)
     if args.command and args.command[0] == "--":
