@@ -173,6 +173,20 @@ def horovod_knobs(args):
     return env
 
 
+def horovod_identity(placement, rank):
+    """The variables horovodrun gives each worker (HOROVOD_RANK, ...), for job scripts that
+    read them; cerar itself does not. `placement`: (rank, host, local_rank, local_size) rows."""
+    _, host, local_rank, local_size = placement[rank]
+    peers = []  # the hosts with a rank of this local rank, in order: cross rank and size
+    for _, other, other_local, _ in placement:
+        if other_local == local_rank and other not in peers:
+            peers.append(other)
+    return {"HOROVOD_HOSTNAME": host, "HOROVOD_RANK": str(rank),
+            "HOROVOD_SIZE": str(len(placement)), "HOROVOD_LOCAL_RANK": str(local_rank),
+            "HOROVOD_LOCAL_SIZE": str(local_size), "HOROVOD_CROSS_RANK": str(peers.index(host)),
+            "HOROVOD_CROSS_SIZE": str(len(peers))}
+
+
 def build_table():
     """--check-build's answer, in horovodrun's layout."""
     import cerar

@@ -233,11 +233,16 @@ def spawn(label, host, command, env, extra, ssh_port, lock, options=SpawnOptions
                                      if k != "CERAR_SECRET"] + list(command)
         print(f"cerarrun: [{label}] on {host}: {shlex.join(shown)}", file=sys.stderr, flush=True)
     files = _output_files(label, options)
-    proc = subprocess.Popen(argv, env=full_env,
-                            stdin=subprocess.PIPE if remote else subprocess.DEVNULL,
-                            stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE if files else subprocess.STDOUT,
-                            start_new_session=True)
+    try:
+        proc = subprocess.Popen(argv, env=full_env,
+                                stdin=subprocess.PIPE if remote else subprocess.DEVNULL,
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE if files else subprocess.STDOUT,
+                                start_new_session=True)
+    except OSError:
+        for file in files or ():
+            file.close()
+        raise
     if remote:  # the secret travels inside ssh's encrypted stream, not on its line
         try:
             proc.stdin.write(ssh_stdin(env))

@@ -8,6 +8,9 @@ The launcher hosts the rendezvous store itself (the C++ TcpStoreServer, with a f
 secret), starts the ranks with CERAR_RANK, CERAR_SIZE, CERAR_LOCAL_RANK, CERAR_LOCAL_SIZE,
 CERAR_RENDEZVOUS_ADDR, CERAR_RENDEZVOUS_PORT, CERAR_SECRET and the knobs given, prefixes each
 output line with "[rank] ", and when a rank fails terminates the others and exits with its code.
+horovodrun's flags are taken with Horovod's meaning (_horovodrun.py; docs/from-horovod.md):
+
+    cerarrun -np 2 --fusion-threshold-mb 32 --timeline-filename tl.json python train.py
 
 Elastic mode (any of --min-np, --max-np, --host-discovery-script; horovodrun's flags and
 meanings): the job survives the loss of workers and grows onto new hosts, as the elastic driver
@@ -30,7 +33,7 @@ import sys
 import threading
 import time
 
-from cerar._horovodrun import add_horovod_flags, check_horovod_args
+from cerar._horovodrun import add_horovod_flags, check_horovod_args, horovod_identity
 from cerar._hosts import (assign, is_local, is_loopback, parse_hostfile,  # noqa: F401
                           parse_hosts, route_source)
 from cerar._launch import (FORWARDED_NAMES, FORWARDED_PREFIXES, GRACE_SECONDS,  # noqa: F401
@@ -180,6 +183,7 @@ def _start_ranks(args, placement, store, procs, pumps):
     for rank, host, local_rank, local_size in placement:
         env = rank_env(rank, args.np, local_rank, local_size, store.address, store.port,
                        store.secret, knobs)
+        env.update(horovod_identity(placement, rank))
         try:
             proc, pump = spawn(rank, host, args.command, env, extra, args.ssh_port, lock,
                                options)

@@ -177,6 +177,17 @@ def test_ssh_identity_file_and_hidden_aliases():
             "-u HOROVOD_TIMELINE CERAR_") in cmd[-1]
 
 
+def test_ranks_get_horovodruns_identity_variables():
+    from cerar._horovodrun import horovod_identity
+    placement = run.assign(run.parse_hosts("a:2,b:1", 3), 3)
+    assert [horovod_identity(placement, rank) for rank in range(3)] == [
+        {"HOROVOD_HOSTNAME": host, "HOROVOD_RANK": str(rank), "HOROVOD_SIZE": "3",
+         "HOROVOD_LOCAL_RANK": str(local), "HOROVOD_LOCAL_SIZE": str(local_size),
+         "HOROVOD_CROSS_RANK": str(cross), "HOROVOD_CROSS_SIZE": str(cross_size)}
+        for rank, host, local, local_size, cross, cross_size in (
+            (0, "a", 0, 2, 0, 2), (1, "a", 1, 2, 0, 1), (2, "b", 0, 1, 1, 2))]
+
+
 def test_output_filename_prefix_timestamp_and_verbose(tmp_path):
     script = "import sys; print('out', sys.argv[1]); print('err', file=sys.stderr)"
     out = tmp_path / "logs"
@@ -206,7 +217,8 @@ def test_two_ranks_with_horovods_tuning_and_timeline_flags(tmp_path):
     assert result.returncode == 0, output
     for rank in (0, 1):
         assert (f"[{rank}] fusion_threshold_bytes=0 cycle_time_ms=7 "
-                f"HOROVOD_FUSION_THRESHOLD=-") in result.stdout, output
+                f"HOROVOD_FUSION_THRESHOLD=- HOROVOD_RANK={rank} HOROVOD_SIZE=2") \
+            in result.stdout, output
     assert "both set" not in output and "HOROVOD_START_TIMEOUT" not in output
     assert [p.name for p in tmp_path.iterdir()] == ["tl.json"]  # rank 0's file only
     events = json.loads(timeline.read_text())

@@ -1,5 +1,5 @@
-"""A rank started with horovodrun's flags: prints the agreed fusion threshold and cycle time and
-whether the HOROVOD_ aliases the flags replace reached it."""
+"""A rank started with horovodrun's flags: prints the agreed fusion threshold and cycle time,
+whether the HOROVOD_ alias the flag replaces reached it, and horovodrun's HOROVOD_RANK/SIZE."""
 import os
 
 import numpy as np
@@ -13,5 +13,7 @@ for step in range(3):
 stats = cerar.stats()
 print(f"fusion_threshold_bytes={stats['fusion_threshold_bytes']} "
       f"cycle_time_ms={stats['cycle_time_ms']:g} "
-      f"HOROVOD_FUSION_THRESHOLD={os.environ.get('HOROVOD_FUSION_THRESHOLD', '-')}", flush=True)
+      f"HOROVOD_FUSION_THRESHOLD={os.environ.get('HOROVOD_FUSION_THRESHOLD', '-')} "
+      f"HOROVOD_RANK={os.environ['HOROVOD_RANK']} HOROVOD_SIZE={os.environ['HOROVOD_SIZE']}",
+      flush=True)
 cerar.shutdown()
