@@ -123,8 +123,7 @@ def check_horovod_args(parser, args, environ=os.environ):
 
 
 def _dest(flag):
-    return "log_with_timestamp" if flag == "--log-with-timestamp" else \
-        flag.lstrip("-").replace("-", "_")
+    return flag.lstrip("-").replace("-", "_")
 
 
 # Flags whose value must be >= 0 (Horovod's checks), and those that must be > 0 here.
@@ -270,7 +269,10 @@ def apply_config(parser, args, config):
             if key not in keys:
                 print(f"cerarrun: --config-file: {section}.{key} is not Horovod's "
                       f"({', '.join(keys)}); ignored", file=sys.stderr)
-            elif keys[key] is not None and value is not None:
+            elif keys[key] is None:
+                print(f"cerarrun: --config-file: {section}.{key} has no effect here: oneCCL is "
+                      "not built", file=sys.stderr)
+            elif value is not None:
                 _set_from_config(parser, args, section, key, keys[key], value)
 
 

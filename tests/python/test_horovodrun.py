@@ -134,6 +134,7 @@ stall_check:
 library_options:
   gloo_timeout_seconds: 40
   num_nccl_streams: 2
+  ccl_bgt_affinity: 1
 logging:
   level: fatal
   colour: loud
@@ -148,6 +149,7 @@ logging:
     err = capsys.readouterr().err
     assert "--num-nccl-streams has no effect here" in err
     assert "logging.colour is not Horovod's" in err
+    assert "library_options.ccl_bgt_affinity has no effect here" in err
     config.write_text("controller: mpi\n")
     with pytest.raises(SystemExit):
         run.parse_args(["-np", "2", "--config-file", str(config), "true"])
