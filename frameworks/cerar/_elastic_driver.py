@@ -25,7 +25,7 @@ from cerar import _elastic_protocol as protocol
 from cerar._elastic_hosts import DiscoveryPoller, HostManager, discovery_of, place
 from cerar._hosts import is_local, is_loopback, route_source
 from cerar._launch import (Stopped, Worker, exit_code, exported, knob_env, rank_env, spawn,
-                           terminate)
+                           spawn_options, terminate)
 from cerar._store import HostedStore
 
 TICK = 0.1             # seconds between looks at exits, failure reports and discovery
@@ -325,7 +325,7 @@ class ElasticDriver:
                     protocol.ENV_TIMEOUT: repr(float(self.args.elastic_timeout))})
         try:
             proc, pump = spawn(worker_id, entry["host"], self.args.command, env, self.extra,
-                               self.args.ssh_port, self.output)
+                               self.args.ssh_port, self.output, spawn_options(self.args))
         except OSError as error:
             self.log(f"cerarrun: cannot start worker {worker_id} on {entry['host']}: {error}")
             proc, pump = None, None

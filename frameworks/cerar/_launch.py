@@ -8,7 +8,9 @@ import subprocess
 import sys
 import threading
 import time
+import typing
 
+from cerar._horovodrun import horovod_knobs
 from cerar._hosts import is_local
 from cerar._store import rank_identity
 
@@ -72,13 +74,41 @@ def _knob_value(row, value):
 
 
 def knob_env(args):
-    """The CERAR_* variables of the knob flags given."""
+    """The CERAR_* variables of the knob flags given (horovodrun's included)."""
     env = {}
     for row in _knob_settings():
         value = getattr(args, row["flag"]["name"].replace("-", "_"))
         if value is not None and value is not False:
             env[row["variable"]] = _knob_value(row, value)
+    env.update(horovod_knobs(args))
     return env
+
+
+def shadowed(env):
+    """What a rank must not see of the launcher's environment: the HOROVOD_* aliases of the
+    variables `env` sets (a flag wins over them, without the rank's warning that both forms
+    are set) and HOROVOD_START_TIMEOUT (cerarrun's own, --start-timeout's default)."""
+    from cerar._cerar import settings
+    return sorted(["HOROVOD_START_TIMEOUT"] + [
+        alias for row in settings() if row["variable"] in env
+        for alias in row["aliases"] if alias.startswith("HOROVOD_")])
+
+
+class SpawnOptions(typing.NamedTuple):
+    """How spawn starts a rank, from horovodrun's flags (spawn_options)."""
+    identity_file: str = None   # ssh -i
+    output_dir: str = None      # a copy of the output in <dir>/rank.<label>/stdout, stderr
+    width: int = 1              # digits of the label there (zero-padded, as Horovod's)
+    timestamps: bool = False    # each output line prefixed with the time
+    verbose: bool = False       # print each command line
+
+
+def spawn_options(args):
+    size = max(getattr(args, "max_np", None) or 0, getattr(args, "np", None) or 1)
+    return SpawnOptions(getattr(args, "ssh_identity_file", None),
+                        getattr(args, "output_filename", None), len(str(size - 1)),
+                        bool(getattr(args, "prefix_output_with_timestamp", False)),
+                        bool(getattr(args, "verbose", False)))
 
 
 def rank_env(rank, size, local_rank, local_size, addr, port, secret, knobs):
@@ -88,7 +118,7 @@ def rank_env(rank, size, local_rank, local_size, addr, port, secret, knobs):
     return env
 
 
-def ssh_command(host, env, command, cwd, ssh_port=None):
+def ssh_command(host, env, command, cwd, ssh_port=None, identity_file=None, unset=()):
     """The ssh command line that runs `command` on `host` in `cwd` with `env` set.
 
     CERAR_SECRET is left out: command lines are visible to every user of both hosts (ps), so
@@ -96,16 +126,19 @@ def ssh_command(host, env, command, cwd, ssh_port=None):
     and keeps open. The rank runs in a session of its own; a watcher reads the rest of the
     input, and when it ends (the launcher closed it, or died, or ssh's connection broke)
     terminates the rank's process group, then kills it after GRACE_SECONDS. The remote shell
-    exits with the rank's code, which ssh returns.
+    exits with the rank's code, which ssh returns. `unset`: variables the rank must not see.
     """
     ssh = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no"]
     if ssh_port:
         ssh += ["-p", str(ssh_port)]
+    if identity_file:
+        ssh += ["-i", identity_file]
     public = {k: v for k, v in env.items() if k != "CERAR_SECRET"}
     assignments = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(public.items()))
     read_secret = "IFS= read -r CERAR_SECRET || exit 1; export CERAR_SECRET; " \
         if "CERAR_SECRET" in env else ""
-    rank = "setsid env " + assignments + " " + " ".join(shlex.quote(c) for c in command)
+    removals = "".join(f"-u {shlex.quote(name)} " for name in unset)
+    rank = "setsid env " + removals + assignments + " " + " ".join(shlex.quote(c) for c in command)
     # A background list's input is /dev/null unless redirected: the watcher reads ssh's
     # through descriptor 3.
     watcher = ("{ while read -r _; do :; done; kill -TERM -$pid $pid; "
@@ -122,15 +155,26 @@ def ssh_stdin(env):
     return (env["CERAR_SECRET"] + "\n").encode() if "CERAR_SECRET" in env else b""
 
 
-def pump_output(label, stream, lock):
-    """Copies a process's output to ours, each line prefixed with "[label] "."""
+def pump_output(label, stream, lock, copy=None, timestamps=False, also=None):
+    """Copies a process's output to ours, each line prefixed with "[label] " (and the time
+    when asked), and unprefixed to the file `copy`; `also`: a thread pumping its other stream,
+    waited for at the end."""
     prefix = f"[{label}] ".encode()
     out = sys.stdout.buffer
     for line in iter(stream.readline, b""):
+        line = line if line.endswith(b"\n") else line + b"\n"
+        if copy is not None:
+            copy.write(line)
+            copy.flush()
+        stamp = time.strftime("%a %b %d %H:%M:%S %Y ").encode() if timestamps else b""
         with lock:
-            out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
+            out.write(stamp + prefix + line)
             out.flush()
     stream.close()
+    if copy is not None:
+        copy.close()
+    if also is not None:
+        also.join()
 
 
 def terminate(procs, grace=GRACE_SECONDS):
@@ -170,21 +214,35 @@ def signal_group(proc, sig):
         pass
 
 
-def spawn(label, host, command, env, extra, ssh_port, lock):
+def spawn(label, host, command, env, extra, ssh_port, lock, options=SpawnOptions()):
     """Starts `command` with the rank variables `env` on `host` (here, or over ssh with the
     forwarded variables and `extra`, the -x ones) in a session of its own, its output pumped
     with the prefix "[label] "; (process, pump thread). OSError when it cannot start."""
     remote = not is_local(host)
+    unset = shadowed(env)
     if remote:
         argv = ssh_command(host, {**forwarded(os.environ), **extra, **env}, command,
-                           os.getcwd(), ssh_port)
+                           os.getcwd(), ssh_port, options.identity_file, unset)
         full_env = dict(os.environ)
     else:
         argv, full_env = command, {**os.environ, **extra, **env}
-    proc = subprocess.Popen(argv, env=full_env,
-                            stdin=subprocess.PIPE if remote else subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+        for name in unset:
+            full_env.pop(name, None)
+    if options.verbose:
+        shown = argv if remote else [f"{k}={v}" for k, v in sorted({**extra, **env}.items())
+                                     if k != "CERAR_SECRET"] + list(command)
+        print(f"cerarrun: [{label}] on {host}: {shlex.join(shown)}", file=sys.stderr, flush=True)
+    files = _output_files(label, options)
+    try:
+        proc = subprocess.Popen(argv, env=full_env,
+                                stdin=subprocess.PIPE if remote else subprocess.DEVNULL,
+                                stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE if files else subprocess.STDOUT,
+                                start_new_session=True)
+    except OSError:
+        for file in files or ():
+            file.close()
+        raise
     if remote:  # the secret travels inside ssh's encrypted stream, not on its line
         try:
             proc.stdin.write(ssh_stdin(env))
@@ -192,9 +250,26 @@ def spawn(label, host, command, env, extra, ssh_port, lock):
         except OSError:
             terminate([proc])
             raise
-    thread = threading.Thread(target=pump_output, args=(label, proc.stdout, lock), daemon=True)
+    errors = None
+    if files:
+        errors = threading.Thread(target=pump_output, daemon=True,
+                                  args=(label, proc.stderr, lock, files[1], options.timestamps))
+        errors.start()
+    thread = threading.Thread(target=pump_output, daemon=True,
+                              args=(label, proc.stdout, lock, files[0] if files else None,
+                                    options.timestamps, errors))
     thread.start()
     return proc, thread
+
+
+def _output_files(label, options):
+    """(stdout, stderr) files of --output-filename, or None."""
+    if not options.output_dir:
+        return None
+    name = str(label).zfill(options.width) if str(label).isdigit() else str(label)
+    folder = os.path.join(options.output_dir, f"rank.{name}")
+    os.makedirs(folder, exist_ok=True)
+    return open(os.path.join(folder, "stdout"), "wb"), open(os.path.join(folder, "stderr"), "wb")
 
 
 class Worker:

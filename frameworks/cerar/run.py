@@ -8,6 +8,9 @@ The launcher hosts the rendezvous store itself (the C++ TcpStoreServer, with a f
 secret), starts the ranks with CERAR_RANK, CERAR_SIZE, CERAR_LOCAL_RANK, CERAR_LOCAL_SIZE,
 CERAR_RENDEZVOUS_ADDR, CERAR_RENDEZVOUS_PORT, CERAR_SECRET and the knobs given, prefixes each
 output line with "[rank] ", and when a rank fails terminates the others and exits with its code.
+horovodrun's flags are taken with Horovod's meaning (_horovodrun.py; docs/from-horovod.md):
+
+    cerarrun -np 2 --fusion-threshold-mb 32 --timeline-filename tl.json python train.py
 
 Elastic mode (any of --min-np, --max-np, --host-discovery-script; horovodrun's flags and
 meanings): the job survives the loss of workers and grows onto new hosts, as the elastic driver
@@ -30,15 +33,17 @@ import sys
 import threading
 import time
 
+from cerar._horovodrun import add_horovod_flags, check_horovod_args, horovod_identity
 from cerar._hosts import (assign, is_local, is_loopback, parse_hostfile,  # noqa: F401
                           parse_hosts, route_source)
 from cerar._launch import (FORWARDED_NAMES, FORWARDED_PREFIXES, GRACE_SECONDS,  # noqa: F401
                            Stopped, add_knob_flags, exit_code, exported, forwarded, knob_env,
-                           raise_stopped, rank_env, spawn, ssh_command, ssh_stdin, terminate)
+                           raise_stopped, rank_env, spawn, spawn_options, ssh_command, ssh_stdin,
+                           terminate)
 from cerar._store import HostedStore
 
 
-def parse_args(argv=None):
+def build_parser():
     parser = argparse.ArgumentParser(
         prog="cerarrun", description="Runs a command as the ranks of a cerar job.")
     parser.add_argument("-np", "--num-proc", dest="np", type=int, default=None,
@@ -56,10 +61,18 @@ def parse_args(argv=None):
                         help="terminate the job after this many seconds (exit 124)")
     parser.add_argument("--rendezvous-addr", default=None,
                         help="this host's address as the ranks see it (multi-host jobs)")
-    parser.add_argument("--ssh-port", type=int, default=None, help="ssh port of remote hosts")
+    parser.add_argument("-p", "--ssh-port", type=int, default=None,
+                        help="ssh port of remote hosts")
+    add_horovod_flags(parser)
     _add_elastic_flags(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command of every rank")
+    return parser
+
+
+def parse_args(argv=None):
+    parser = build_parser()
     args = parser.parse_args(argv)
+    check_horovod_args(parser, args)
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
     if not args.command:
@@ -79,9 +92,9 @@ def parse_args(argv=None):
 
 def _add_elastic_flags(parser):
     group = parser.add_argument_group("elastic mode (horovodrun's flags)")
-    group.add_argument("--min-np", type=int, default=None,
+    group.add_argument("--min-np", "--min-num-proc", dest="min_np", type=int, default=None,
                        help="fewest ranks the job runs with (default -np)")
-    group.add_argument("--max-np", type=int, default=None,
+    group.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int, default=None,
                        help="most ranks the job grows to (default -np)")
     group.add_argument("--host-discovery-script", default=None, metavar="SCRIPT",
                        help="prints the available hosts, 'host:slots' or 'host' a line; "
@@ -163,11 +176,17 @@ def _start_ranks(args, placement, store, procs, pumps):
     extra = exported(args.export, os.environ)
     knobs = knob_env(args)
     lock = threading.Lock()
+    options = spawn_options(args)
+    if options.verbose:
+        print(f"cerarrun: store at {store.address}:{store.port}; {args.np} ranks",
+              file=sys.stderr, flush=True)
     for rank, host, local_rank, local_size in placement:
         env = rank_env(rank, args.np, local_rank, local_size, store.address, store.port,
                        store.secret, knobs)
+        env.update(horovod_identity(placement, rank))
         try:
-            proc, pump = spawn(rank, host, args.command, env, extra, args.ssh_port, lock)
+            proc, pump = spawn(rank, host, args.command, env, extra, args.ssh_port, lock,
+                               options)
         except OSError as error:
             print(f"cerarrun: cannot start rank {rank}: {error}", file=sys.stderr)
             return 127
