@@ -23,6 +23,7 @@ const std::vector<IgnoredVariable>& horovodIgnoredVariables() {
       {"HOROVOD_THREAD_AFFINITY", "the background thread is not pinned to cores"},
       {"HOROVOD_DISABLE_NVTX_RANGES", "no NVTX ranges are emitted"},
       {"HOROVOD_LOG_HIDE_TIME", "log lines carry no time"},
+      {"HOROVOD_CCL_BGT_AFFINITY", "cerar does not use oneCCL"},
       {"HOROVOD_ELASTIC_TIMEOUT",
        "the elastic driver sets its workers' limit from cerarrun's --elastic-timeout"},
   };
@@ -44,6 +45,8 @@ const std::vector<const char*>& horovodQuietVariables() {
       "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK",
       "HOROVOD_CROSS_SIZE", "HOROVOD_ELASTIC", "HOROVOD_GLOO_RENDEZVOUS_ADDR",
       "HOROVOD_GLOO_RENDEZVOUS_PORT",
+      // horovodrun's own limit (cerarrun's --start-timeout sets the ranks' rendezvous limit).
+      "HOROVOD_START_TIMEOUT",
   };
   return names;
 }
