@@ -19,10 +19,11 @@ from cerar import (BUILD_FLAGS, ERRORS, Adasum, Average, CerarError,  # noqa: F4
                    MismatchError, PeerLostError, ShutDownError, Sum, ccl_built,
                    cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
                    is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
-                   mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, shutdown,
-                   size)
+                   mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, size)
+from cerar import shutdown as _shutdown
 from cerar import elastic  # noqa: F401  (hvd.elastic: ObjectState, run, ...)
-from cerar._frontend import auto_name, barrier, join  # noqa: F401
+from cerar import _frontend
+from cerar._frontend import auto_name
 from cerar._process_sets import (ProcessSet, add_process_set,  # noqa: F401
                                  global_process_set, remove_process_set)
 
@@ -33,6 +34,27 @@ __all__ = [
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
     *BUILD_FLAGS, *ERRORS,
 ]
+
+
+# jax returns from a jitted call before its callbacks have run (asynchronous dispatch): these
+# first wait for the collectives of the jitted calls made so far.
+def shutdown():
+    """Stops the runtime (after the collectives of pending jitted calls)."""
+    jax.effects_barrier()
+    _shutdown()
+
+
+def barrier(process_set=None):
+    """Returns once every rank of the set has called barrier() (after this rank's pending
+    jitted collectives)."""
+    jax.effects_barrier()
+    _frontend.barrier(process_set)
+
+
+def join():
+    """cerar.join(), after this rank's pending jitted collectives."""
+    jax.effects_barrier()
+    return _frontend.join()
 
 
 def _host(x):
