@@ -106,6 +106,12 @@ def check_others(r, n, halves):
                 np.repeat(np.arange(n, dtype=np.float32) * 2, 2)[:, None] * np.ones(3))
     check_close("broadcast in jit", jax.jit(lambda x: cj.broadcast(x + 1, root_rank=n - 1))(
         jnp.full(3, float(r))), np.full(3, float(n)))
+    try:
+        gather(jnp.full((r + 1, 3), 1.0)).block_until_ready()
+    except Exception as error:  # 10 rows on every rank, where each traced 4 * (r + 1)
+        check("allgather of other sizes", "InvalidArgumentError" in str(error), str(error)[-300:])
+    else:
+        check("allgather of other sizes", False, "no error")
     half = halves[r // 2]
     check_close("process set in jit",
                 jax.jit(lambda x: cj.allreduce(x, op=cj.Sum, process_set=half))(
