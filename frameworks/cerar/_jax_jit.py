@@ -24,8 +24,8 @@ from jax.experimental import io_callback
 from cerar._cerar import InvalidArgumentError
 from cerar._process_sets import _membership
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-_JAX = os.path.dirname(os.path.abspath(jax.__file__))
+_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_JAX = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
 
 
 def traced(*trees):
