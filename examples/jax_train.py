@@ -5,8 +5,9 @@ all-reduce (one grouped request for the pytree) and the update are one compiled 
     cerarrun -np 4 --algorithm ring python examples/jax_train.py --steps 200
     cerarrun -np 4 python examples/jax_train.py --measure 200
 
---measure N times N all-reduces inside jit against the same outside jit, and the jitted step
-against the same step split around an outside-jit all-reduce, side by side (rank 0 prints).
+--measure N times rounds of N all-reduces inside jit against the same outside jit, and of the
+jitted step against the same step split around outside-jit collectives, the two alternating
+(rank 0 prints the medians).
 """
 import argparse
 import time
@@ -34,7 +35,7 @@ def loss_fn(params, x, y):
     return jnp.mean((predict(params, x) - y) ** 2)
 
 
-def sgd(params, grads, lr=0.05):
+def sgd(params, grads, lr=0.1):
     return jax.tree_util.tree_map(lambda p, g: p - lr * g, params, grads)
 
 
@@ -48,21 +49,27 @@ def train_step(params, x, y):
 
 def shard(rank, size, samples=4096, features=16):
     """This rank's part of a synthetic regression problem (the same teacher everywhere)."""
-    teacher = jax.random.normal(jax.random.PRNGKey(42), (features, 1))
+    teacher = jax.random.normal(jax.random.PRNGKey(42), (features, 1)) / np.sqrt(features)
     x = jax.random.normal(jax.random.PRNGKey(rank), (samples // size, features))
     return x, jnp.sin(x @ teacher)
 
 
-def per_call(function, rounds=5):
-    """Median over rounds of one round's seconds per call (function runs the round)."""
-    return float(np.median([function() for _ in range(rounds)]))
+def side_by_side(first, second, rounds=7):
+    """Medians over rounds of each function's seconds per call (each runs one round of calls);
+    the two alternate, so that a change in the machine's load falls on both."""
+    times = [(first(), second()) for _ in range(rounds)]
+    return tuple(float(np.median(column)) for column in zip(*times))
 
 
 def measure(params, x, y, calls):
     small, large = jnp.ones(256, jnp.float32), jnp.ones(1 << 20, jnp.float32)
     inside = jax.jit(lambda v: cj.allreduce(v, name="inside"))
-    split_grad = jax.jit(jax.grad(loss_fn))
-    apply = jax.jit(sgd)
+    loss_and_grad, apply = jax.jit(jax.value_and_grad(loss_fn)), jax.jit(sgd)
+
+    def split_step():
+        """train_step's work with its two collectives outside jit."""
+        loss, grads = loss_and_grad(params, x, y)
+        return apply(params, cj.allreduce_tree(grads, name="grads")), cj.allreduce(loss)
 
     def timed(call):
         def round_():
@@ -75,11 +82,10 @@ def measure(params, x, y, calls):
 
     rows = []
     for label, v in [("allreduce 1 KiB", small), ("allreduce 4 MiB", large)]:
-        rows.append((label, per_call(timed(lambda: inside(v))),
-                     per_call(timed(lambda: cj.allreduce(v, name="outside")))))
-    rows.append(("train step", per_call(timed(lambda: train_step(params, x, y)[0])),
-                 per_call(timed(lambda: apply(params, cj.allreduce_tree(
-                     split_grad(params, x, y), name="grads"))))))
+        rows.append((label, *side_by_side(timed(lambda: inside(v)),
+                                          timed(lambda: cj.allreduce(v, name="outside")))))
+    rows.append(("train step", *side_by_side(timed(lambda: train_step(params, x, y)),
+                                             timed(split_step))))
     if cj.rank() == 0:
         print(f"{'':16} {'inside jit':>12} {'outside jit':>12} {'ratio':>7}")
         for label, a, b in rows:
