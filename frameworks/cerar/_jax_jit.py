@@ -19,6 +19,7 @@ import sys
 
 import jax
 import numpy as np
+from jax._src import core as _jax_core
 from jax.experimental import io_callback
 
 from cerar._cerar import InvalidArgumentError
@@ -29,8 +30,15 @@ _JAX = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
 
 
 def traced(*trees):
-    """True when any leaf is a tracer (the call is being traced by jit or another transform)."""
-    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(trees))
+    """True when the call is being traced (by jit or another transform), also for operands
+    that are constants of the traced function: run then and there, their collective would
+    run once, when tracing, and its result stay in the compiled program."""
+    if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(trees)):
+        return True
+    context = getattr(_jax_core, "trace_ctx", None)  # jax >= 0.4.36: O(1)
+    if context is not None:
+        return not context.is_top_level()
+    return isinstance(jax.lax.full((), 0, np.int8), jax.core.Tracer)  # a primitive is traced
 
 
 def _call_site():

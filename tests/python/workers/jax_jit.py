@@ -70,6 +70,10 @@ def check_recompile(r, n):
         x = jnp.full(shape, float(r + 1), jnp.float32)
         check_close(f"recompile {shape}", double_sum(x), np.full(shape, n * (n + 1.0)))
         check_close(f"named {shape}", named(x), np.full(shape, n * (n + 1) / 2))
+    constant = jax.jit(lambda: cj.allreduce(jnp.full(2, 3.0), op=cj.Sum))
+    check("a constant's all-reduce runs with the program, not when tracing",
+          "io_callback" in str(jax.make_jaxpr(constant)()))
+    check_close("a constant in jit", constant(), np.full(2, 3.0 * n))
     check_close("int32 in jit", jax.jit(lambda x: cj.allreduce(x, op=cj.Max))(
         jnp.array([r, -r], jnp.int32)), [n - 1, 0])
 
