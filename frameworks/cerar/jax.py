@@ -105,7 +105,7 @@ def allreduce_tree(tree, op=Average, name=None, prescale_factor=1.0, postscale_f
     def host(arrays, base):
         return _reduce_arrays([_host(a) for a in arrays], base, op, prescale_factor,
                               postscale_factor, process_set)
-    if _jax_jit.traced(leaves):
+    if leaves and _jax_jit.traced(leaves):
         return jax.tree_util.tree_unflatten(treedef,
                                             _jax_jit.allreduce_tree(host, leaves, name))
     arrays = host(leaves, auto_name("allreduce_tree", name))

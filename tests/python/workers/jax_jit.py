@@ -123,6 +123,7 @@ def check_others(r, n, halves):
     tree = jax.jit(lambda t: cj.allreduce_tree(t, op=cj.Sum))(
         {"f": jnp.full(3, float(r)), "i": jnp.arange(2, dtype=jnp.int32) + r})
     check_close("tree of two dtypes in jit", tree["i"], np.arange(2) * n + n * (n - 1) / 2)
+    check("empty tree in jit", jax.jit(lambda t: cj.allreduce_tree(t))({}) == {})
 
 
 def check_mismatch(r, n):
