@@ -81,9 +81,10 @@ def allreduce(host_allreduce, x, name):
     return host_call(lambda a: [host_allreduce(a, name)], [x], [_shape_of(x)])[0]
 
 
-def allreduce_tree(host_tree, leaves, name):
-    """host_tree(list of numpy arrays, base name) -> the reduced list, from compiled code."""
-    base = traced_name("allreduce_tree", name)
+def tree(kind, host_tree, leaves, name):
+    """host_tree(list of numpy arrays, base name) -> the list of results (of the same shapes),
+    from compiled code: one callback for a whole pytree."""
+    base = traced_name(kind, name)
     return host_call(lambda *arrays: host_tree(list(arrays), base), leaves,
                      [_shape_of(leaf) for leaf in leaves])
 

@@ -4,7 +4,7 @@
     grads = cj.allreduce_tree(grads)            # averaged in one fused grouped call per dtype
     params = cj.broadcast_tree(params, root_rank=0)
 
-allreduce, allreduce_tree, allgather and broadcast also work inside jax.jit, as ordered host
+allreduce, allreduce_tree, allgather, broadcast and broadcast_tree also work inside jax.jit, as ordered host
 callbacks (cerar/_jax_jit.py; docs/collectives.md, "JAX inside jit"). Either way the arrays go
 through host memory. Each takes process_set= (docs/process-sets.md).
 """
@@ -106,8 +106,8 @@ def allreduce_tree(tree, op=Average, name=None, prescale_factor=1.0, postscale_f
         return _reduce_arrays([_host(a) for a in arrays], base, op, prescale_factor,
                               postscale_factor, process_set)
     if leaves and _jax_jit.traced(leaves):
-        return jax.tree_util.tree_unflatten(treedef,
-                                            _jax_jit.allreduce_tree(host, leaves, name))
+        return jax.tree_util.tree_unflatten(
+            treedef, _jax_jit.tree("allreduce_tree", host, leaves, name))
     arrays = host(leaves, auto_name("allreduce_tree", name))
     return jax.tree_util.tree_unflatten(
         treedef, [_back(a, leaf) for a, leaf in zip(arrays, leaves)])
@@ -134,11 +134,17 @@ def broadcast(x, root_rank=0, name=None, process_set=None):
 def broadcast_tree(tree, root_rank=0, name=None, process_set=None):
     """Every leaf of `tree` from root_rank (e.g. initial parameters)."""
     leaves, treedef = jax.tree_util.tree_flatten(tree)
-    base = auto_name("broadcast_tree", name)
-    arrays = [_host(leaf) for leaf in leaves]
-    handles = [cn.broadcast_async_(a, root_rank, f"{base}.{i}", process_set)
-               for i, a in enumerate(arrays)]
-    for handle in handles:
-        handle.wait()
+
+    def host(arrays, base):
+        arrays = [_host(a) for a in arrays]
+        handles = [cn.broadcast_async_(a, root_rank, f"{base}.{i}", process_set)
+                   for i, a in enumerate(arrays)]
+        for handle in handles:
+            handle.wait()
+        return arrays
+    if leaves and _jax_jit.traced(leaves):
+        return jax.tree_util.tree_unflatten(
+            treedef, _jax_jit.tree("broadcast_tree", host, leaves, name))
+    arrays = host(leaves, auto_name("broadcast_tree", name))
     return jax.tree_util.tree_unflatten(
         treedef, [_back(a, leaf) for a, leaf in zip(arrays, leaves)])

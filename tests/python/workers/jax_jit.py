@@ -116,6 +116,10 @@ def check_others(r, n, halves):
         check("allgather of other sizes", "InvalidArgumentError" in str(error), str(error)[-300:])
     else:
         check("allgather of other sizes", False, "no error")
+    same = jax.jit(lambda t: cj.broadcast_tree(t, root_rank=1))(
+        {"w": jnp.full((2, 2), float(r)), "k": jnp.arange(3, dtype=jnp.int32) * r})
+    check_close("broadcast_tree in jit", same["w"], np.ones((2, 2)))
+    check_close("broadcast_tree int in jit", same["k"], np.arange(3))
     half = halves[r // 2]
     check_close("process set in jit",
                 jax.jit(lambda x: cj.allreduce(x, op=cj.Sum, process_set=half))(
