@@ -4,9 +4,9 @@
     grads = cj.allreduce_tree(grads)            # averaged in one fused grouped call per dtype
     params = cj.broadcast_tree(params, root_rank=0)
 
-allreduce, allreduce_tree, allgather, broadcast and broadcast_tree also work inside jax.jit, as ordered host
-callbacks (cerar/_jax_jit.py; docs/collectives.md, "JAX inside jit"). Either way the arrays go
-through host memory. Each takes process_set= (docs/process-sets.md).
+allreduce, allreduce_tree, allgather, broadcast and broadcast_tree also work inside jax.jit, as
+ordered host callbacks (cerar/_jax_jit.py; docs/collectives.md, "JAX inside jit"). Either way
+the arrays go through host memory. Each takes process_set= (docs/process-sets.md).
 """
 import jax
 import jax.numpy as jnp

@@ -1,10 +1,10 @@
 """cerar.jax inside jax.jit on every rank. `jax_jit.py ring|cerar`; prints "jax jit OK".
 
-ring: a jitted MLP train step equals the same step run op by op (collectives outside jit) bit
-for bit; recompiling for new shapes; two all-reduces in an order chosen by data; allgather,
-broadcast and a process set inside jit; a shape mismatch inside jit fails every rank with
-MismatchError named in the error. cerar: the jitted CERAR all-reduce equals the outside-jit one
-and stays within its predicted bound.
+ring: a jitted MLP train step equals bit for bit the same step with its all-reduce outside jit;
+recompiling for new shapes; two all-reduces in an order chosen by data; allgather, broadcast,
+broadcast_tree, a process set and constants inside jit; a shape mismatch inside jit fails every
+rank with MismatchError named in the error. cerar: the jitted CERAR all-reduce equals the
+outside-jit one and stays within its predicted bound.
 """
 import sys
 
