@@ -36,12 +36,17 @@ def begin(kind, name=None, process_set=None):
     ValueError while an operation of that name is in flight in that set."""
     name = auto_name(kind, name)
     process_set_id = _set_id(process_set)
+    check_not_in_flight(name, process_set_id)
+    return name, process_set_id
+
+
+def check_not_in_flight(name, process_set_id=0):
+    """Raises ValueError while an operation named `name` is in flight in that set."""
     held = _inflight.get((process_set_id, name))
     if held is not None and not held.poll():
         raise ValueError(f"cerar: an operation named {name!r} is already in flight on rank "
                          f"{_state.current().rank}; names must be unique among pending "
                          "operations")
-    return name, process_set_id
 
 
 def track(name, handle, process_set_id=0):
