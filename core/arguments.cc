@@ -13,7 +13,7 @@ Status argumentError(const std::string& why) { return Status(StatusCode::kInvali
 
 Status checkNames(const std::vector<std::string>& names, const char* what) {
   if (names.empty()) return argumentError(std::string(what) + ": no tensors");
-  std::unordered_set<std::string> seen;
+  std::unordered_set<std::string> seen;  // one name cannot repeat: filled for groups only
   for (const auto& name : names) {
     if (name.empty()) {
       return argumentError(std::string(what) + ": a tensor name must not be empty");
@@ -22,7 +22,7 @@ Status checkNames(const std::vector<std::string>& names, const char* what) {
       return argumentError(std::string(what) + " of '" + name +
                            "': the name contains the byte 0x1f");
     }
-    if (!seen.insert(name).second) {
+    if (names.size() > 1 && !seen.insert(name).second) {
       return argumentError(std::string(what) + ": the name '" + name +
                            "' appears twice in one group");
     }
@@ -97,12 +97,16 @@ Status checkReduction(const std::vector<std::string>& names, const std::vector<T
     if (i == 0) d.dtype = in.dtype, d.onDevice = in.device >= 0;
     invalid = checkTensor(names[i], in);
     if (!invalid.ok()) break;
-    std::vector<int64_t> expected = in.shape;
-    if (scatter && expected.empty()) {
+    if (scatter && in.shape.empty()) {
       return argumentError("reducescatter of '" + names[i] +
                            "': a scalar has no first dimension to scatter");
     }
-    if (scatter) expected[0] = scatterRows(expected[0], setRank, setSize);
+    std::vector<int64_t> scattered;  // an allreduce's output has the input's shape: no copy
+    if (scatter) {
+      scattered = in.shape;
+      scattered[0] = scatterRows(scattered[0], setRank, setSize);
+    }
+    const std::vector<int64_t>& expected = scatter ? scattered : in.shape;
     if (out.dtype != in.dtype || out.shape != expected || out.device != in.device ||
         (out.data == nullptr && out.elements() > 0)) {
       invalid = argumentError(
@@ -129,8 +133,13 @@ Status checkReductionCall(const std::vector<std::string>& names, const std::vect
                           const std::optional<ProcessSet>& set, int rank) {
   const bool scatter = d.kind == Kind::kReducescatter;
   const char* what = scatter ? "reducescatter" : "allreduce";
-  Status invalid = checkMember(set, d.processSet, rank, detail::concat(
-      what, " of '", names.empty() ? std::string() : names.front(), "'"));
+  // The refusal's context is built only for a refusal: this runs on every enqueue.
+  Status invalid = set && set->contains(rank)
+                       ? Status()
+                       : checkMember(set, d.processSet, rank,
+                                     detail::concat(what, " of '",
+                                                    names.empty() ? std::string() : names.front(),
+                                                    "'"));
   if (invalid.ok()) {
     invalid = checkReduction(names, inputs, outputs, d, set->rankOf(rank), set->size());
   }

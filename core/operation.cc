@@ -17,8 +17,11 @@ void OperationState::complete(const Status& outcome) {
 
 namespace {
 // A name is in flight per process set (as in Horovod, where each set has its own queue).
+// The key is Request::key()'s for one name, built directly: it is made three times per tensor,
+// twice under the lock that every enqueue takes.
 std::string inFlightKey(const std::string& name, int32_t set) {
-  return Request{{name}, Description{.processSet = set}}.key();
+  if (set == 0) return name;
+  return "\x1f" + std::to_string(set) + "\x1f" + name;
 }
 }  // namespace
 

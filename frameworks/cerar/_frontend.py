@@ -29,6 +29,9 @@ def auto_name(kind, name=None):
 # are held here (a caller may drop its own) until they are seen done.
 _inflight = {}
 _PRUNE_AT = 1024  # unnamed calls add names without end: past this, finished ones are forgotten
+# The next size that prunes: twice what the last pruning kept, so that more than _PRUNE_AT
+# operations really in flight cost one scan per doubling, not one per call.
+_prune_at = _PRUNE_AT
 
 
 def begin(kind, name=None, process_set=None):
@@ -36,20 +39,27 @@ def begin(kind, name=None, process_set=None):
     ValueError while an operation of that name is in flight in that set."""
     name = auto_name(kind, name)
     process_set_id = _set_id(process_set)
+    check_not_in_flight(name, process_set_id)
+    return name, process_set_id
+
+
+def check_not_in_flight(name, process_set_id=0):
+    """Raises ValueError while an operation named `name` is in flight in that set."""
     held = _inflight.get((process_set_id, name))
     if held is not None and not held.poll():
         raise ValueError(f"cerar: an operation named {name!r} is already in flight on rank "
                          f"{_state.current().rank}; names must be unique among pending "
                          "operations")
-    return name, process_set_id
 
 
 def track(name, handle, process_set_id=0):
     """`handle`, remembered as in flight under `name` until it is done."""
-    if len(_inflight) > _PRUNE_AT:
+    global _prune_at
+    if len(_inflight) > _prune_at:
         for key, held in list(_inflight.items()):
             if held.poll():
                 del _inflight[key]
+        _prune_at = max(_PRUNE_AT, 2 * len(_inflight))
     _inflight[(process_set_id, name)] = handle
     return handle
 

@@ -7,11 +7,13 @@ class Handle:
 
     __slots__ = ("_handle", "_finish", "_done", "_result", "__weakref__")
 
-    def __init__(self, handle, finish=None):
+    def __init__(self, handle, finish=None, result=None):
+        """finish(handle) gives the result once the operation is done; without it the result
+        is `result` (an in-place operation's own tensor, known at the call)."""
         self._handle = handle
         self._finish = finish
         self._done = False
-        self._result = None
+        self._result = result
 
     def poll(self):
         """True once the operation has ended (successfully or not)."""
@@ -21,8 +23,9 @@ class Handle:
         """Waits for the operation and returns its result; raises CerarError if it failed."""
         if not self._done:
             self._handle.wait()
-            self._result = self._finish(self._handle) if self._finish else None
-            self._finish = None
+            if self._finish is not None:
+                self._result = self._finish(self._handle)
+                self._finish = None
             self._done = True
         return self._result
 

@@ -10,12 +10,12 @@ here around the runtime's call, exactly:
 """
 import torch
 
-from cerar import Average, Max, Min, Product, Sum, _rt
+from cerar import Average, Max, Min, Op, Product, Sum, _rt
 from cerar._cerar import InvalidArgumentError
 from cerar._frontend import (alltoall_splits, auto_name, begin, check_first_dimension,
-                             track)
+                             check_not_in_flight, track)
 from cerar._handle import Handle, synchronize
-from cerar._process_sets import _membership
+from cerar._process_sets import _membership, global_process_set
 from cerar.torch._tensors import WIDENED, fresh, from_numpy, view, wire_source
 
 
@@ -79,8 +79,31 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
     """Reduces `tensor` in place across ranks; the Handle's result is `tensor`. `wire`:
     "fp16" or "bf16" sends a float32 CPU tensor in that format, adding in float32 at every hop
     (docs/wires.md); every rank must ask the same."""
+    if (average is None and (wire is None or wire == "none") and type(tensor) in _PLAIN
+            and tensor.dtype in _LEAN_DTYPES and (process_set is None
+                                                  or process_set is global_process_set)):
+        lean_op = Average if op is None else op
+        if lean_op in _LEAN_OPS:
+            return _lean_allreduce_(tensor, name, lean_op, prescale_factor, postscale_factor)
     return _grouped_async_([tensor], average, name, op, prescale_factor, postscale_factor,
                            single=True, wire=wire, process_set=process_set)
+
+
+# The common call (one floating tensor, the global set, the full-width wire, a runtime op)
+# needs none of _grouped_async_'s planning: Python's work per tensor is most of a small
+# tensor's cost, so that call takes the shortest way to the runtime with the same checks.
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_LEAN_DTYPES = frozenset((torch.float32, torch.float64, torch.float16, torch.bfloat16))
+_LEAN_OPS = (Sum, Average, Min, Max, Op.Adasum)
+
+
+def _lean_allreduce_(tensor, name, op, prescale, postscale):
+    name = auto_name("allreduce") if name is None else str(name)
+    check_not_in_flight(name)
+    data = tensor.data if type(tensor) is torch.nn.Parameter else tensor
+    handle = _rt().allreduce(name, view(data), None, op, float(prescale), float(postscale),
+                             "none", 0)
+    return track(name, Handle(handle, None, tensor))
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
