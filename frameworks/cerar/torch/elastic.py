@@ -115,20 +115,24 @@ class ElasticSampler(torch.utils.data.Sampler):
 
 
 class _Handler:
-    """Saves, restores and syncs one attribute of a TorchState that is not a plain value."""
+    """Saves, restores and syncs one attribute of a TorchState that is not a plain value:
+    all of them keep a copy of their state_dict; each subclass syncs its own way."""
 
     def __init__(self, value):
         self.value = value
         self.save()
 
-
-class _ModelHandler(_Handler):
     def save(self):
         self.saved = copy.deepcopy(self.value.state_dict())
 
     def restore(self):
         self.value.load_state_dict(self.saved)
 
+    def reset(self):
+        """After a reset, before the sync (the size may have changed)."""
+
+
+class _ModelHandler(_Handler):
     def sync(self):
         from cerar.torch import broadcast_parameters
         broadcast_parameters(self.value.state_dict(), root_rank=0,
@@ -136,12 +140,6 @@ class _ModelHandler(_Handler):
 
 
 class _OptimizerHandler(_Handler):
-    def save(self):
-        self.saved = copy.deepcopy(self.value.state_dict())
-
-    def restore(self):
-        self.value.load_state_dict(self.saved)
-
     def sync(self):
         from cerar.torch import broadcast_optimizer_state
         broadcast_optimizer_state(self.value, root_rank=0, name="cerar.elastic.optimizer")
@@ -152,12 +150,6 @@ class _OptimizerHandler(_Handler):
 
 
 class _SamplerHandler(_Handler):
-    def save(self):
-        self.saved = copy.deepcopy(self.value.state_dict())
-
-    def restore(self):
-        self.value.load_state_dict(self.saved)
-
     def sync(self):
         """Rank 0's record, which goes with rank 0's model: a rank whose last step failed
         half-way may have committed one step more or less than rank 0 (and every rank's
@@ -225,5 +217,5 @@ class TorchState(ObjectState):
 
     def reset(self):
         for handler in self._handlers.values():
-            getattr(handler, "reset", lambda: None)()
+            handler.reset()
         super().reset()
