@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
+#include "ops/codec/codec_simd.h"
 #include "ops/codec/half.h"
 #include "ops/common/error.h"
 
@@ -82,27 +84,25 @@ void withFloating(DType dtype, const char* what, Fn&& fn) {
                              dtypeName(dtype)));
 }
 
+// The float sums, encode and decode run the widest loops this CPU has (codec_simd.h).
 template <typename T>
-void decodeLoop(T eps, const T* __restrict y, const T* __restrict previous, T* __restrict out,
-                size_t n) {
-  for (size_t e = 0; e < n; ++e) out[e] = (y[e] - previous[e]) / eps + out[e];
+const FloatKernels<T>& floatKernels() {
+  if constexpr (std::is_same_v<T, float>) return kernels().f32;
+  else return kernels().f64;
 }
 
 template <typename T>
-void encodeLoop(T eps, const T* __restrict y, const T* __restrict g, size_t gLength,
-                T* __restrict msg, size_t n) {
-  const size_t head = std::min(gLength, n);
-  for (size_t e = 0; e < head; ++e) msg[e] = y[e] + eps * g[e];
-  // Zero padding: y + eps*0 is y + 0, which turns -0 into +0; computed, not copied, so that
-  // every implementation sends the same bits.
-  for (size_t e = head; e < n; ++e) msg[e] = y[e] + T(0);
-}
+constexpr bool kHasKernels = std::is_same_v<T, float> || std::is_same_v<T, double>;
 
 }  // namespace
 
 void accumulate(DType dtype, ReduceOp op, const void* y, const void* g, void* msg, size_t n) {
   withCombine(dtype, op, [&](auto tag, auto combine) {
     using T = decltype(tag);
+    if constexpr (kHasKernels<T> && std::is_same_v<decltype(combine), Sum<T>>) {
+      return floatKernels<T>().add(static_cast<const T*>(y), static_cast<const T*>(g),
+                                   static_cast<T*>(msg), n);
+    }
     combineLoop(static_cast<const T*>(y), static_cast<const T*>(g), static_cast<T*>(msg), n,
                 combine);
   });
@@ -111,6 +111,9 @@ void accumulate(DType dtype, ReduceOp op, const void* y, const void* g, void* ms
 void finishFirst(DType dtype, ReduceOp op, const void* y, void* out, size_t n) {
   withCombine(dtype, op, [&](auto tag, auto combine) {
     using T = decltype(tag);
+    if constexpr (kHasKernels<T> && std::is_same_v<decltype(combine), Sum<T>>) {
+      return floatKernels<T>().addInPlace(static_cast<const T*>(y), static_cast<T*>(out), n);
+    }
     combineInPlace(static_cast<const T*>(y), static_cast<T*>(out), n, combine);
   });
 }
@@ -119,8 +122,8 @@ void finishDecode(DType dtype, double eps, const void* y, const void* previous, 
                   size_t n) {
   withFloating(dtype, "decode", [&](auto tag) {
     using T = decltype(tag);
-    decodeLoop(static_cast<T>(eps), static_cast<const T*>(y), static_cast<const T*>(previous),
-               static_cast<T*>(out), n);
+    floatKernels<T>().decode(static_cast<T>(eps), static_cast<const T*>(y),
+                             static_cast<const T*>(previous), static_cast<T*>(out), n);
   });
 }
 
@@ -128,9 +131,9 @@ void storeAndEncode(DType dtype, double eps, const void* y, const void* g, size_
                     void* storeTo, void* msg, size_t n) {
   withFloating(dtype, "encode", [&](auto tag) {
     using T = decltype(tag);
-    if (storeTo != nullptr) std::memcpy(storeTo, y, n * sizeof(T));
-    encodeLoop(static_cast<T>(eps), static_cast<const T*>(y), static_cast<const T*>(g), gLength,
-               static_cast<T*>(msg), n);
+    floatKernels<T>().encode(static_cast<T>(eps), static_cast<const T*>(y),
+                             static_cast<const T*>(g), gLength, static_cast<T*>(storeTo),
+                             static_cast<T*>(msg), n);
   });
 }
 

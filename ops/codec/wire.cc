@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ops/codec/half.h"
+#include "ops/codec/codec_simd.h"
 #include "ops/common/error.h"
 
 namespace cerar {
@@ -33,17 +33,9 @@ namespace codec {
 
 namespace {
 
-template <typename H>
-void encodeAs(const float* x, uint16_t* out, size_t n) {
-  for (size_t i = 0; i < n; ++i) out[i] = fromFloat<H>(x[i]).bits;
-}
-template <typename H>
-void decodeAs(const uint16_t* in, float* out, size_t n) {
-  for (size_t i = 0; i < n; ++i) out[i] = toFloat(H{in[i]});
-}
-template <typename H>
-void accumulateAs(const uint16_t* y, const float* g, uint16_t* out, size_t n) {
-  for (size_t i = 0; i < n; ++i) out[i] = fromFloat<H>(toFloat(H{y[i]}) + g[i]).bits;
+// The casts run the widest loops this CPU has (codec_simd.h).
+const WireKernels& wireKernels(Wire wire) {
+  return wire == Wire::kFloat16 ? kernels().fp16 : kernels().bf16;
 }
 
 void checkWire(Wire wire) {
@@ -55,18 +47,17 @@ void checkWire(Wire wire) {
 
 void encodeWire(Wire wire, const float* x, uint16_t* out, size_t n) {
   checkWire(wire);
-  wire == Wire::kFloat16 ? encodeAs<Half>(x, out, n) : encodeAs<BFloat16>(x, out, n);
+  wireKernels(wire).encode(x, out, n);
 }
 
 void decodeWire(Wire wire, const uint16_t* in, float* out, size_t n) {
   checkWire(wire);
-  wire == Wire::kFloat16 ? decodeAs<Half>(in, out, n) : decodeAs<BFloat16>(in, out, n);
+  wireKernels(wire).decode(in, out, n);
 }
 
 void accumulateWire(Wire wire, const uint16_t* y, const float* g, uint16_t* out, size_t n) {
   checkWire(wire);
-  wire == Wire::kFloat16 ? accumulateAs<Half>(y, g, out, n)
-                         : accumulateAs<BFloat16>(y, g, out, n);
+  wireKernels(wire).accumulate(y, g, out, n);
 }
 
 uint8_t fp16GuardBits(const float* x, size_t n, int N) {

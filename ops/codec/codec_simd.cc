@@ -1,0 +1,61 @@
+// The baseline table (built for x86-64-v2 like the rest of the codec) and the choice of table.
+#include "ops/codec/codec_simd.h"
+
+#include "ops/codec/codec_loops.h"
+#include "ops/common/error.h"
+
+namespace cerar::codec {
+
+const char* isaName(Isa isa) {
+  switch (isa) {
+    case Isa::kBaseline: return "x86-64-v2";
+    case Isa::kAvx2: return "avx2+f16c";
+    case Isa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+bool isaSupported(Isa isa) {
+#if defined(__x86_64__)
+  // libgcc's probe also asks the OS (XGETBV) whether it saves the wide registers.
+  switch (isa) {
+    case Isa::kBaseline: return true;
+    case Isa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    case Isa::kAvx512:
+      return isaSupported(Isa::kAvx2) && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+  }
+  return false;
+#else
+  return isa == Isa::kBaseline;
+#endif
+}
+
+const Kernels& kernelsFor(Isa isa) {
+  CERAR_CHECK_ARGUMENT(isaSupported(isa), "codec: this CPU cannot run the ", isaName(isa),
+                       " loops");
+  static constexpr Kernels baseline = loopKernels();
+  static const Kernels avx2{baseline.f32, baseline.f64, kFp16Avx2, kBf16Avx2};
+  static const Kernels avx512{baseline.f32, baseline.f64, kFp16Avx2, kBf16Avx512};
+  switch (isa) {
+    case Isa::kAvx2: return avx2;
+    case Isa::kAvx512: return avx512;
+    case Isa::kBaseline: break;
+  }
+  return baseline;
+}
+
+Isa activeIsa() {
+  static const Isa widest = isaSupported(Isa::kAvx512) ? Isa::kAvx512
+                            : isaSupported(Isa::kAvx2) ? Isa::kAvx2
+                                                       : Isa::kBaseline;
+  return widest;
+}
+
+const Kernels& kernels() {
+  static const Kernels& active = kernelsFor(activeIsa());
+  return active;
+}
+
+}  // namespace cerar::codec
