@@ -35,9 +35,15 @@ bool isaSupported(Isa isa) {
 const Kernels& kernelsFor(Isa isa) {
   CERAR_CHECK_ARGUMENT(isaSupported(isa), "codec: this CPU cannot run the ", isaName(isa),
                        " loops");
+  // Per routine, the variant that measured fastest on cache-resident segments (bench/README.md,
+  // "Codec throughput"): the float loops and bfloat16's decode (a shift) are the baseline's,
+  // bound by the caches at SSE width already; wider loads there only split more cache lines.
   static constexpr Kernels baseline = loopKernels();
-  static const Kernels avx2{baseline.f32, baseline.f64, kFp16Avx2, kBf16Avx2};
-  static const Kernels avx512{baseline.f32, baseline.f64, kFp16Avx2, kBf16Avx512};
+  auto bf16 = [](const WireKernels& wide) {
+    return WireKernels{wide.encode, baseline.bf16.decode, wide.accumulate};
+  };
+  static const Kernels avx2{baseline.f32, baseline.f64, kFp16Avx2, bf16(kBf16Avx2)};
+  static const Kernels avx512{baseline.f32, baseline.f64, kFp16Avx2, bf16(kBf16Avx512)};
   switch (isa) {
     case Isa::kAvx2: return avx2;
     case Isa::kAvx512: return avx512;

@@ -44,10 +44,7 @@ const Kernels& kernelsFor(Isa isa);
 Isa activeIsa();
 const Kernels& kernels();
 
-// The wide casts (codec_simd_avx2.cc, codec_simd_avx512.cc), for kernelsFor alone. The float
-// loops are the baseline's in every table: they move two or three floats per add at SSE width
-// already and wait on the caches, where wider loads only split more cache lines
-// (bench/README.md, "Codec throughput").
+// The wide casts (codec_simd_avx2.cc, codec_simd_avx512.cc), for kernelsFor alone.
 extern const WireKernels kFp16Avx2, kBf16Avx2, kBf16Avx512;
 
 }  // namespace cerar::codec
