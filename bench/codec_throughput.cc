@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/quantile.h"
 #include "ops/codec/codec.h"
 #include "ops/codec/codec_simd.h"
 #include "ops/codec/half.h"
@@ -116,13 +117,7 @@ void addRoutines(std::vector<Routine>& to, Buffers& b, const codec::Kernels* tab
   }
 }
 
-double quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  const double at = q * double(v.size() - 1);
-  const size_t low = size_t(at);
-  const size_t high = std::min(low + 1, v.size() - 1);
-  return v[low] + (at - double(low)) * (v[high] - v[low]);
-}
+using bench::quantile;
 
 // Seconds per call, over enough calls to take about 2 ms.
 double timeCalls(const std::function<void()>& run, int calls) {

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/quantile.h"
 #include "core/scaling.h"
 #include "ops/common/error.h"
 #include "ops/communicator.h"
@@ -35,14 +36,8 @@ double cpuSeconds() {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
-double quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  const double at = q * double(v.size() - 1);
-  const size_t low = size_t(at);
-  const size_t high = std::min(low + 1, v.size() - 1);
-  return v[low] + (at - double(low)) * (v[high] - v[low]);
-}
-double median(const std::vector<double>& v) { return quantile(v, 0.5); }
+using bench::median;
+using bench::quantile;
 
 
 struct Variant {

@@ -92,10 +92,12 @@ const FloatKernels<T>& floatTable(const Kernels& k) {
 template <typename T>
 void checkAdds() {
   std::mt19937 rng(1);
-  const auto y = randomValues<T>(rng, kLongest + kOffsets), g = randomValues<T>(rng, kLongest + kOffsets);
+  const auto y = randomValues<T>(rng, kLongest + kOffsets),
+             g = randomValues<T>(rng, kLongest + kOffsets);
   forEachCase([&](const Kernels& k, size_t n, size_t offset) {
     std::vector<T> out(n + kOffsets), inPlace = g;
-    floatTable<T>(k).add(y.data() + offset, g.data() + 2 * offset % kOffsets, out.data() + offset, n);
+    floatTable<T>(k).add(y.data() + offset, g.data() + 2 * offset % kOffsets,
+                         out.data() + offset, n);
     floatTable<T>(k).addInPlace(y.data() + offset, inPlace.data() + offset, n);
     for (size_t e = 0; e < n; ++e) {
       const T a = y[offset + e], b = g[2 * offset % kOffsets + e], c = g[offset + e];
@@ -186,35 +188,42 @@ const WireCase kWires[] = {
      [](uint16_t h) { return toFloat(BFloat16{h}); }, bf16IsNaN},
 };
 
-TEST(CodecSimd, WireCastsMatchHalfHOnEveryPattern) {
-  const std::vector<float> inputs = castInputs();
-  std::vector<uint16_t> everyHalf(65536);
-  for (uint32_t h = 0; h < 65536; ++h) everyHalf[h] = uint16_t(h);
+// Runs check(wire case, table) for both wires and every supported table.
+template <typename Check>
+void forEachWireTable(Check check) {
   for (const WireCase& w : kWires) {
     SCOPED_TRACE(w.name);
     for (Isa isa : kIsas) {
       if (!isaSupported(isa)) continue;
       SCOPED_TRACE(isaName(isa));
-      const WireKernels& k = kernelsFor(isa).*w.table;
-      // Input and output each start 0, 1 or 2 elements in, not by the same amount.
-      for (size_t offset = 0; offset < kOffsets; ++offset) {
-        const size_t outOffset = 2 * offset % kOffsets, n = inputs.size() - kOffsets;
-        std::vector<uint16_t> encoded(inputs.size());
-        k.encode(inputs.data() + offset, encoded.data() + outOffset, n);
-        for (size_t i = 0; i < n; ++i) {
-          ASSERT_EQ(encoded[outOffset + i], w.cast(inputs[offset + i]))
-              << "encode of float bits " << std::hex << floatToBits(inputs[offset + i]);
-        }
-        std::vector<float> decoded(65536 + kOffsets);
-        k.decode(everyHalf.data() + offset, decoded.data() + outOffset, 65536 - offset);
-        for (uint32_t h = uint32_t(offset); h < 65536; ++h) {
-          ASSERT_EQ(floatToBits(decoded[outOffset + h - offset]),
-                    floatToBits(w.widen(uint16_t(h))))
-              << "decode of " << std::hex << h;
-        }
-      }
+      check(w, kernelsFor(isa).*w.table);
     }
   }
+}
+
+TEST(CodecSimd, WireCastsMatchHalfHOnEveryPattern) {
+  const std::vector<float> inputs = castInputs();
+  std::vector<uint16_t> everyHalf(65536);
+  for (uint32_t h = 0; h < 65536; ++h) everyHalf[h] = uint16_t(h);
+  forEachWireTable([&](const WireCase& w, const WireKernels& k) {
+    // Input and output each start 0, 1 or 2 elements in, not by the same amount.
+    for (size_t offset = 0; offset < kOffsets; ++offset) {
+      const size_t outOffset = 2 * offset % kOffsets, n = inputs.size() - kOffsets;
+      std::vector<uint16_t> encoded(inputs.size());
+      k.encode(inputs.data() + offset, encoded.data() + outOffset, n);
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(encoded[outOffset + i], w.cast(inputs[offset + i]))
+            << "encode of float bits " << std::hex << floatToBits(inputs[offset + i]);
+      }
+      std::vector<float> decoded(65536 + kOffsets);
+      k.decode(everyHalf.data() + offset, decoded.data() + outOffset, 65536 - offset);
+      for (uint32_t h = uint32_t(offset); h < 65536; ++h) {
+        ASSERT_EQ(floatToBits(decoded[outOffset + h - offset]),
+                  floatToBits(w.widen(uint16_t(h))))
+            << "decode of " << std::hex << h;
+      }
+    }
+  });
 }
 
 // accumulate: every half pattern as y, against random and special g; lengths and offsets.
@@ -223,31 +232,25 @@ TEST(CodecSimd, WireAccumulateMatchesHalfHOnEveryPattern) {
   const std::vector<float> g = randomValues<float>(rng, 65536 + kOffsets);
   std::vector<uint16_t> everyHalf(65536 + kOffsets);
   for (uint32_t h = 0; h < everyHalf.size(); ++h) everyHalf[h] = uint16_t(h * 40503u);
-  for (const WireCase& w : kWires) {
-    SCOPED_TRACE(w.name);
-    for (Isa isa : kIsas) {
-      if (!isaSupported(isa)) continue;
-      SCOPED_TRACE(isaName(isa));
-      const WireKernels& k = kernelsFor(isa).*w.table;
-      auto check = [&](size_t n, size_t offset) {
-        std::vector<uint16_t> out(n + kOffsets);
-        k.accumulate(everyHalf.data() + offset, g.data() + 2 * offset % kOffsets,
-                     out.data() + offset, n);
-        for (size_t i = 0; i < n; ++i) {
-          const uint16_t y = everyHalf[offset + i];
-          const float b = g[2 * offset % kOffsets + i];
-          const uint16_t want = w.cast(w.widen(y) + b);
-          const bool bothNaN = w.isNaN(y) && std::isnan(b);
-          ASSERT_TRUE(out[offset + i] == want || (bothNaN && w.isNaN(out[offset + i])))
-              << "n " << n << " element " << i << ": " << std::hex << y << " + " << b;
-        }
-      };
-      for (size_t n : kLengths) {
-        for (size_t offset = 0; offset < kOffsets; ++offset) check(n, offset);
+  forEachWireTable([&](const WireCase& w, const WireKernels& k) {
+    auto check = [&](size_t n, size_t offset) {
+      std::vector<uint16_t> out(n + kOffsets);
+      k.accumulate(everyHalf.data() + offset, g.data() + 2 * offset % kOffsets,
+                   out.data() + offset, n);
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t y = everyHalf[offset + i];
+        const float b = g[2 * offset % kOffsets + i];
+        const uint16_t want = w.cast(w.widen(y) + b);
+        const bool bothNaN = w.isNaN(y) && std::isnan(b);
+        ASSERT_TRUE(out[offset + i] == want || (bothNaN && w.isNaN(out[offset + i])))
+            << "n " << n << " element " << i << ": " << std::hex << y << " + " << b;
       }
-      check(65536, 0);  // every pattern (40503 is odd: h * 40503 runs through all of them)
+    };
+    for (size_t n : kLengths) {
+      for (size_t offset = 0; offset < kOffsets; ++offset) check(n, offset);
     }
-  }
+    check(65536, 0);  // every pattern (40503 is odd: h * 40503 runs through all of them)
+  });
 }
 
 TEST(CodecSimd, EntryPointsRunTheWidestSupportedTable) {
