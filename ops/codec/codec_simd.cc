@@ -1,6 +1,10 @@
 // The baseline table (built for x86-64-v2 like the rest of the codec) and the choice of table.
 #include "ops/codec/codec_simd.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "ops/codec/codec_loops.h"
 #include "ops/common/error.h"
 
@@ -15,13 +19,24 @@ const char* isaName(Isa isa) {
   return "?";
 }
 
+#if defined(__x86_64__)
+namespace {
+// F16C by CPUID (leaf 1, ECX bit 29): not every compiler's __builtin_cpu_supports knows it.
+bool hasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+}  // namespace
+#endif
+
 bool isaSupported(Isa isa) {
 #if defined(__x86_64__)
-  // libgcc's probe also asks the OS (XGETBV) whether it saves the wide registers.
+  // The compiler runtime's probe also asks the OS (XGETBV) whether it saves the wide
+  // registers; F16C's are AVX's.
   switch (isa) {
     case Isa::kBaseline: return true;
     case Isa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && hasF16c();
     case Isa::kAvx512:
       return isaSupported(Isa::kAvx2) && __builtin_cpu_supports("avx512f") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
