@@ -1,4 +1,5 @@
-// The baseline table (built for x86-64-v2 like the rest of the codec) and the choice of table.
+// The baseline table (built for x86-64-v2 like the rest of the codec), the choice of table, and
+// the 16-bit wires' casts (wire.h), which run it.
 #include "ops/codec/codec_simd.h"
 
 #if defined(__x86_64__)
@@ -6,6 +7,7 @@
 #endif
 
 #include "ops/codec/codec_loops.h"
+#include "ops/codec/wire.h"
 #include "ops/common/error.h"
 
 namespace cerar::codec {
@@ -77,6 +79,28 @@ Isa activeIsa() {
 const Kernels& kernels() {
   static const Kernels& active = kernelsFor(activeIsa());
   return active;
+}
+
+namespace {
+
+const WireKernels& wireKernels(Wire wire) {
+  CERAR_ENFORCE(wire == Wire::kFloat16 || wire == Wire::kBFloat16, "no 16-bit wire: ",
+                wireName(wire));
+  return wire == Wire::kFloat16 ? kernels().fp16 : kernels().bf16;
+}
+
+}  // namespace
+
+void encodeWire(Wire wire, const float* x, uint16_t* out, size_t n) {
+  wireKernels(wire).encode(x, out, n);
+}
+
+void decodeWire(Wire wire, const uint16_t* in, float* out, size_t n) {
+  wireKernels(wire).decode(in, out, n);
+}
+
+void accumulateWire(Wire wire, const uint16_t* y, const float* g, uint16_t* out, size_t n) {
+  wireKernels(wire).accumulate(y, g, out, n);
 }
 
 }  // namespace cerar::codec

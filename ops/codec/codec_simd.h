@@ -2,7 +2,8 @@
 // the codec's entry points (codec.h, wire.h) run the table of the widest the CPU supports,
 // picked once. Every table gives the same bits on every input (tests/cpp/codec_simd_test.cc):
 // the loops compute each element by the same operations in the same order, without FMA
-// contraction (codec_loops.h).
+// contraction (codec_loops.h). The one freedom, as before: an add of two NaNs returns one of
+// them, and which one is the compiler's choice of operand order.
 #pragma once
 
 #include <cstddef>

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ops/codec/codec_simd.h"
 #include "ops/common/error.h"
 
 namespace cerar {
@@ -31,34 +30,8 @@ size_t wireElementBytes(Wire wire, size_t elementBytes) {
 
 namespace codec {
 
-namespace {
-
-// The casts run the widest loops this CPU has (codec_simd.h).
-const WireKernels& wireKernels(Wire wire) {
-  return wire == Wire::kFloat16 ? kernels().fp16 : kernels().bf16;
-}
-
-void checkWire(Wire wire) {
-  CERAR_ENFORCE(wire == Wire::kFloat16 || wire == Wire::kBFloat16, "no 16-bit wire: ",
-                wireName(wire));
-}
-
-}  // namespace
-
-void encodeWire(Wire wire, const float* x, uint16_t* out, size_t n) {
-  checkWire(wire);
-  wireKernels(wire).encode(x, out, n);
-}
-
-void decodeWire(Wire wire, const uint16_t* in, float* out, size_t n) {
-  checkWire(wire);
-  wireKernels(wire).decode(in, out, n);
-}
-
-void accumulateWire(Wire wire, const uint16_t* y, const float* g, uint16_t* out, size_t n) {
-  checkWire(wire);
-  wireKernels(wire).accumulate(y, g, out, n);
-}
+// encodeWire, decodeWire and accumulateWire are in codec_simd.cc, beside the loops that run
+// them: what parses and names wires here links without the codec's loops.
 
 uint8_t fp16GuardBits(const float* x, size_t n, int N) {
   const float high = 32768.0f / float(N > 1 ? N : 1);
