@@ -68,7 +68,7 @@ Status checkOp(const std::string& name, DType dtype, Op op, double prescale, dou
   return {};
 }
 
-Status checkMember(const std::optional<ProcessSet>& set, int32_t id, int rank,
+Status checkMember(const SetRef& set, int32_t id, int rank,
                    const std::string& what) {
   if (!set) return argumentError(detail::concat(what, ": there is no process set ", id));
   if (!set->contains(rank)) {
@@ -130,7 +130,7 @@ Status checkReduction(const std::vector<std::string>& names, const std::vector<T
 
 Status checkReductionCall(const std::vector<std::string>& names, const std::vector<Tensor>& inputs,
                           const std::vector<Tensor>& outputs, Description& d,
-                          const std::optional<ProcessSet>& set, int rank) {
+                          const SetRef& set, int rank) {
   const bool scatter = d.kind == Kind::kReducescatter;
   const char* what = scatter ? "reducescatter" : "allreduce";
   // The refusal's context is built only for a refusal: this runs on every enqueue.
@@ -155,7 +155,7 @@ Status checkReductionCall(const std::vector<std::string>& names, const std::vect
 
 Status checkAllgatherCall(const std::vector<std::string>& names,
                           const std::vector<Tensor>& inputs, Description& d,
-                          const std::optional<ProcessSet>& set, int rank) {
+                          const SetRef& set, int rank) {
   Status invalid = checkMember(set, d.processSet, rank,
                                "allgather of '" + (names.empty() ? "" : names[0]) + "'");
   if (invalid.ok()) invalid = checkNames(names, "allgather");
@@ -181,7 +181,7 @@ Status checkAllgatherCall(const std::vector<std::string>& names,
 
 Status checkAlltoallCall(const std::string& name, const Tensor& input,
                          std::vector<int64_t> splits, Description& d,
-                         const std::optional<ProcessSet>& set, int rank) {
+                         const SetRef& set, int rank) {
   Status invalid = checkMember(set, d.processSet, rank, "alltoall of '" + name + "'");
   const int n = set ? set->size() : 1;
   if (invalid.ok()) invalid = checkNames({name}, "alltoall");
@@ -220,7 +220,7 @@ Status checkAlltoallCall(const std::string& name, const Tensor& input,
 }
 
 Status checkBroadcastCall(const std::string& name, const Tensor& tensor, const Description& d,
-                          const std::optional<ProcessSet>& set, int rank, int jobSize) {
+                          const SetRef& set, int rank, int jobSize) {
   Status invalid = checkMember(set, d.processSet, rank, "broadcast of '" + name + "'");
   if (invalid.ok()) invalid = checkNames({name}, "broadcast");
   if (invalid.ok()) invalid = checkTensor(name, tensor);

@@ -22,7 +22,7 @@ Status checkTensor(const std::string& name, const Tensor& t);
 Status checkOp(const std::string& name, DType dtype, Op op, double prescale, double postscale,
                int N, const char* what = "allreduce");
 // `set` (process set `id`, absent when unknown) has `rank`: the caller may run `what` in it.
-Status checkMember(const std::optional<ProcessSet>& set, int32_t id, int rank,
+Status checkMember(const SetRef& set, int32_t id, int rank,
                    const std::string& what);
 
 // The checks of one call, in process set d.processSet as this rank knows it (`set`, absent when
@@ -30,18 +30,18 @@ Status checkMember(const std::optional<ProcessSet>& set, int32_t id, int rank,
 // A grouped allreduce or reducescatter (d.kind, d.op, d.prescale, d.postscale set).
 Status checkReductionCall(const std::vector<std::string>& names, const std::vector<Tensor>& inputs,
                           const std::vector<Tensor>& outputs, Description& d,
-                          const std::optional<ProcessSet>& set, int rank);
+                          const SetRef& set, int rank);
 // A grouped allgather: one dtype and device, no scalars.
 Status checkAllgatherCall(const std::vector<std::string>& names,
                           const std::vector<Tensor>& inputs, Description& d,
-                          const std::optional<ProcessSet>& set, int rank);
+                          const SetRef& set, int rank);
 // An alltoall: d.splits gets `splits`, or the first dimension split equally when empty.
 Status checkAlltoallCall(const std::string& name, const Tensor& input,
                          std::vector<int64_t> splits, Description& d,
-                         const std::optional<ProcessSet>& set, int rank);
+                         const SetRef& set, int rank);
 // A broadcast from global rank d.root of `jobSize`.
 Status checkBroadcastCall(const std::string& name, const Tensor& tensor, const Description& d,
-                          const std::optional<ProcessSet>& set, int rank, int jobSize);
+                          const SetRef& set, int rank, int jobSize);
 // Removing process set `id` (0, every rank, stays).
 Status checkSetRemoval(int32_t id);
 

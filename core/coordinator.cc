@@ -198,9 +198,14 @@ void Coordinator::process(const ResponseMessage& message) {
   const std::vector<Response> units = unitsOf(message);
   for (const Response& unit : units) cache_.put(unit);
 
+  // Each unit's entry, looked up once (its key is built from its names).
+  std::vector<Entry*> entries;
+  entries.reserve(units.size());
+  for (const Response& unit : units) entries.push_back(pending_.find(unit.key()));
   const auto responded = Clock::now();
-  for (const Response& unit : units) {
-    Entry* entry = pending_.find(unit.key());
+  for (size_t i = 0; i < units.size(); ++i) {
+    const Response& unit = units[i];
+    Entry* entry = entries[i];
     if (entry == nullptr) continue;
     entry->responded = responded;
     if (!timeline_.active()) continue;
@@ -212,7 +217,7 @@ void Coordinator::process(const ResponseMessage& message) {
     }
   }
 
-  for (const FusedGroup& group : message.groups) runGroup(units, group);
+  for (const FusedGroup& group : message.groups) runGroup(units, entries, group);
 
   if (message.lastJoinedRank >= 0) {
     if (auto join = queue_.takeJoin()) {
@@ -223,7 +228,8 @@ void Coordinator::process(const ResponseMessage& message) {
   tuning_.feed(units, message.groups);
 }
 
-void Coordinator::runGroup(const std::vector<Response>& units, const FusedGroup& group) {
+void Coordinator::runGroup(const std::vector<Response>& units,
+                           const std::vector<Entry*>& unitEntries, const FusedGroup& group) {
   std::vector<const Response*> members;
   std::vector<Entry*> entries;
   CERAR_ENFORCE(!group.members.empty(), "malformed response: an empty fusion group");
@@ -231,7 +237,7 @@ void Coordinator::runGroup(const std::vector<Response>& units, const FusedGroup&
     CERAR_ENFORCE(index < units.size(), "malformed response: fusion group member ", index,
                   " of ", units.size(), " units");
     members.push_back(&units[index]);
-    entries.push_back(pending_.find(units[index].key()));
+    entries.push_back(unitEntries[index]);
   }
   if (!members.front()->error.empty()) {  // errors are never fused
     pending_.complete(members.front()->key(), members.front()->status());

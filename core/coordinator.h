@@ -54,7 +54,9 @@ class Coordinator {
   ResponseMessage negotiate(const RequestMessage& request);
   void process(const ResponseMessage& message);
   // Runs one fusion group of the cycle's units.
-  void runGroup(const std::vector<Response>& units, const FusedGroup& group);
+  // `entries`: this rank's entry of each unit (null where it has joined).
+  void runGroup(const std::vector<Response>& units, const std::vector<Entry*>& entries,
+                const FusedGroup& group);
   // Adds or removes a process set as `unit` says, alike on every rank (same order, same ids).
   void changeSets(const Response& unit);
   void farewell();

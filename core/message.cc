@@ -32,6 +32,7 @@ const char* opName(Op op) {
 
 bool Description::agrees(const Description& other) const {
   if (kind != Kind::kAllgather && kind != Kind::kAlltoall) {
+    if (onDevice == other.onDevice) return *this == other;  // the common case, without a copy
     Description same = other;
     same.onDevice = onDevice;
     return *this == same;
@@ -122,6 +123,7 @@ std::string Description::toString() const {
 namespace {
 // Names are never empty and never hold 0x1f, so a leading 0x1f cannot start a plain key.
 std::string joinNames(const std::vector<std::string>& names, int32_t processSet) {
+  if (processSet == 0 && names.size() == 1) return names.front();
   std::string key = processSet == 0 ? "" : "\x1f" + std::to_string(processSet) + "\x1f";
   for (size_t i = 0; i < names.size(); ++i) {
     if (i) key += '\x1f';  // a separator no sane tensor name contains
@@ -131,6 +133,9 @@ std::string joinNames(const std::vector<std::string>& names, int32_t processSet)
 }
 }  // namespace
 
+std::string unitKey(const std::vector<std::string>& names, int32_t processSet) {
+  return joinNames(names, processSet);
+}
 std::string Request::key() const { return joinNames(names, description.processSet); }
 std::string Response::key() const { return joinNames(names, description.processSet); }
 

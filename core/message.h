@@ -66,6 +66,9 @@ struct Description {
   std::string toString() const;
 };
 
+// The key that ranks match units on: the names, joined, after the process set's id when not 0.
+std::string unitKey(const std::vector<std::string>& names, int32_t processSet);
+
 // One rank's readiness of a unit. `names` has one name per tensor (several for a group).
 struct Request {
   std::vector<std::string> names;

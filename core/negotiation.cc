@@ -14,18 +14,18 @@ std::string quoteNames(const std::vector<std::string>& names) {
 }  // namespace
 
 NegotiationTable::NegotiationTable(int size, const ProcessSetTable* sets)
-    : size_(size), sets_(sets), joined_(size, false) {}
+    : size_(size), sets_(sets), joined_(size, false) {
+  ProcessSet all;
+  for (int rank = 0; rank < size_; ++rank) all.ranks.push_back(rank);
+  all_ = std::make_shared<const ProcessSet>(std::move(all));
+}
 
-ProcessSet NegotiationTable::setOf(int32_t id) const {
+SetRef NegotiationTable::setOf(int32_t id) const {
   if (sets_ != nullptr) {
-    if (auto set = sets_->find(id)) return *set;
+    if (auto set = sets_->find(id)) return set;
   }
-  ProcessSet set;
-  set.id = id;
-  if (id == kGlobalProcessSet) {
-    for (int rank = 0; rank < size_; ++rank) set.ranks.push_back(rank);
-  }
-  return set;
+  if (id == kGlobalProcessSet) return all_;
+  return std::make_shared<const ProcessSet>(ProcessSet{id, {}});
 }
 
 void NegotiationTable::dropSet(int32_t id) {
@@ -44,48 +44,52 @@ void NegotiationTable::receive(int rank, const RequestMessage& message,
   }
   for (size_t slot : setBits(message.cacheBits)) {
     const Response& cached = cache.at(slot);
-    const int setRank = setOf(cached.description.processSet).rankOf(rank);
+    const int setRank = setOf(cached.description.processSet)->rankOf(rank);
     CERAR_ENFORCE(setRank >= 0, "negotiation: rank ", rank, " sent a cached unit of a set it "
                   "is not in");
-    add(rank, Request{cached.names, cached.descriptionAt(setRank)}, now);
+    // descriptionAt(setRank) is the description itself unless placements differ or rows do.
+    if (cached.placement.empty() && cached.description.kind != Kind::kAllgather) {
+      add(rank, cached.names, cached.description, now);
+    } else {
+      add(rank, cached.names, cached.descriptionAt(setRank), now);
+    }
   }
-  for (const auto& request : message.requests) add(rank, request, now);
+  for (const auto& request : message.requests) add(rank, request.names, request.description, now);
 }
 
-void NegotiationTable::add(int rank, const Request& request, Clock::time_point now) {
-  const std::string key = request.key();
-  auto [it, fresh] = entries_.try_emplace(key);
+void NegotiationTable::add(int rank, const std::vector<std::string>& names,
+                           const Description& d, Clock::time_point now) {
+  auto [it, fresh] = entries_.try_emplace(unitKey(names, d.processSet));
   Entry& entry = it->second;
   if (fresh) {
     entry.sequence = sequence_++;
     entry.firstSeen = now;
     entry.firstRank = rank;
-    entry.first = request;
+    entry.first = Request{names, d};
     entry.submitted.assign(size_, false);
-    const ProcessSet set = setOf(request.description.processSet);
-    entry.members = set.ranks;
-    const size_t n = set.ranks.size();
+    entry.set = setOf(d.processSet);
+    const size_t n = entry.set->ranks.size();
     // alltoall: the n x n matrix of rows sent, row by sender
-    const Kind kind = request.description.kind;
+    const Kind kind = d.kind;
     const size_t columns = kind == Kind::kAlltoall    ? n
-                           : kind == Kind::kAllgather ? request.description.shapes.size()
+                           : kind == Kind::kAllgather ? d.shapes.size()
                                                       : 1;
     entry.firstDims.assign(n * columns, 0);
     entry.placement.assign(n, Response::kNone);
     if (n == 0) {
       // Removed before this unit was negotiated: every submitter fails it now.
-      entry.error = detail::concat(quoteNames(request.names), ": process set ",
-                                   request.description.processSet, " does not exist");
+      entry.error = detail::concat(quoteNames(names), ": process set ",
+                                   d.processSet, " does not exist");
       entry.errorCode = StatusCode::kInvalidArgument;
       entry.failNow = true;
     }
   }
-  const int setRank = ProcessSet{0, entry.members}.rankOf(rank);
+  const int setRank = entry.set->rankOf(rank);
   if (setRank < 0) {
     // Refused at enqueue on every rank; only a foreign or stale message gets here.
     if (entry.error.empty()) {
-      entry.error = detail::concat(quoteNames(request.names), ": rank ", rank,
-                                   " is not in process set ", request.description.processSet);
+      entry.error = detail::concat(quoteNames(names), ": rank ", rank,
+                                   " is not in process set ", d.processSet);
       entry.errorCode = StatusCode::kInvalidArgument;
       entry.errorPeer = rank;
       entry.failNow = true;
@@ -94,35 +98,35 @@ void NegotiationTable::add(int rank, const Request& request, Clock::time_point n
   }
   if (!fresh && entry.submitted[rank]) {
     // A rank never has one name in flight twice; seeing it is a protocol error worth naming.
-    entry.error = "rank " + std::to_string(rank) + " submitted " + quoteNames(request.names) +
+    entry.error = "rank " + std::to_string(rank) + " submitted " + quoteNames(names) +
                   " twice";
     entry.errorCode = StatusCode::kInternal;
     entry.errorPeer = rank;
-  } else if (entry.error.empty() && !request.description.agrees(entry.first.description)) {
-    entry.error = "mismatched " + quoteNames(request.names) + ": rank " +
+  } else if (entry.error.empty() && !d.agrees(entry.first.description)) {
+    entry.error = "mismatched " + quoteNames(names) + ": rank " +
                   std::to_string(entry.firstRank) + " submitted " +
                   entry.first.description.toString() + ", rank " + std::to_string(rank) +
-                  " submitted " + request.description.toString();
+                  " submitted " + d.toString();
     entry.errorCode = StatusCode::kMismatch;
     entry.errorPeer = rank;
   }
   entry.submitted[rank] = true;
-  entry.placement[setRank] = request.description.onDevice ? Response::kDevice : Response::kHost;
+  entry.placement[setRank] = d.onDevice ? Response::kDevice : Response::kHost;
   const Kind kind = entry.first.description.kind;
-  if (kind != request.description.kind) return;  // a mismatch, recorded above
-  const auto& shapes = request.description.shapes;
-  const size_t n = entry.members.size();
+  if (kind != d.kind) return;  // a mismatch, recorded above
+  const auto& shapes = d.shapes;
+  const size_t n = entry.set->ranks.size();
   if (kind == Kind::kAllgather && shapes.size() == entry.first.description.shapes.size()) {
     for (size_t k = 0; k < shapes.size(); ++k) {
       if (!shapes[k].empty()) entry.firstDims[setRank * shapes.size() + k] = shapes[k][0];
     }
   }
-  if (kind == Kind::kAlltoall && request.description.splits.size() == n) {
-    std::copy(request.description.splits.begin(), request.description.splits.end(),
+  if (kind == Kind::kAlltoall && d.splits.size() == n) {
+    std::copy(d.splits.begin(), d.splits.end(),
               entry.firstDims.begin() + size_t(setRank) * n);
   } else if (kind == Kind::kAlltoall && entry.error.empty()) {
-    entry.error = detail::concat("alltoall of ", quoteNames(request.names), ": rank ", rank,
-                                 " gave ", request.description.splits.size(), " splits for ",
+    entry.error = detail::concat("alltoall of ", quoteNames(names), ": rank ", rank,
+                                 " gave ", d.splits.size(), " splits for ",
                                  n, " ranks");
     entry.errorCode = StatusCode::kInvalidArgument;
     entry.errorPeer = rank;
@@ -131,7 +135,7 @@ void NegotiationTable::add(int rank, const Request& request, Clock::time_point n
 
 bool NegotiationTable::complete(const Entry& entry) const {
   if (entry.failNow) return true;
-  for (int rank : entry.members) {
+  for (int rank : entry.set->ranks) {
     if (!entry.submitted[rank] && !joined_[rank]) return false;
   }
   return true;
@@ -157,7 +161,7 @@ Response NegotiationTable::respond(const Entry& entry) const {
   // of submitting fails on every rank.
   const bool joinable = d.kind == Kind::kAllreduce || d.kind == Kind::kBarrier;
   if (response.error.empty() && !joinable) {
-    for (int rank : entry.members) {
+    for (int rank : entry.set->ranks) {
       if (entry.submitted[rank]) continue;
       response.error = detail::concat(kindName(d.kind), " of ", quoteNames(response.names),
                                       ": rank ", rank, " has joined; only all-reduces run while "
@@ -201,7 +205,7 @@ std::vector<NegotiationTable::Waiting> NegotiationTable::waiting() const {
   std::vector<Waiting> out;
   for (const auto& [key, entry] : entries_) {
     Waiting w{key, entry.first.names, {}, entry.firstSeen};
-    for (int rank : entry.members) {
+    for (int rank : entry.set->ranks) {
       if (!entry.submitted[rank] && !joined_[rank]) w.missingRanks.push_back(rank);
     }
     if (!w.missingRanks.empty()) out.push_back(std::move(w));

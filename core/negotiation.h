@@ -58,7 +58,7 @@ class NegotiationTable {
     Clock::time_point firstSeen;
     int firstRank = -1;
     Request first;                      // the first submitter's request
-    std::vector<int> members;           // the set's global ranks, ascending
+    SetRef set;                         // its members: global ranks, ascending
     std::vector<bool> submitted;        // by global rank
     std::vector<int64_t> firstDims;     // allgather rows per set rank
     std::vector<uint8_t> placement;     // Response::Place per set rank
@@ -67,14 +67,17 @@ class NegotiationTable {
     int errorPeer = -1;
     bool failNow = false;               // error due without waiting for every rank
   };
-  void add(int rank, const Request& request, Clock::time_point now);
+  // One rank's unit: `d` as that rank described it.
+  void add(int rank, const std::vector<std::string>& names, const Description& d,
+           Clock::time_point now);
   bool complete(const Entry& entry) const;
-  // The set `id` as known now (empty members when unknown).
-  ProcessSet setOf(int32_t id) const;
+  // The set `id` as known now (no members when unknown).
+  SetRef setOf(int32_t id) const;
   Response respond(const Entry& entry) const;
 
   int size_;
   const ProcessSetTable* sets_;
+  SetRef all_;  // set 0 when there is no table
   uint64_t sequence_ = 0;
   std::map<std::string, Entry> entries_;
   std::vector<bool> joined_;

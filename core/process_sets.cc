@@ -7,10 +7,12 @@
 
 namespace cerar {
 
-int ProcessSet::rankOf(int global) const {
+int rankIn(const std::vector<int>& ranks, int global) {
   const auto it = std::lower_bound(ranks.begin(), ranks.end(), global);
   return it != ranks.end() && *it == global ? int(it - ranks.begin()) : -1;
 }
+
+int ProcessSet::rankOf(int global) const { return rankIn(ranks, global); }
 
 Status checkSetRanks(const std::vector<int>& ranks, int jobSize) {
   if (ranks.empty()) return Status(StatusCode::kInvalidArgument, "a process set needs ranks");
@@ -39,20 +41,19 @@ ProcessSetTable::ProcessSetTable(int jobSize) : jobSize_(jobSize) {
   ProcessSet all;
   all.ranks.resize(size_t(jobSize));
   std::iota(all.ranks.begin(), all.ranks.end(), 0);
-  sets_.emplace(kGlobalProcessSet, std::move(all));
+  sets_.emplace(kGlobalProcessSet, std::make_shared<const ProcessSet>(std::move(all)));
 }
 
-std::optional<ProcessSet> ProcessSetTable::find(int32_t id) const {
+SetRef ProcessSetTable::find(int32_t id) const {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto it = sets_.find(id);
-  if (it == sets_.end()) return std::nullopt;
-  return it->second;
+  return it == sets_.end() ? nullptr : it->second;
 }
 
 std::optional<int32_t> ProcessSetTable::idOf(const std::vector<int>& ranks) const {
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& [id, set] : sets_) {
-    if (set.ranks == ranks) return id;
+    if (set->ranks == ranks) return id;
   }
   return std::nullopt;
 }
@@ -62,7 +63,7 @@ int32_t ProcessSetTable::add(std::vector<int> ranks) {
                 "process sets: bad ranks for a new set");
   std::lock_guard<std::mutex> lock(mutex_);
   const int32_t id = nextId_++;
-  sets_.emplace(id, ProcessSet{id, std::move(ranks)});
+  sets_.emplace(id, std::make_shared<const ProcessSet>(ProcessSet{id, std::move(ranks)}));
   return id;
 }
 

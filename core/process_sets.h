@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <vector>
@@ -28,6 +29,12 @@ struct ProcessSet {
   bool contains(int global) const { return rankOf(global) >= 0; }
 };
 
+// A set as the table holds it: immutable once added, so readers share it without a copy.
+using SetRef = std::shared_ptr<const ProcessSet>;
+
+// The rank of `global` among `ranks` (ascending), or -1.
+int rankIn(const std::vector<int>& ranks, int global);
+
 // Ranks for a new set of a job of `jobSize` ranks: at least one, each in range, none twice.
 Status checkSetRanks(const std::vector<int>& ranks, int jobSize);
 
@@ -43,7 +50,8 @@ class ProcessSetTable {
   explicit ProcessSetTable(int jobSize);
 
   int jobSize() const { return jobSize_; }
-  std::optional<ProcessSet> find(int32_t id) const;
+  // Null when there is no set `id`.
+  SetRef find(int32_t id) const;
   // The id of the set with exactly these (ascending) ranks, if any.
   std::optional<int32_t> idOf(const std::vector<int>& ranks) const;
   // Registers a set with the next id; `ranks` must pass checkSetRanks and be ascending.
@@ -56,7 +64,7 @@ class ProcessSetTable {
   mutable std::mutex mutex_;
   int jobSize_;
   int32_t nextId_ = 1;
-  std::map<int32_t, ProcessSet> sets_;
+  std::map<int32_t, SetRef> sets_;
 };
 
 
