@@ -142,6 +142,15 @@ TEST(ErrorCalibration, TheGoalCaseTakesAFasterChoiceWithinTheBudget) {
   ASSERT_TRUE(s.algorithm == Algorithm::kCerar || s.wire != Wire::kNone);
   EXPECT_LT(s.predictedSeconds, 0.9 * ringSeconds(8, 4.0 * elements, link));
   EXPECT_LE(s.predictedError, 1e-3);
+  // The figures the README quotes for this case: CERAR fits, the wires do not.
+  const auto calibrated = [&](const ErrorChoice& e) {
+    return predictedError(e, 8, elements, ErrorBound::kCalibrated);
+  };
+  EXPECT_NEAR(calibrated(ErrorChoice::cerar(64, 0x1p-11, DType::kFloat32)), 9.2e-4, 0.05e-4);
+  EXPECT_NEAR(calibrated(ErrorChoice::wireRing(Wire::kFloat16)), 3.2e-3, 0.05e-3);
+  EXPECT_NEAR(calibrated(ErrorChoice::wireRing(Wire::kBFloat16)), 2.4e-2, 0.05e-2);
+  EXPECT_EQ(s.algorithm, Algorithm::kCerar);
+  EXPECT_EQ(s.eps, 0x1p-11);
   const Choice run{s.components, s.eps, s.wire};
   for (DataKind kind : {DataKind::kGaussian, DataKind::kMeanNoise, DataKind::kHeavyTailed,
                         DataKind::kSparse, DataKind::kGradients}) {
