@@ -46,6 +46,15 @@ double budgetEps(int N, int c, DType dtype, size_t elements, ErrorBound bound) {
   return best;
 }
 
+double reportedError(const BudgetQuery& q, bool cerar, int c, double eps, Wire wire,
+                     ErrorBound bound) {
+  if (q.op != ReduceOp::kSum) return 0;  // min/max pick an input: exact
+  const ErrorChoice choice = cerar                  ? ErrorChoice::cerar(c, eps, q.dtype)
+                             : wire != Wire::kNone ? ErrorChoice::wireRing(wire)
+                                                   : ErrorChoice::ring(q.dtype);
+  return predictedError(choice, q.N, q.elements, bound);
+}
+
 double wireRingSeconds(int N, double bytes, const LinkModel& link) {
   if (N <= 1) return 0;
   const double message = bytes / N / 2;  // 16-bit bytes

@@ -42,12 +42,18 @@ struct BudgetQuery {
   bool wireCapable = false;
 };
 
+// The predicted error the stats and the timeline report for a choice as run: CERAR(c, eps)
+// where `cerar`, else the exact ring with `wire` (kNone: float32 or the dtype's own); 0 for
+// min/max. `bound`: the budget's kind for a budgeted decision, kStrict otherwise.
+double reportedError(const BudgetQuery& query, bool cerar, int c, double eps, Wire wire,
+                     ErrorBound bound);
+
 // The choice (Selection::budgeted set): among candidates whose predicted error (calibrated, or
-// strict with policy.strictErrorBound) is at most policy.maxError, the fastest by the model. Approximate candidates (CERAR for N > 2, 16-bit
-// wires) are considered for sums of at least policy.minCerarBytes and must beat the exact
-// ring's time by policy.minGain; CERAR's eps is policy.eps, else the default, else budgetEps
-// where the default misses. The exact ring when nothing else fits,
-// even if its own rounding exceeds the budget.
+// strict with policy.strictErrorBound) is at most policy.maxError, the fastest by the model.
+// Approximate candidates (CERAR for N > 2, 16-bit wires) are considered for sums of at least
+// policy.minCerarBytes and must beat the exact ring's time by policy.minGain; CERAR's eps is
+// policy.eps, else the default, else budgetEps where the default misses. The exact ring when
+// nothing else fits, even if its own rounding exceeds the budget.
 Selection selectWithinBudget(const BudgetQuery& query, const LinkModel& link,
                              const SelectionPolicy& policy);
 
