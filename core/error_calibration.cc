@@ -64,7 +64,8 @@ ErrorBound parseErrorBound(const std::string& name) {
 
 double predictedError(const ErrorChoice& choice, int N, size_t elements, ErrorBound bound) {
   const double strict = strictError(choice, N);
-  if (bound == ErrorBound::kStrict || N <= 1) return strict;
+  // Only float32 was measured (the 16-bit wires carry float32 data): float64 keeps its bound.
+  if (bound == ErrorBound::kStrict || N <= 1 || choice.dtype != DType::kFloat32) return strict;
   if (choice.kind == ErrorChoice::Kind::kCerar && choice.c > N)
     return std::min(strict, calibratedCerar(choice, N, elements));
   return strict * std::min(1.0, kRounding / std::sqrt(N - 1.0) * lengthGrowth(elements));

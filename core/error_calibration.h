@@ -5,8 +5,9 @@
 // - calibrated (the default): what the measured max relative error of a buffer stayed under
 //   in at least 99.9 % of buffers of the suite's data (Gaussian, mean + noise, heavy-tailed,
 //   sparse, real gradients) for N = 2..32, measured by bench/error_calibration.cc; never above
-//   the strict bound. Rounding errors of independent elements rarely line up, so the largest of
-//   a buffer grows with its length: the prediction includes that growth.
+//   the strict bound. Float32 sums only (what was measured); float64 keeps the strict bound.
+//   Rounding errors of independent elements rarely line up, so the largest of a buffer grows
+//   with its length: the prediction includes that growth.
 // Pure.
 #pragma once
 

@@ -14,6 +14,7 @@
 #include "core/coordinator_tuning.h"
 #include "core/error_budget.h"
 #include "core/error_calibration.h"
+#include "ops/algorithms/share_correction.h"
 #include "ops/common/error.h"
 #include "simulate.h"
 #include "tools/error_sample.h"
@@ -122,6 +123,10 @@ TEST(ErrorCalibration, LongerBuffersStayUnderTheirPrediction) {
   EXPECT_LE(predictedError(fp16, 8, size_t(1) << 40, ErrorBound::kCalibrated),
             predictedError(fp16, 8, 1, ErrorBound::kStrict));
   EXPECT_EQ(predictedError(fp16, 2, 1 << 24, ErrorBound::kStrict), wireErrorBound(2, Wire::kFloat16));
+  // float64 was not measured: its calibrated prediction is the strict bound.
+  const ErrorChoice f64 = ErrorChoice::cerar(32, 0x1p-25, DType::kFloat64);
+  EXPECT_EQ(predictedError(f64, 8, 1 << 20, ErrorBound::kCalibrated),
+            predictedErrorBound(8, 32, 0x1p-25, DType::kFloat64));
 }
 
 // N = 8 at 200 Mbit/s, 64 MiB, CERAR_MAX_ERROR=1e-3, lossy wires allowed: the strict bounds
