@@ -265,6 +265,7 @@ void validateConfig(const RuntimeConfig& c) {
                        "CERAR_CYCLE_TIME must be positive, got ", c.cycleTimeMs);
   checkChoice("CERAR_DEVICE_TRANSPORT", c.deviceTransport);
   checkChoice("CERAR_COMPRESSION", c.compression);
+  checkChoice("CERAR_ERROR_BOUND", c.errorBound);
   CERAR_CHECK_ARGUMENT(c.maxError >= 0 && std::isfinite(c.maxError),
                        "CERAR_MAX_ERROR must be >= 0 (0: no budget), got ", c.maxError);
   checkChoice("CERAR_ALGORITHM", c.algorithm);

@@ -46,6 +46,7 @@ Coordinator::Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport>
   if (transport_->rank() == kCoordinatorRank) {
     table_ = std::make_unique<NegotiationTable>(transport_->size(), &sets_);
   }
+  dispatcher_.setErrorBound(parseErrorBound(config.errorBound));
   tuning_.report(stats_.working());
   stats_.publish();
 }

@@ -33,6 +33,7 @@ SelectionPolicy selectionPolicyOf(const RuntimeConfig& config) {
   // CERAR_COMPRESSION: without a budget fp16/bf16 force that wire; with one they, or allow
   // (both), name the wires the budget may choose.
   policy.maxError = config.maxError;
+  policy.strictErrorBound = config.errorBound == "strict";
   const bool budget = config.maxError > 0 && config.algorithm == "auto";
   const std::string& lossy = config.compression;
   if (budget) {

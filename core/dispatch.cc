@@ -265,13 +265,12 @@ DeviceUnit Dispatcher::allreduce(const std::vector<const Response*>& units,
   options.fp16Guard = decision.budgeted && options.wire == Wire::kFloat16;
   const bool lossyWire = options.wire != Wire::kNone;
   std::string errorArgs;
-  // The bound of what was decided (relative to max sum_i |g_i|): CERAR's and a 16-bit wire's
-  // always, the exact ring's under an error budget.
+  // The predicted error of what was decided (relative to max sum_i |g_i|): CERAR's and a
+  // 16-bit wire's always, the exact ring's under an error budget.
   if (cerar || lossyWire || decision.budgeted) {
-    const double bound =
-        cerar ? predictedErrorBound(N, decision.components, decision.eps, d.dtype)
-        : lossyWire ? wireErrorBound(N, options.wire)
-                    : ringErrorBound(N, d.dtype, op);
+    const double bound = reportedError({N, d.dtype, op, total, false}, cerar, decision.components,
+                                       decision.eps, options.wire,
+                                       decision.budgeted ? errorBound_ : ErrorBound::kStrict);
     stats.predictedErrorMax = std::max(stats.predictedErrorMax, bound);
     stats.predictedErrorLast = bound;
     errorArgs = detail::concat(", \"predicted_error\": ", bound,

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/error_calibration.h"
 #include "core/operation.h"
 #include "core/process_sets.h"
 #include "core/runtime_stats.h"
@@ -53,6 +54,8 @@ class Dispatcher {
   void forget(int32_t id) { groups_.erase(id); }
   // How every group's host runs stream (from the probed links, the same on every rank).
   void setPacing(const Pacing& pacing);
+  // What budgeted decisions' predicted errors are (CERAR_ERROR_BOUND, job-wide).
+  void setErrorBound(ErrorBound bound) { errorBound_ = bound; }
 
  private:
   // The operation's timeline event on each tensor's row: from its response (a joined rank's
@@ -101,6 +104,7 @@ class Dispatcher {
   std::shared_ptr<Transport> base_;
   std::map<int32_t, std::unique_ptr<Group>> groups_;
   Pacing pacing_;
+  ErrorBound errorBound_ = ErrorBound::kCalibrated;
   Group* group_ = nullptr;        // the set of the group being run
   const ProcessSet* set_ = nullptr;
   AdasumRunner adasum_;

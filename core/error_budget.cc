@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error_calibration.h"
 #include "ops/algorithms/share_correction.h"
 
 namespace cerar {
@@ -32,6 +33,28 @@ double wireErrorBound(int N, Wire wire) {
   return N * uw + (N - 1) * std::ldexp(1.0, -24);
 }
 
+double budgetEps(int N, int c, DType dtype, size_t elements, ErrorBound bound) {
+  if (bound == ErrorBound::kStrict) return modelEps(N, dtype);
+  // The calibrated prediction's minimum lies below the strict one's (its rounding term is
+  // smaller): the power of two with the smallest prediction, looking down from modelEps.
+  double best = modelEps(N, dtype);
+  for (double eps = best / 2; eps >= best / 16; eps /= 2) {
+    if (predictedError(ErrorChoice::cerar(c, eps, dtype), N, elements, bound) <
+        predictedError(ErrorChoice::cerar(c, best, dtype), N, elements, bound))
+      best = eps;
+  }
+  return best;
+}
+
+double reportedError(const BudgetQuery& q, bool cerar, int c, double eps, Wire wire,
+                     ErrorBound bound) {
+  if (q.op != ReduceOp::kSum) return 0;  // min/max pick an input: exact
+  const ErrorChoice choice = cerar                  ? ErrorChoice::cerar(c, eps, q.dtype)
+                             : wire != Wire::kNone ? ErrorChoice::wireRing(wire)
+                                                   : ErrorChoice::ring(q.dtype);
+  return predictedError(choice, q.N, q.elements, bound);
+}
+
 double wireRingSeconds(int N, double bytes, const LinkModel& link) {
   if (N <= 1) return 0;
   const double message = bytes / N / 2;  // 16-bit bytes
@@ -44,9 +67,13 @@ double wireRingSeconds(int N, double bytes, const LinkModel& link) {
 Selection selectWithinBudget(const BudgetQuery& q, const LinkModel& link,
                              const SelectionPolicy& policy) {
   const double bytes = double(q.elements) * dtypeSize(q.dtype);
+  const ErrorBound bound = policy.strictErrorBound ? ErrorBound::kStrict : ErrorBound::kCalibrated;
+  const auto predicted = [&](const ErrorChoice& choice) {
+    return predictedError(choice, q.N, q.elements, bound);
+  };
   Selection best{Algorithm::kRing, q.N, 0, ringSeconds(q.N, bytes, link)};
   best.budgeted = true;
-  best.predictedError = ringErrorBound(q.N, q.dtype, q.op);
+  best.predictedError = q.op == ReduceOp::kSum ? predicted(ErrorChoice::ring(q.dtype)) : 0;
   if (q.N < 2 || q.op != ReduceOp::kSum || bytes < double(policy.minCerarBytes)) return best;
   const double limit = (1.0 - policy.minGain) * best.predictedSeconds;
   // Whatever passes beats the exact ring; among those the fastest, on a tie the more accurate.
@@ -62,13 +89,11 @@ Selection selectWithinBudget(const BudgetQuery& q, const LinkModel& link,
                                         : bestComponents(q.N, bytes, q.elements, link);
     if (c > q.N) {
       double eps = policy.eps > 0 ? policy.eps : defaultEps(q.dtype);
-      if (policy.eps <= 0 &&
-          predictedErrorBound(q.N, c, eps, q.dtype) > policy.maxError) {
-        eps = modelEps(q.N, q.dtype);
-      }
+      if (policy.eps <= 0 && predicted(ErrorChoice::cerar(c, eps, q.dtype)) > policy.maxError)
+        eps = budgetEps(q.N, c, q.dtype, q.elements, bound);
       Selection cerar{Algorithm::kCerar, c, eps, cerarSeconds(q.N, c, bytes, link)};
       cerar.budgeted = true;
-      cerar.predictedError = predictedErrorBound(q.N, c, eps, q.dtype);
+      cerar.predictedError = predicted(ErrorChoice::cerar(c, eps, q.dtype));
       consider(cerar);
     }
   }
@@ -78,7 +103,7 @@ Selection selectWithinBudget(const BudgetQuery& q, const LinkModel& link,
       Selection ring{Algorithm::kRing, q.N, 0, wireRingSeconds(q.N, bytes, link)};
       ring.wire = wire;
       ring.budgeted = true;
-      ring.predictedError = wireErrorBound(q.N, wire);
+      ring.predictedError = predicted(ErrorChoice::wireRing(wire));
       consider(ring);
     }
   }

@@ -1,11 +1,14 @@
 // The error budget (CERAR_MAX_ERROR, docs/wires.md "Error budget"): per fused buffer, the
 // fastest of the float32 exact ring, CERAR(c, eps) and, where allowed, the exact ring with a
-// 16-bit wire, among those whose predicted error fits the budget. Predicted errors are the
-// spec's bounds, relative to max_e sum_i |g_i(e)|; times come from the cost model. Pure.
+// 16-bit wire, among those whose predicted error fits the budget. Predicted errors are
+// relative to max_e sum_i |g_i(e)|: calibrated on measurement by default, the spec's bounds
+// below under CERAR_ERROR_BOUND=strict (core/error_calibration.h); times come from the cost
+// model. Pure.
 #pragma once
 
 #include <cstddef>
 
+#include "core/error_calibration.h"
 #include "core/selection.h"
 
 namespace cerar {
@@ -19,6 +22,11 @@ double ringErrorBound(int N, DType dtype, ReduceOp op);
 // casts' absolute 2^-25 each, relative to a largest |g| of at least 2^-10, which the budget's
 // guard checks before it sends (codec::fp16GuardBits).
 double wireErrorBound(int N, Wire wire);
+
+// The eps of CERAR(c) with the smallest predicted error (a power of two), for a budget the
+// default eps misses: modelEps for strict bounds; the calibrated prediction's own minimum,
+// which its smaller rounding term puts at a smaller eps.
+double budgetEps(int N, int c, DType dtype, size_t elements, ErrorBound bound);
 
 // The exact ring with a 16-bit wire, streamed in segments like the float32 ring: per round
 // alpha + (w + min(w, segment)) (beta + 2 gammaWire) for a message of w = d/(2N) 16-bit
@@ -34,12 +42,18 @@ struct BudgetQuery {
   bool wireCapable = false;
 };
 
-// The choice (Selection::budgeted set): among candidates whose bound is at most
-// policy.maxError, the fastest by the model. Approximate candidates (CERAR for N > 2, 16-bit
-// wires) are considered for sums of at least policy.minCerarBytes and must beat the exact
-// ring's time by policy.minGain; CERAR's eps is policy.eps, else the default, else the eps with the
-// smallest bound (modelEps) where only that one fits. The exact ring when nothing else fits,
-// even if its own rounding exceeds the budget.
+// The predicted error the stats and the timeline report for a choice as run: CERAR(c, eps)
+// where `cerar`, else the exact ring with `wire` (kNone: float32 or the dtype's own); 0 for
+// min/max. `bound`: the budget's kind for a budgeted decision, kStrict otherwise.
+double reportedError(const BudgetQuery& query, bool cerar, int c, double eps, Wire wire,
+                     ErrorBound bound);
+
+// The choice (Selection::budgeted set): among candidates whose predicted error (calibrated, or
+// strict with policy.strictErrorBound) is at most policy.maxError, the fastest by the model.
+// Approximate candidates (CERAR for N > 2, 16-bit wires) are considered for sums of at least
+// policy.minCerarBytes and must beat the exact ring's time by policy.minGain; CERAR's eps is
+// policy.eps, else the default, else budgetEps where the default misses. The exact ring when
+// nothing else fits, even if its own rounding exceeds the budget.
 Selection selectWithinBudget(const BudgetQuery& query, const LinkModel& link,
                              const SelectionPolicy& policy);
 

@@ -12,7 +12,8 @@
 namespace cerar {
 namespace {
 
-constexpr uint8_t kVersion = 4;  // 2: autotune; 3: dynamic process sets; 4: error budget
+// 2: autotune; 3: dynamic process sets; 4: error budget; 5: the error budget's bound
+constexpr uint8_t kVersion = 5;
 
 // Visits every job-wide field of a config with its variable name, in encoding order (the
 // settings table's, core/settings.h). One list serves encoding, decoding, comparing and naming,

@@ -43,6 +43,9 @@ struct RuntimeConfig {
   // the fastest of the exact ring, CERAR and, as CERAR_COMPRESSION allows, 16-bit wires,
   // among those predicted to fit (docs/wires.md, "Error budget"). 0: unset. Job-wide.
   double maxError = 0;
+  // CERAR_ERROR_BOUND: calibrated | strict, what CERAR_MAX_ERROR compares against: errors
+  // measured under in 99.9 % of buffers, or the worst-case bounds (core/error_calibration.h).
+  std::string errorBound = "calibrated";
   // CERAR_DEBUG_ERROR: also reduce each CERAR or 16-bit-wire buffer with the exact float32
   // ring (doubles the traffic) and record the measured error. Job-wide (docs/settings.md).
   bool debugError = false;

@@ -61,6 +61,7 @@ struct SelectionPolicy {
   // CERAR_MAX_ERROR: > 0 makes auto choose within this error budget (core/error_budget.h),
   // with the 16-bit wires allowed below (CERAR_COMPRESSION=allow, or the one it names).
   double maxError = 0;
+  bool strictErrorBound = false;  // CERAR_ERROR_BOUND=strict: worst-case bounds, not calibrated
   bool allowFp16 = false;
   bool allowBf16 = false;
 };

@@ -112,6 +112,11 @@ std::vector<Setting> makeSettings() {
        .kind = kJob,
        .why = "whether sets may be added and removed after init; a change is a collective of "
               "every rank (docs/process-sets.md)"},
+      {.field = &C::errorBound, .attribute = "error_bound", .variable = "CERAR_ERROR_BOUND",
+       .kind = kJob,
+       .why = "what CERAR_MAX_ERROR compares against: errors measured under in 99.9 % of "
+              "buffers, or worst-case bounds (docs/wires.md); the coordinator rank decides",
+       .choices = {"calibrated", "strict"}},
 
       {.field = &C::rank, .attribute = "rank", .variable = "CERAR_RANK",
        .aliases = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}, .kind = kRank,

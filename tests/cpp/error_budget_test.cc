@@ -26,6 +26,7 @@ SelectionPolicy budget(double maxError, bool fp16, bool bf16) {
   p.maxError = maxError;
   p.allowFp16 = fp16;
   p.allowBf16 = bf16;
+  p.strictErrorBound = true;  // the documented bounds (calibrated ones: error_calibration_test)
   return p;
 }
 
@@ -225,6 +226,7 @@ RuntimeConfig rankConfig(int rank) {
   config.logSink = [](const std::string&) {};  // the expected warnings about rank 0's values
   if (rank == 0) {
     config.maxError = 5e-3;
+    config.errorBound = "strict";  // the others' calibrated default must not matter
     config.compression = "allow";
     config.debugError = true;
     config.linkFigures = std::array<double, 3>{50e-6, 40e-9, 0.2e-9};
