@@ -27,3 +27,13 @@ def test_fsdp_trains_as_on_gloo(tmp_path, mode):
     assert calls["allgather_buffers"] >= 20 and calls["reducescatter_buffers"] >= 20, calls
     if mode == "hybrid_shard":  # the replicas' all-reduce of the shards, on the exact ring
         assert calls["ring_buffers"] >= 20, calls
+
+
+def test_error_budget_governs_fsdp_collectives(tmp_path):
+    # The budget picks per all-reduced buffer (HYBRID_SHARD's replicas); the reduce-scatter stays
+    # the exact ring: every all-reduce the budget may choose sends at least its bytes
+    codes, output = run_ranks(tmp_path, "fsdp_job.py", ["hybrid_shard"],
+                              env={"CERAR_MAX_ERROR": "2e-3", "CERAR_COMPRESSION": "allow"})
+    assert_ranks(codes, output, "hybrid_shard OK")
+    calls = counters(output)
+    assert calls["budget_buffers"] >= 20 and calls["reducescatter_buffers"] >= 20, calls

@@ -7,15 +7,25 @@ import socket
 from cerar._store import HostedStore
 
 
-def _hosts(store, rank, size):
-    store.set(f"cerar/host/{rank}", socket.gethostname())
-    return [store.get(f"cerar/host/{r}").decode() for r in range(size)]
+def round_prefix():
+    """The prefix of this group's keys in torch's store. torchrun (torch 2.x) keeps one store
+    across the restarts of a worker group, so keys of a dead attempt would still be read: its
+    attempt number (TORCHELASTIC_RESTART_COUNT, the same on every node as each node's workers
+    fail with the lost rank) names a fresh set."""
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    return f"cerar/attempt{attempt}/" if attempt else "cerar/"
+
+
+def _hosts(store, prefix, rank, size):
+    store.set(f"{prefix}host/{rank}", socket.gethostname())
+    return [store.get(f"{prefix}host/{r}").decode() for r in range(size)]
 
 
 def start_runtime(store, rank, size, timeout_seconds):
     """A runtime for this group, met through torch's store; returns (runtime, server)."""
     from cerar import _cerar
-    hosts = _hosts(store, rank, size)
+    prefix = round_prefix()
+    hosts = _hosts(store, prefix, rank, size)
     local = [r for r in range(size) if hosts[r] == hosts[rank]]
     all_local = len(set(hosts)) == 1
     server = None
@@ -27,8 +37,8 @@ def start_runtime(store, rank, size, timeout_seconds):
         endpoint = {"addr": server.address, "port": server.port}
         if not given:
             endpoint["secret"] = server.secret  # readable by who can read torch's store
-        store.set("cerar/endpoint", json.dumps(endpoint))
-    endpoint = json.loads(store.get("cerar/endpoint"))
+        store.set(f"{prefix}endpoint", json.dumps(endpoint))
+    endpoint = json.loads(store.get(f"{prefix}endpoint"))
     config = _cerar.RuntimeConfig.from_environment()
     config.rank, config.size = rank, size
     config.local_rank, config.local_size = local.index(rank), len(local)

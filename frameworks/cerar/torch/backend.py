@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from cerar import Op, cuda_built
 from cerar.torch import _dist_exchange as _exchange
-from cerar.torch._dist_runtime import start_runtime
+from cerar.torch._dist_runtime import round_prefix, start_runtime
 from cerar.torch._dist_work import _Completer
 from cerar.torch._tensors import DTYPES, from_numpy, view
 
@@ -99,7 +99,7 @@ class ProcessGroupCerar(_BASE):
         first use (every rank reaches it at the same collective)."""
         with self._lock:
             if self._gloo_group is None:
-                store = dist.PrefixStore("cerar-gloo/", self._store)
+                store = dist.PrefixStore(round_prefix() + "gloo/", self._store)
                 self._gloo_group = dist.ProcessGroupGloo(store, self.rank(), self.size(),
                                                          self._timeout)
             return self._gloo_group
