@@ -9,12 +9,12 @@ Each process group starts its own runtime from torch's store, rank, size and tim
 hosts cerar's rendezvous store (the C++ server, a fresh secret unless CERAR_SECRET is set)
 and publishes its address through torch's store. all_reduce uses the exact ring unless the
 job's settings ask for CERAR (CERAR_ALGORITHM=auto or cerar, rank 0's value); broadcast,
-all_gather and barrier are cerar's exact collectives; reduce_scatter (list and flat forms) is
-the runtime's exact reducescatter (each rank's share one row of a [size, k] buffer) and
-all_to_all (list form, and all_to_all_single with split sizes) its alltoall
-(cerar.torch._dist_exchange). What cerar cannot express goes to a Gloo process group on the
-same ranks, made at its first use: reduce, gather, scatter, point-to-point, the coalesced
-reduce_scatter of torch 2.x, a reduce_scatter whose pieces differ in size, other dtypes
+all_gather (and torch 2.x's coalesced all_gather_into_tensor, FSDP2's) and barrier are cerar's
+exact collectives; reduce_scatter (list, flat and coalesced forms) is the runtime's exact
+reducescatter (each rank's share one row of a [size, k] buffer) and all_to_all (list form, and
+all_to_all_single with split sizes) its alltoall (cerar.torch._dist_exchange). What cerar
+cannot express goes to a Gloo process group on the same ranks, made at its first use: reduce,
+gather, scatter, point-to-point, a reduce_scatter whose pieces differ in size, other dtypes
 (int8, int16, bool, complex) and reductions (PRODUCT, bitwise, AVG of integers), sparse
 tensors, lists of several tensors per rank.
 """
