@@ -10,7 +10,7 @@ import pytest
 
 from conftest import WORKERS, needs_runtime
 from ports import free_port
-from torch_ranks import clean_env, needs_torch2
+from torch_ranks import clean_env, finish, needs_torch2
 
 pytestmark = [needs_runtime, needs_torch2("Lightning")]
 pytest.importorskip("lightning", reason="lightning is not installed (scripts/torch2-env.sh "
@@ -26,16 +26,8 @@ def test_trainer_on_cerar_reaches_the_loss_of_gloo(tmp_path):
         env=clean_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
         for backend in ("cerar", "gloo")}
-    outputs = {}
-    try:
-        for backend, proc in procs.items():
-            outputs[backend] = proc.communicate(timeout=240)[0]
-    except subprocess.TimeoutExpired:
-        for proc in procs.values():
-            proc.kill()
-        pytest.fail("Lightning did not finish in 240 s:\n" + "\n".join(outputs.values()))
-    for backend, proc in procs.items():
-        assert proc.returncode == 0, f"{backend}: exit {proc.returncode}\n{outputs[backend]}"
+    codes, output = finish(list(procs.values()), 240, "Lightning")
+    assert codes == [0, 0], output[-6000:]
     results = {b: [json.loads((tmp_path / b / f"{r}.json").read_text()) for r in range(4)]
                for b in procs}
     target = results["gloo"][0]["loss"]

@@ -6,11 +6,9 @@ import re
 import subprocess
 import sys
 
-import pytest
-
 from conftest import WORKERS, needs_runtime
 from ports import free_port
-from torch_ranks import clean_env, needs_torch2
+from torch_ranks import clean_env, finish, needs_torch2
 
 pytestmark = [needs_runtime, needs_torch2("torchrun on the cerar backend")]
 SCRIPT = str(WORKERS / "torchrun_train.py")
@@ -18,19 +16,6 @@ SCRIPT = str(WORKERS / "torchrun_train.py")
 
 def torchrun(*args):
     return [sys.executable, "-m", "torch.distributed.run", *map(str, args)]
-
-
-def finish(procs, timeout=150):
-    """Each launch's exit code and output; all are killed if one outlives `timeout`."""
-    outputs = []
-    try:
-        for proc in procs:
-            outputs.append(proc.communicate(timeout=timeout)[0])
-    except subprocess.TimeoutExpired:
-        for proc in procs:
-            proc.kill()
-        pytest.fail("torchrun did not finish in time:\n" + "\n".join(outputs))
-    return [p.returncode for p in procs], "\n".join(outputs)
 
 
 def launch(command):
@@ -41,7 +26,7 @@ def launch(command):
 def test_killed_worker_restarts_from_the_checkpoint(tmp_path):
     codes, output = finish([launch(torchrun(
         "--standalone", "--nproc-per-node=4", "--max-restarts=2", SCRIPT,
-        tmp_path / "checkpoint.pt", 12, 5))])
+        tmp_path / "checkpoint.pt", 12, 5))], 150, "torchrun --max-restarts=2")
     assert codes == [0], output[-6000:]
     starts = re.findall(r"^\[(\d)\] start attempt (\d) step (\d+) endpoint (.*)$", output, re.M)
     first = {rank: endpoint for rank, attempt, step, endpoint in starts if attempt == "0"}
@@ -62,7 +47,7 @@ def test_two_nodes_meet_through_the_c10d_rendezvous(tmp_path):
                              f"--rdzv-endpoint={endpoint}", "--rdzv-id=cerar-two-nodes",
                              SCRIPT, tmp_path / f"checkpoint{node}.pt", 6))
              for node in range(2)]
-    codes, output = finish(procs)
+    codes, output = finish(procs, 150, "torchrun --nnodes=2")
     assert codes == [0, 0], output[-6000:]
     for rank in range(4):
         assert f"[{rank}] trained 6 steps, 6 on the runtime" in output, output[-6000:]

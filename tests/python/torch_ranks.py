@@ -40,6 +40,12 @@ def run_ranks(tmp_path, script, args=(), np=4, env=None, timeout=120):
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               stdin=subprocess.DEVNULL)
              for r in range(np)]
+    return finish(procs, timeout, f"{script} {' '.join(map(str, args))}")
+
+
+def finish(procs, timeout, what):
+    """The exit codes and joined output of `procs`; all are killed, and the test fails, when one
+    outlives `timeout`."""
     outputs = []
     try:
         for proc in procs:
@@ -47,8 +53,7 @@ def run_ranks(tmp_path, script, args=(), np=4, env=None, timeout=120):
     except subprocess.TimeoutExpired:
         for proc in procs:
             proc.kill()
-        pytest.fail(f"{script} {' '.join(map(str, args))} did not finish in {timeout} s:\n"
-                    + "\n".join(outputs))
+        pytest.fail(f"{what} did not finish in {timeout} s:\n" + "\n".join(outputs))
     return [p.returncode for p in procs], "\n".join(outputs)
 
 
