@@ -26,7 +26,7 @@ def test_trainer_on_cerar_reaches_the_loss_of_gloo(tmp_path):
         env=clean_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
         for backend in ("cerar", "gloo")}
-    codes, output = finish(list(procs.values()), 240, "Lightning")
+    codes, output = finish(list(procs.values()), 420, "Lightning")
     assert codes == [0, 0], output[-6000:]
     results = {b: [json.loads((tmp_path / b / f"{r}.json").read_text()) for r in range(4)]
                for b in procs}
