@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # cerar on a current torch 2.x from PyPI: makes a second venv .venv-torch2, installs cerar into
 # it, runs the whole Python suite and the examples' smoke runs there with deprecation warnings
-# as errors, and ends with one summary line naming the torch version.
+# as errors, and ends with one summary line naming the torch version and counting the tests of
+# the integrations (FSDP, torchrun, Lightning, Ray Train) that only this environment runs.
 #
 # CI does not run this (scripts/test.sh and .ci/run stay on Debian's torch 1.13 in .venv and
 # download no torch). Run it by hand after changing frameworks/cerar/torch/.
@@ -26,13 +27,16 @@ PY=$VENV/bin/python
 # scikit-learn) comes from PyPI built against the same numpy 2.x (Debian's were built against
 # numpy 1.x and would break when the current torch pulls numpy 2.x into the same path).
 [ -x "$PY" ] || /usr/bin/python3 -m venv "$VENV"
-if ! "$PY" -c 'import torch, numpy, pytest, scikit_build_core, pybind11, sklearn, jax' 2>/dev/null
+if ! "$PY" -c 'import torch, numpy, pytest, scikit_build_core, pybind11, sklearn, jax,
+lightning, ray.train.torch' 2>/dev/null
 then
   echo "torch2-env: pip-installing torch (CUDA build, used on the CPU), numpy, jax[cpu]," \
-    "scikit-learn, pytest, scikit-build-core and pybind11 into $VENV (about 3 GiB)"
-  # scikit-learn: examples/torch_train.py and fidelity_train.py; jax: tests/python/test_jax.py.
-  "$PY" -m pip install -q --no-cache-dir torch numpy "jax[cpu]" scikit-learn pytest \
-    "scikit-build-core>=0.10" "pybind11>=2.10"
+    "scikit-learn, lightning, ray[train], pytest, scikit-build-core and pybind11 into $VENV" \
+    "(about 3.5 GiB)"
+  # scikit-learn: examples/torch_train.py and fidelity_train.py; jax: tests/python/test_jax.py;
+  # lightning and ray[train]: test_lightning.py and test_ray_train.py.
+  "$PY" -m pip install -q --no-cache-dir torch numpy "jax[cpu]" scikit-learn lightning \
+    "ray[train]" pytest "scikit-build-core>=0.10" "pybind11>=2.10"
 fi
 TORCH=$("$PY" -c 'import torch; print(torch.__version__)')
 case $TORCH in
@@ -60,19 +64,22 @@ fi
 # --- strict warnings ---------------------------------------------------------------------------
 # Deprecations are errors: DeprecationWarning, PendingDeprecationWarning, FutureWarning, and the
 # UserWarnings by which torch announces deprecated APIs (their text says "deprecated"), wherever
-# cerar, the tests or the examples call torch, numpy or jax. The last line exempts warnings
+# cerar, the tests or the examples call torch, numpy or jax. The last lines exempt warnings
 # that third-party packages raise inside their own modules (named explicitly, as a regular
 # expression matched at the start of the warning's module) when merely imported or used by
-# torch, the examples' data loading or jax: not cerar's to fix, so they are shown once and do
-# not fail the run. With torch 2.15.0, jax 0.10.2, numpy 2.4.6 and scikit-learn 1.9.1 none of
-# them warned. pytest gets the list through -o filterwarnings; every process the tests start
-# (workers, cerarrun's ranks, examples) gets it through sitecustomize.
+# torch, the examples' data loading, jax, Lightning or Ray Train: not cerar's to fix, so they are
+# shown once and do not fail the run (lightning 2.6.6 warns that its own _pytree.py uses a
+# deprecated torch API). cerar's code and the tests still may not warn. pytest gets the list
+# through -o filterwarnings; every process the tests start (workers, cerarrun's ranks, examples,
+# torchrun's, Lightning's and Ray's workers) gets it through sitecustomize.
 filters=(
   "error::DeprecationWarning"
   "error::PendingDeprecationWarning"
   "error::FutureWarning"
   "error:.*deprecat:UserWarning"
   "default::Warning:(sklearn|scipy|sympy|networkx|triton|jaxlib|ml_dtypes|opt_einsum)(\\.|$)"
+  "default::Warning:(lightning|lightning_fabric|lightning_utilities|pytorch_lightning)(\\.|$)"
+  "default::Warning:(torchmetrics|ray|pyarrow|pandas|pydantic|fsspec|tensorboardX)(\\.|$)"
 )
 CERAR_WARNING_FILTERS=$(printf '%s\n' "${filters[@]}")
 export CERAR_WARNING_FILTERS
@@ -84,16 +91,32 @@ pytest_args=("$@")
 ((${#pytest_args[@]})) || pytest_args=(-q tests/python)
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+junit=$(mktemp)
+trap 'rm -f "$log" "$junit"' EXIT
 echo "torch2-env: python -m pytest ${pytest_args[*]} (torch $TORCH)"
 if ! "$PY" -m pytest -p no:cacheprovider -o filterwarnings="$CERAR_WARNING_FILTERS" \
-    "${pytest_args[@]}" 2>&1 | tee "$log"; then
+    --junitxml="$junit" "${pytest_args[@]}" 2>&1 | tee "$log"; then
   failed+=(pytest)
 fi
 summary=$(grep -E '(passed|failed|error|skipped)' "$log" | tail -n 1 | tr -d '=' | xargs)
+# The integrations' tests, counted from pytest's report (a skip there is a missing package)
+integrations=$("$PY" - "$junit" <<'EOF2'
+import sys
+import xml.etree.ElementTree as ET
+files = ("test_fsdp", "test_torchrun", "test_lightning", "test_ray_train")
+counts = dict.fromkeys(("passed", "failed", "skipped"), 0)
+for case in ET.parse(sys.argv[1]).iter("testcase"):
+    if case.get("classname", "").split(".")[-1] in files:
+        outcome = ("failed" if case.find("failure") is not None or case.find("error") is not None
+                   else "skipped" if case.find("skipped") is not None else "passed")
+        counts[outcome] += 1
+print(", ".join(f"{n} {k}" for k, n in counts.items()))
+EOF2
+) || integrations="not counted"
 
 # The examples as frameworks/README.md and scripts/main.sh run them, shortened.
 out=$(mktemp -d)
-trap 'rm -f "$log"; rm -rf "$out"' EXIT
+trap 'rm -f "$log" "$junit"; rm -rf "$out"' EXIT
 run=("$VENV/bin/cerarrun" --max-time 300)
 smoke() {  # smoke NAME MARKER COMMAND...: the command must exit 0 and print MARKER
   local name=$1 marker=$2
@@ -133,8 +156,10 @@ smoke ddp_train_cerar "RESULT " \
   examples/ddp_train.py --comm cerar --algorithm cerar --components 16 --amp --epochs 1
 
 if ((${#failed[@]})); then
-  echo "torch2-env: FAILED (${failed[*]}) on torch $TORCH; pytest: $summary"
+  echo "torch2-env: FAILED (${failed[*]}) on torch $TORCH; pytest: $summary;" \
+    "integrations (FSDP, torchrun, Lightning, Ray Train): $integrations"
   exit 1
 fi
 echo "torch2-env: OK on torch $TORCH, numpy $("$PY" -c 'import numpy; print(numpy.__version__)');" \
-  "pytest: $summary; examples: 9 smoke runs passed"
+  "pytest: $summary; integrations (FSDP, torchrun, Lightning, Ray Train): $integrations;" \
+  "examples: 9 smoke runs passed"

@@ -8,19 +8,21 @@ import torch
 from cerar.torch._tensors import from_numpy
 
 
-def _rows(runtime, name, wire, output, op, view):
-    """reducescatter of `wire` ([size, k]: row j is rank j's share) into `output` (k elements).
-    With one row per rank, the runtime's split (rows // size, the first rows % size ranks one
-    more) is torch's: rank r gets the reduction of every rank's row r."""
-    direct = output.is_contiguous()
-    target = output.view(1, -1) if direct else torch.empty((1, output.numel()),
-                                                           dtype=output.dtype,
-                                                           device=output.device)
-    handle = runtime.reducescatter([name], [view(wire)], [view(target)], op)
+def _rows(runtime, names, wires, outputs, op, view):
+    """reducescatter of each `wires[i]` ([size, k]: row j is rank j's share) into `outputs[i]`
+    (k elements), as one unit. With one row per rank, the runtime's split (rows // size, the
+    first rows % size ranks one more) is torch's: rank r gets the reduction of every rank's
+    row r."""
+    targets = [out.view(1, -1) if out.is_contiguous() else
+               torch.empty((1, out.numel()), dtype=out.dtype, device=out.device)
+               for out in outputs]
+    handle = runtime.reducescatter(names, [view(w) for w in wires], [view(t) for t in targets],
+                                   op)
 
     def finish(_):
-        if not direct:
-            output.copy_(target.view(output.shape))
+        for out, target in zip(outputs, targets):
+            if not out.is_contiguous():
+                out.copy_(target.view(out.shape))
     return handle, finish
 
 
@@ -30,19 +32,60 @@ def reduce_scatter(runtime, name, output, inputs, op, view):
     if len(inputs) != runtime.size or any(t.numel() != output.numel() for t in inputs):
         return None
     wire = torch.stack([t.detach().reshape(-1) for t in inputs])  # rank-major, contiguous
-    return _rows(runtime, name, wire, output, op, view)
+    return _rows(runtime, [name], [wire], [output], op, view)
+
+
+def _flat_rows(runtime, output, input, what):  # noqa: A002 -- torch's name
+    """The flat form's `input` as [size, output's elements], contiguous."""
+    if input.numel() != runtime.size * output.numel():
+        raise ValueError(f"cerar: {what} of {input.numel()} elements into "
+                         f"{output.numel()} on {runtime.size} ranks: the input must hold "
+                         f"size x output elements")
+    wire = input.detach().reshape(runtime.size, output.numel())
+    return wire if wire.is_contiguous() else wire.contiguous()
 
 
 def reduce_scatter_flat(runtime, name, output, input, op, view):  # noqa: A002 -- torch's name
     """torch's flat form (_reduce_scatter_base, reduce_scatter_tensor): `input` holds size
     pieces of output's size back to back."""
-    if input.numel() != runtime.size * output.numel():
-        raise ValueError(f"cerar: reduce_scatter_tensor of {input.numel()} elements into "
-                         f"{output.numel()} on {runtime.size} ranks: the input must hold "
-                         f"size x output elements")
-    wire = input.detach().reshape(runtime.size, output.numel())
-    wire = wire if wire.is_contiguous() else wire.contiguous()
-    return _rows(runtime, name, wire, output, op, view)
+    wire = _flat_rows(runtime, output, input, "reduce_scatter_tensor")
+    return _rows(runtime, [name], [wire], [output], op, view)
+
+
+def reduce_scatter_coalesced(runtime, name, outputs, inputs, op, view):
+    """torch 2.x's reduce_scatter_tensor_coalesced (FSDP2's gradients): the flat form of each
+    pair, all in one reducescatter unit."""
+    if len(outputs) != len(inputs):
+        raise ValueError(f"cerar: reduce_scatter_tensor_coalesced of {len(inputs)} inputs "
+                         f"into {len(outputs)} outputs")
+    wires = [_flat_rows(runtime, out, t, "reduce_scatter_tensor_coalesced")
+             for out, t in zip(outputs, inputs)]
+    return _rows(runtime, [f"{name}.{i}" for i in range(len(wires))], wires, outputs, op, view)
+
+
+def all_gather_coalesced(runtime, name, outputs, inputs, view):
+    """torch 2.x's allgather_into_tensor_coalesced: each input gathered (rank order) into its
+    output, all in one grouped allgather."""
+    if len(outputs) != len(inputs) or any(o.numel() != runtime.size * t.numel()
+                                          for o, t in zip(outputs, inputs)):
+        raise ValueError(f"cerar: allgather_into_tensor_coalesced needs one output of size x "
+                         f"its input's elements per input, got {[t.numel() for t in inputs]} "
+                         f"into {[o.numel() for o in outputs]}")
+    sources = [t.detach().reshape(-1).contiguous() for t in inputs]
+    handle = runtime.grouped_allgather([f"{name}.{i}" for i in range(len(sources))],
+                                       [view(s) for s in sources])
+
+    def finish(h):
+        flat = from_numpy(h.output(), sources[0].dtype).reshape(-1)
+        if flat.numel() != sum(o.numel() for o in outputs):
+            raise ValueError(f"cerar: allgather_into_tensor_coalesced of {flat.numel()} "
+                             f"elements into {sum(o.numel() for o in outputs)}: sizes differ "
+                             f"across ranks")
+        offset = 0
+        for out in outputs:  # tensor 0 of every rank, then tensor 1, ...
+            out.copy_(flat[offset:offset + out.numel()].view(out.shape))
+            offset += out.numel()
+    return handle, finish
 
 
 def _exchange(runtime, name, source, splits, view):

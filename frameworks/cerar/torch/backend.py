@@ -9,20 +9,17 @@ Each process group starts its own runtime from torch's store, rank, size and tim
 hosts cerar's rendezvous store (the C++ server, a fresh secret unless CERAR_SECRET is set)
 and publishes its address through torch's store. all_reduce uses the exact ring unless the
 job's settings ask for CERAR (CERAR_ALGORITHM=auto or cerar, rank 0's value); broadcast,
-all_gather and barrier are cerar's exact collectives; reduce_scatter (list and flat forms) is
-the runtime's exact reducescatter (each rank's share one row of a [size, k] buffer) and
-all_to_all (list form, and all_to_all_single with split sizes) its alltoall
-(cerar.torch._dist_exchange). What cerar cannot express goes to a Gloo process group on the
-same ranks, made at its first use: reduce, gather, scatter, point-to-point, the coalesced
-reduce_scatter of torch 2.x, a reduce_scatter whose pieces differ in size, other dtypes
+all_gather (and torch 2.x's coalesced all_gather_into_tensor, FSDP2's) and barrier are cerar's
+exact collectives; reduce_scatter (list, flat and coalesced forms) is the runtime's exact
+reducescatter (each rank's share one row of a [size, k] buffer) and all_to_all (list form, and
+all_to_all_single with split sizes) its alltoall (cerar.torch._dist_exchange). What cerar
+cannot express goes to a Gloo process group on the same ranks, made at its first use: reduce,
+gather, scatter, point-to-point, a reduce_scatter whose pieces differ in size, other dtypes
 (int8, int16, bool, complex) and reductions (PRODUCT, bitwise, AVG of integers), sparse
 tensors, lists of several tensors per rank.
 """
 import atexit
 import itertools
-import json
-import os
-import socket
 import threading
 import weakref
 
@@ -30,8 +27,8 @@ import torch
 import torch.distributed as dist
 
 from cerar import Op, cuda_built
-from cerar._store import HostedStore
 from cerar.torch import _dist_exchange as _exchange
+from cerar.torch._dist_runtime import round_prefix, start_runtime
 from cerar.torch._dist_work import _Completer
 from cerar.torch._tensors import DTYPES, from_numpy, view
 
@@ -50,42 +47,6 @@ def missing_api():
         return ("this torch cannot run a process group written in Python (no "
                 "torch._C._distributed_c10d.ProcessGroup / Work trampolines, torch 1.13 has them)")
     return None
-
-
-# --- rendezvous ---------------------------------------------------------------------------------
-def _hosts(store, rank, size):
-    store.set(f"cerar/host/{rank}", socket.gethostname())
-    return [store.get(f"cerar/host/{r}").decode() for r in range(size)]
-
-
-def start_runtime(store, rank, size, timeout_seconds):
-    """A runtime for this group, met through torch's store; returns (runtime, server)."""
-    from cerar import _cerar
-    hosts = _hosts(store, rank, size)
-    local = [r for r in range(size) if hosts[r] == hosts[rank]]
-    all_local = len(set(hosts)) == 1
-    server = None
-    if rank == 0:
-        given = os.environ.get("CERAR_SECRET")
-        address = "127.0.0.1" if all_local else (os.environ.get("CERAR_RENDEZVOUS_ADDR")
-                                                 or socket.getfqdn())
-        server = HostedStore(address, all_local, given)
-        endpoint = {"addr": server.address, "port": server.port}
-        if not given:
-            endpoint["secret"] = server.secret  # readable by who can read torch's store
-        store.set("cerar/endpoint", json.dumps(endpoint))
-    endpoint = json.loads(store.get("cerar/endpoint"))
-    config = _cerar.RuntimeConfig.from_environment()
-    config.rank, config.size = rank, size
-    config.local_rank, config.local_size = local.index(rank), len(local)
-    config.rendezvous_addr, config.rendezvous_port = endpoint["addr"], endpoint["port"]
-    config.secret = endpoint.get("secret") or os.environ.get("CERAR_SECRET", "")
-    config.host_store = False
-    if not os.environ.get("CERAR_ALGORITHM") and not config.max_error:
-        config.algorithm = "ring"  # exact unless the job asks for CERAR or an error budget
-    if not os.environ.get("CERAR_TIMEOUT_SECONDS"):
-        config.timeout_seconds = float(timeout_seconds)
-    return _cerar.Runtime.start(config), server
 
 
 # --- the backend --------------------------------------------------------------------------------
@@ -138,7 +99,7 @@ class ProcessGroupCerar(_BASE):
         first use (every rank reaches it at the same collective)."""
         with self._lock:
             if self._gloo_group is None:
-                store = dist.PrefixStore("cerar-gloo/", self._store)
+                store = dist.PrefixStore(round_prefix() + "gloo/", self._store)
                 self._gloo_group = dist.ProcessGroupGloo(store, self.rank(), self.size(),
                                                          self._timeout)
             return self._gloo_group
@@ -270,6 +231,34 @@ class ProcessGroupCerar(_BASE):
 
     reduce_scatter_single = _reduce_scatter_base  # the name newer torch calls it by
 
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        opts = opts if opts is not None else _c10d.ReduceScatterOptions()
+        op = _op_of(opts.reduceOp, outputs[0].dtype) if outputs else None
+
+        def fallback():
+            return self._gloo_call("reduce_scatter_tensor_coalesced", outputs, inputs, opts,
+                                   aliases=("reduce_scatter_single_coalesced",))
+        if op is None:
+            return fallback()
+        return self._exchanged(
+            "reduce_scatter",
+            lambda rt, name: _exchange.reduce_scatter_coalesced(rt, name, outputs, inputs, op,
+                                                                view),
+            [*outputs, *inputs], outputs, fallback)
+
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced  # its newer name
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        opts = opts if opts is not None else _c10d.AllgatherOptions()
+        return self._exchanged(
+            "allgather",
+            lambda rt, name: _exchange.all_gather_coalesced(rt, name, outputs, inputs, view),
+            [*outputs, *inputs], outputs,
+            lambda: self._gloo_call("allgather_into_tensor_coalesced", outputs, inputs, opts,
+                                    aliases=("all_gather_single_coalesced",)))
+
+    all_gather_single_coalesced = allgather_into_tensor_coalesced  # its newer name
+
     def alltoall(self, output_tensors, input_tensors, opts=None):
         opts = opts if opts is not None else _c10d.AllToAllOptions()
         return self._exchanged(
@@ -330,12 +319,8 @@ def _to_gloo(name, *names):
 
 
 for _name, *_aliases in (
-        ("reduce_scatter_tensor_coalesced", "reduce_scatter_single_coalesced"),
-        ("reduce_scatter_single_coalesced", "reduce_scatter_tensor_coalesced"),
         ("reduce",), ("gather",), ("scatter",),
         ("send",), ("recv",), ("recv_anysource",), ("allgather_coalesced",),
-        ("allgather_into_tensor_coalesced", "all_gather_single_coalesced"),
-        ("all_gather_single_coalesced", "allgather_into_tensor_coalesced"),
         ("allreduce_sparse",)):
     setattr(ProcessGroupCerar, _name, _to_gloo(_name, *_aliases))
 
