@@ -28,7 +28,8 @@ def test_a_resumed_frozen_rank_names_itself():
                    LOCAL_WORLD_SIZE=str(SIZE), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port - 1), CERAR_SECRET="frozen",
                    CERAR_TIMEOUT_SECONDS=str(TIMEOUT_SECONDS), CERAR_LOG_LEVEL="fatal",
-                   PYTHONPATH=os.pathsep.join([str(WORKERS), os.environ.get("PYTHONPATH", "")]))
+                   PYTHONPATH=os.pathsep.join(
+                       p for p in (str(WORKERS), os.environ.get("PYTHONPATH")) if p))
         procs.append(subprocess.Popen([sys.executable, str(WORKERS / "lost_rank.py")], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True, stdin=subprocess.DEVNULL))
