@@ -104,20 +104,31 @@ TEST(LinkAuth, AWrongSecretFailsItsLinksNamingThePair) {
   EXPECT_FALSE(out[2].ok());
 }
 
-// Rank 1 pretends to be rank 2 (it proves with its own rank in the other's place).
+// Rank 1's side of the exchange with rank 0, played by hand: sends `nonce`, receives rank 0's,
+// then sends what `prove` makes of the two (rank 1's nonce first).
+void playRankOne(Transport& t, const LinkNonce& nonce,
+                 const std::function<Sha256Digest(const LinkNonce&)>& prove) {
+  auto swap = [&](const void* out, void* in, size_t bytes) {
+    t.postRecv(0, in, bytes);
+    t.postSend(0, out, bytes);
+    t.waitSend(0);
+    t.waitRecv(0);
+  };
+  LinkNonce theirs;
+  swap(nonce.data(), theirs.data(), nonce.size());
+  const Sha256Digest proof = prove(theirs);
+  Sha256Digest answer;
+  swap(proof.data(), answer.data(), proof.size());
+}
+
+// Rank 1 pretends to be rank 2 (it proves with that rank in its place).
 TEST(LinkAuth, AProofForAnotherRankFails) {
   const auto out = runRanks(2, [](Transport& t) -> Status {
     if (t.rank() == 0) return authenticateLinks(t, "secret", "s");
-    LinkNonce mine = freshLinkNonce(), theirs;
-    t.postRecv(0, theirs.data(), theirs.size());
-    t.postSend(0, mine.data(), mine.size());
-    t.waitSend(0);
-    t.waitRecv(0);
-    Sha256Digest proof = linkProof("secret", "s", 2, 0, mine, theirs), answer;
-    t.postRecv(0, answer.data(), answer.size());
-    t.postSend(0, proof.data(), proof.size());
-    t.waitSend(0);
-    t.waitRecv(0);
+    const LinkNonce mine = freshLinkNonce();
+    playRankOne(t, mine, [&](const LinkNonce& theirs) {
+      return linkProof("secret", "s", 2, 0, mine, theirs);
+    });
     return Status();
   });
   EXPECT_FALSE(out[0].ok());
@@ -128,38 +139,20 @@ TEST(LinkAuth, AProofForAnotherRankFails) {
 // A recording of rank 1's side of one start-up, replayed at the next: the fresh nonce of rank 0
 // makes the recorded proof worthless.
 TEST(LinkAuth, AReplayedExchangeFails) {
-  LinkNonce recordedNonce;
+  const LinkNonce recordedNonce = freshLinkNonce();
   Sha256Digest recordedProof;
   auto first = runRanks(2, [&](Transport& t) -> Status {
     if (t.rank() == 0) return authenticateLinks(t, "secret", "s");
     // An honest rank 1 that keeps what it sent (what a listener on the wire would see).
-    LinkNonce theirs;
-    recordedNonce = freshLinkNonce();
-    t.postRecv(0, theirs.data(), theirs.size());
-    t.postSend(0, recordedNonce.data(), recordedNonce.size());
-    t.waitSend(0);
-    t.waitRecv(0);
-    recordedProof = linkProof("secret", "s", 1, 0, recordedNonce, theirs);
-    Sha256Digest answer;
-    t.postRecv(0, answer.data(), answer.size());
-    t.postSend(0, recordedProof.data(), recordedProof.size());
-    t.waitSend(0);
-    t.waitRecv(0);
+    playRankOne(t, recordedNonce, [&](const LinkNonce& theirs) {
+      return recordedProof = linkProof("secret", "s", 1, 0, recordedNonce, theirs);
+    });
     return Status();
   });
   ASSERT_TRUE(first[0].ok()) << first[0].message;
   auto replay = runRanks(2, [&](Transport& t) -> Status {
     if (t.rank() == 0) return authenticateLinks(t, "secret", "s");
-    LinkNonce ignored;
-    Sha256Digest answer;
-    t.postRecv(0, ignored.data(), ignored.size());
-    t.postSend(0, recordedNonce.data(), recordedNonce.size());
-    t.waitSend(0);
-    t.waitRecv(0);
-    t.postRecv(0, answer.data(), answer.size());
-    t.postSend(0, recordedProof.data(), recordedProof.size());
-    t.waitSend(0);
-    t.waitRecv(0);
+    playRankOne(t, recordedNonce, [&](const LinkNonce&) { return recordedProof; });
     return Status();
   });
   EXPECT_FALSE(replay[0].ok());
