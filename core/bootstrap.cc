@@ -211,10 +211,10 @@ JobLinks connectLinks(const RuntimeConfig& config) {
   GlooOptions gloo = glooOptionsOf(data, links.config, prefix);
   gloo.linkKey = linkKeyOf(store, config, prefix);
   gloo.startLimit = std::min(kLinkStartLimit, gloo.timeout);
-  // A rank posts once its connects (up to 5 start limits) and its proof (2) are done.
-  gloo.agreeOnStart = [&, limit = 8 * gloo.startLimit](const Status& mine) {
-    return agreeOnLinks(store, prefix, config.rank, config.size, mine, limit,
-                        2 * gloo.startLimit);
+  // A rank posts once its connects (up to 2 start limits) and its proof (2) are done; once a
+  // failure is posted, the other end of its link fails within a start limit.
+  gloo.agreeOnStart = [&, limit = 6 * gloo.startLimit](const Status& mine) {
+    return agreeOnLinks(store, prefix, config.rank, config.size, mine, limit, gloo.startLimit);
   };
   links.transport = connectGloo(store, config.rank, config.size, gloo);
   links.board = std::make_shared<StoreBoard>(rendezvous->store);

@@ -90,8 +90,13 @@ class LinkContext : public gloo::Context {
 
   void connect(gloo::rendezvous::Store& store, std::shared_ptr<gloo::transport::Device> device,
                const GlooOptions& options) {
-    auto links = device->createContext(rank, size);
-    links->setTimeout(options.startLimit);  // the pairs copy it as they are created
+    std::shared_ptr<gloo::transport::Context> links = device->createContext(rank, size);
+    // The pairs copy it as they are created; Gloo waits 5 times it for a connect, so a connect
+    // waits 2 start limits (a peer that died before connecting costs no more).
+    links->setTimeout(options.startLimit * 2 / 5);
+    // Set at once, so that closeConnections() reaches the pairs after a failed connect.
+    device_ = std::move(device);
+    transportContext_ = links;
     std::vector<char> mine;
     for (int peer = 0; peer < size; ++peer) {
       if (peer == rank) continue;
@@ -116,8 +121,6 @@ class LinkContext : public gloo::Context {
       }
     }
     links->setTimeout(options.timeout);  // the default of a wait without a limit of its own
-    device_ = std::move(device);
-    transportContext_ = std::move(links);
   }
 };
 

@@ -34,8 +34,8 @@ struct GlooOptions {
   // The job's link key. Set: every link proves it before connectGloo returns (link_auth.h).
   // Empty: links are taken as connected (tests and tools on a store of their own).
   std::string linkKey;
-  // How long one link may take to start: Gloo waits up to 5 times it for a pair to connect,
-  // and each step of the proof waits up to it. A stray connection costs at most this much.
+  // How long one link may take to start: a pair's connect waits up to 2 times it, each step
+  // of the proof up to it.
   std::chrono::milliseconds startLimit{1000};
   // Takes this rank's start-up outcome (ok, or the link that failed) and returns the job's,
   // so that every rank fails alike (core/bootstrap.cc agrees through the store). Unset: this
