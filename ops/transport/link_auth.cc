@@ -94,6 +94,7 @@ Status authenticateLinks(Transport& transport, std::string_view key, std::string
     exchange(transport, proofs, answers);
   } catch (const Error& e) {
     const Status seen = statusOf(e);
+    if (seen.peer < 0) return seen;  // not a link's failure (a misuse): no pair to name
     return Status(seen.code, strangerMessage(rank, seen.peer, e.what()), seen.peer);
   }
   for (int peer = 0; peer < size; ++peer) {
