@@ -73,10 +73,13 @@ bool checkLinkProof(std::string_view key, std::string_view scope, int prover, in
   return sameDigest(proof, linkProof(key, scope, prover, verifier, proverNonce, verifierNonce));
 }
 
-std::string strangerMessage(int rank, int peer, const std::string& detail) {
+std::string strangerMessage(int rank, int peer, const std::string& seen) {
+  // The transport's messages start with the rank, which this one names already.
+  const std::string own = detail::concat("rank ", rank, ": ");
+  const std::string what = seen.rfind(own, 0) == 0 ? seen.substr(own.size()) : seen;
   return detail::concat("the data link between ranks ", std::min(rank, peer), " and ",
                         std::max(rank, peer), " failed its start-up, seen by rank ", rank, ": ",
-                        detail, "; a connection that is not this job's was taken for a rank's "
+                        what, "; a connection that is not this job's was taken for a rank's "
                         "link, or that rank ended (docs/rendezvous.md, threat model)");
 }
 

@@ -40,7 +40,7 @@ bool checkLinkProof(std::string_view key, std::string_view scope, int prover, in
                     const Sha256Digest& proof);
 
 // The message of a link that failed its start-up; names the pair and the likely cause.
-std::string strangerMessage(int rank, int peer, const std::string& detail);
+std::string strangerMessage(int rank, int peer, const std::string& seen);
 
 // Runs the exchange with every peer of `transport` (each wait bounded by its timeout).
 // Returns ok, or the first link that failed: kPeerLost with the pair and "a connection that is
