@@ -21,6 +21,7 @@
 #include "core/bootstrap.h"
 #include "core/rendezvous/tcp_store.h"
 #include "ops/common/error.h"
+#include "ops/transport/gloo_message.h"
 #include "ops/transport/gloo_tcp.h"
 #include "ops/transport/transport.h"
 #include "tests/cpp/child_processes.h"
@@ -197,6 +198,14 @@ void tryTwenty(Stray kind, const char* name) {
               "attacked rank exited with status %d: %d\n",
               name, tally.struck, tally.checked, tally.failedAlike, kStrangerExitStatus,
               tally.strangerExit);
+}
+
+// Gloo 0.5.0 prints ports in network byte order; cerar repeats them as the kernel knows them.
+TEST(StrayLink, GloosPortsArePrintedAsTheRealOnes) {
+  EXPECT_EQ(realPorts("connect [127.0.0.1]:17315: Connection refused"),
+            "connect [127.0.0.1]:41795: Connection refused");
+  EXPECT_EQ(realPorts("Read error [::1]:256 and [10.0.0.2]:1"), "Read error [::1]:1 and [10.0.0.2]:256");
+  EXPECT_EQ(realPorts("no address here"), "no address here");
 }
 
 TEST(StrayLink, JunkOnAListenerFailsEveryRankOrNone) { tryTwenty(Stray::kJunk, "junk"); }
