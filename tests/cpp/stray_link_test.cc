@@ -36,8 +36,9 @@ enum class Stray { kJunk, kGlooHeader, kHeld };
 
 constexpr int kSumsChecked = 0, kDocumentedFailure = 3, kOtherFailure = 4, kWrongSum = 5;
 
-// One rank: starts through the store (hosted by the test, as cerarrun hosts it), then all-reduces 64 Ki floats by a
-// two-rank exchange and checks every element. The exit status says how it went.
+// One rank: starts through the store (hosted by the test, as cerarrun hosts it), then
+// all-reduces 64 Ki floats by a two-rank exchange and checks every element. The exit status
+// says how it went.
 [[noreturn]] void runRank(int rank, int port) {
   RuntimeConfig config;
   config.rank = config.localRank = rank;
@@ -204,7 +205,8 @@ void tryTwenty(Stray kind, const char* name) {
 TEST(StrayLink, GloosPortsArePrintedAsTheRealOnes) {
   EXPECT_EQ(realPorts("connect [127.0.0.1]:17315: Connection refused"),
             "connect [127.0.0.1]:41795: Connection refused");
-  EXPECT_EQ(realPorts("Read error [::1]:256 and [10.0.0.2]:1"), "Read error [::1]:1 and [10.0.0.2]:256");
+  EXPECT_EQ(realPorts("Read error [::1]:256 and [10.0.0.2]:1"),
+            "Read error [::1]:1 and [10.0.0.2]:256");
   EXPECT_EQ(realPorts("no address here"), "no address here");
 }
 
