@@ -87,10 +87,10 @@ class LinkContext : public gloo::Context {
 };
 
 // While links start, a stranger's well-formed Gloo message (a connection taken for a peer's)
-// can break an invariant that Gloo checks on its network thread (tcp/pair.cc), where nothing
-// catches the exception: std::terminate would abort the process. Cerar cannot stop that
-// thread from reading; it can end the process with its own message and status instead of
-// SIGABRT, so the other ranks fail their start-up with the pair named.
+// can break an invariant that Gloo checks on its network thread (its TCP pair's reader),
+// where nothing catches the exception: std::terminate would abort the process. Cerar cannot
+// stop that thread from reading; it can end the process with its own message and status
+// instead of SIGABRT, so the other ranks fail their start-up with the pair named.
 class StrangerExitGuard {
  public:
   explicit StrangerExitGuard(int rank) {
