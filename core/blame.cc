@@ -47,6 +47,26 @@ std::string lossMarkKey(const std::string& scope, int rank) {
   return detail::concat(scope, "/gone/", rank);
 }
 
+// Whether the others gave up on this rank: a post of theirs names it. Without a board, or
+// before any post (or when the board fails), its own stall is all it has to go by.
+bool othersGaveUpOn(BlameBoard* board, const BlameOptions& o) {
+  if (board == nullptr || o.size < 2) return true;
+  bool anyPost = false;
+  try {
+    for (int r = 0; r < o.size; ++r) {
+      if (r == o.rank) continue;
+      const auto text = board->read(detail::concat(o.scope, "/failed/", r),
+                                    std::max(milliseconds(1), o.window / 4));
+      if (!text) continue;
+      anyPost = true;
+      const auto report = decodeReport(*text);
+      if (report && report->peer == o.rank) return true;
+    }
+  } catch (const std::exception&) {
+  }
+  return !anyPost;
+}
+
 std::string rankList(const std::vector<int>& ranks) {
   std::string out;
   for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
@@ -181,12 +201,14 @@ Status agreeOnFailure(const Status& observed, BlameBoard* board, const BlameOpti
                                  seen.message, why),
                   seen.peer);
   };
-  // This process was stopped past the timeout lately: the others gave up on it, and what it
+  // This process was stopped past the timeout lately and the others gave up on it: what it
   // observed on waking (links they closed, peers gone quiet) is their giving up, not a peer's
-  // fault. Lately: its first wait after resuming may itself have run a whole timeout.
+  // fault. Lately: its first wait after resuming may itself have run a whole timeout. A rank
+  // stopped as long while another died is not named by the others' posts: the usual verdict.
   const milliseconds stalled =
       o.timeout.count() > 0 ? recentStall(3 * o.timeout) : milliseconds(0);
-  if (isLoss(observed.code) && o.timeout.count() > 0 && stalled >= o.timeout * 9 / 10) {
+  if (isLoss(observed.code) && o.timeout.count() > 0 && stalled >= o.timeout * 9 / 10 &&
+      othersGaveUpOn(board, o)) {
     seen = Status(StatusCode::kTimeout,
                   detail::concat("rank ", o.rank, " (this process) was the silent one: it was "
                                  "stopped for ", stalled.count(), " ms, past the timeout of ",
