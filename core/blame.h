@@ -62,9 +62,10 @@ struct BlameOptions {
   std::string scope;           // key prefix of this runtime instance, the same on every rank
   bool hostedByRankZero = false;  // the board lives in rank 0's process
   std::chrono::milliseconds window{1000};  // how long to wait for the others' posts
-  // The limit of one wait. Set: a rank that was itself stopped longer than this just before
-  // its failure (SIGSTOP, a suspended machine) reports that it was the silent one, since the
-  // others gave up on it, rather than blaming a peer whose links it finds closed on waking.
+  // The limit of one wait. Set: a rank that was itself stopped about this long just before
+  // its failure (SIGSTOP, a suspended machine), and whom the others' posts name (or that has
+  // none to read), reports that it was the silent one, rather than blaming a peer whose links
+  // it finds closed on waking.
   std::chrono::milliseconds timeout{0};
 };
 
