@@ -1,7 +1,9 @@
 #include "core/blame.h"
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -45,6 +47,26 @@ std::string lossMarkKey(const std::string& scope, int rank) {
   return detail::concat(scope, "/gone/", rank);
 }
 
+// Whether the others gave up on this rank: a post of theirs names it. Without a board, or
+// before any post (or when the board fails), its own stall is all it has to go by.
+bool othersGaveUpOn(BlameBoard* board, const BlameOptions& o) {
+  if (board == nullptr || o.size < 2) return true;
+  bool anyPost = false;
+  try {
+    for (int r = 0; r < o.size; ++r) {
+      if (r == o.rank) continue;
+      const auto text = board->read(detail::concat(o.scope, "/failed/", r),
+                                    std::max(milliseconds(1), o.window / 4));
+      if (!text) continue;
+      anyPost = true;
+      const auto report = decodeReport(*text);
+      if (report && report->peer == o.rank) return true;
+    }
+  } catch (const std::exception&) {
+  }
+  return !anyPost;
+}
+
 std::string rankList(const std::vector<int>& ranks) {
   std::string out;
   for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
@@ -52,6 +74,46 @@ std::string rankList(const std::vector<int>& ranks) {
 }
 
 }  // namespace
+
+namespace {
+
+// The stall watch's state, in steady-clock nanoseconds (0: not started).
+std::atomic<int64_t> lastBeat{0}, stallLength{0}, stallEnd{0};
+
+int64_t steadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             Clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+void startStallWatch() {
+  static std::once_flag started;
+  std::call_once(started, [] {
+    lastBeat = steadyNanos();
+    std::thread([] {
+      for (;;) {
+        std::this_thread::sleep_for(milliseconds(50));
+        const int64_t now = steadyNanos();
+        const int64_t gap = now - lastBeat.exchange(now);
+        if (gap > 250'000'000) {  // far past a beat: the process was not running
+          stallLength = gap;
+          stallEnd = now;
+        }
+      }
+    }).detach();
+  });
+}
+
+milliseconds recentStall(milliseconds recent) {
+  if (lastBeat == 0) return milliseconds(0);
+  const int64_t now = steadyNanos();
+  int64_t longest = now - lastBeat;
+  if (now - stallEnd <= std::chrono::nanoseconds(recent).count()) {
+    longest = std::max<int64_t>(longest, stallLength);
+  }
+  return std::chrono::duration_cast<milliseconds>(std::chrono::nanoseconds(longest));
+}
 
 std::string newBlameScope() {
   std::random_device device;
@@ -139,6 +201,29 @@ Status agreeOnFailure(const Status& observed, BlameBoard* board, const BlameOpti
                                  seen.message, why),
                   seen.peer);
   };
+  // This process was stopped past the timeout lately and the others gave up on it: what it
+  // observed on waking (links they closed, peers gone quiet) is their giving up, not a peer's
+  // fault. Lately: its first wait after resuming may itself have run a whole timeout. A rank
+  // stopped as long while another died is not named by the others' posts: the usual verdict.
+  const milliseconds stalled =
+      o.timeout.count() > 0 ? recentStall(3 * o.timeout) : milliseconds(0);
+  if (isLoss(observed.code) && o.timeout.count() > 0 && stalled >= o.timeout * 9 / 10 &&
+      othersGaveUpOn(board, o)) {
+    seen = Status(StatusCode::kTimeout,
+                  detail::concat("rank ", o.rank, " (this process) was the silent one: it was "
+                                 "stopped for ", stalled.count(), " ms, past the timeout of ",
+                                 o.timeout.count(), " ms, and the others gave up on it; rank ",
+                                 o.rank, " saw on resuming: ", observed.message),
+                  o.rank);
+    if (board != nullptr && o.size >= 2) {
+      try {
+        board->post(detail::concat(o.scope, "/failed/", o.rank), encodeReport(seen), o.window);
+      } catch (const std::exception&) {
+        // The others have decided without this post; the verdict here stands.
+      }
+    }
+    return seen;
+  }
   if (board == nullptr || o.size < 2) return isLoss(observed.code) ? ownView("") : observed;
   auto deadline = Clock::now() + o.window;
   // Every board call may take a quarter window, also one started just before the deadline: a
@@ -236,6 +321,8 @@ BlameOptions setUpBlame(Transport& transport, BlameBoard* board, bool hostedByRa
   // Survivors fail within moments of each other; the window only matters when more than one
   // rank is missing, and must stay short next to the timeout.
   options.window = std::clamp(timeout / 2, milliseconds(200), milliseconds(5000));
+  options.timeout = timeout;
+  startStallWatch();
   leaveLossMark(board, options, timeout);
   return options;
 }

@@ -62,7 +62,19 @@ struct BlameOptions {
   std::string scope;           // key prefix of this runtime instance, the same on every rank
   bool hostedByRankZero = false;  // the board lives in rank 0's process
   std::chrono::milliseconds window{1000};  // how long to wait for the others' posts
+  // The limit of one wait. Set: a rank that was itself stopped about this long just before
+  // its failure (SIGSTOP, a suspended machine), and whom the others' posts name (or that has
+  // none to read), reports that it was the silent one, rather than blaming a peer whose links
+  // it finds closed on waking.
+  std::chrono::milliseconds timeout{0};
 };
+
+// Starts (once per process) a thread that notes how long the process goes without running:
+// it beats every 50 ms, and a gap between beats is time the whole process was stopped.
+void startStallWatch();
+// The longest stop of this process that ended within `recent`, or the one in progress (the
+// watch thread may not have run yet since the process resumed). Zero without the watch.
+std::chrono::milliseconds recentStall(std::chrono::milliseconds recent);
 
 // The failure this rank reports, given what it `observed`: for a timeout or a lost peer, the
 // rank that every survivor names (with kTimeout if it went silent, kPeerLost if its links

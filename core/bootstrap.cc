@@ -4,8 +4,11 @@
 
 #ifndef CERAR_NO_GLOO
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <optional>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -16,6 +19,7 @@
 #include "core/rendezvous/tcp_store.h"
 #include "ops/common/error.h"
 #include "ops/transport/gloo_tcp.h"
+#include "ops/transport/link_auth.h"
 
 namespace cerar {
 namespace {
@@ -91,6 +95,77 @@ struct Rendezvous {
   std::shared_ptr<TcpStore> store;  // shared with the blame board
 };
 
+using std::chrono::milliseconds;
+
+// How long one data link may take to start (GlooOptions::startLimit): far above what a link
+// between live ranks needs, and short enough that a stray connection fails start-up in seconds.
+constexpr milliseconds kLinkStartLimit{1000};
+
+// The key the data links prove at start-up (link_auth.h): the job secret; without one (a
+// single-host job, whose store is a private Unix socket) 16 random bytes from rank 0 through
+// the store, fresh for each start.
+std::string linkKeyOf(TcpStore& store, const RuntimeConfig& config, const std::string& prefix) {
+  if (!config.secret.empty()) return config.secret;
+  std::vector<uint8_t> mine;
+  if (config.rank == 0) {
+    const LinkNonce random = freshLinkNonce();
+    mine.assign(random.begin(), random.end());
+  }
+  const auto key = exchangeThroughStore(store, prefix + "/link-key", config.rank, mine);
+  return std::string(key.begin(), key.end());
+}
+
+// The job's outcome of the links' start-up, the same on every rank: each rank posts its own
+// ("" for ok) and reads the others'; the failure of the lowest rank that posted one decides.
+// Waits for every post up to `limit`; once a failure is read, only `grace` more (the other
+// ends of a failed link fail within their start limit).
+Status readLinkOutcomes(TcpStore& store, const std::string& prefix, int rank, int size,
+                        const Status& mine, milliseconds limit, milliseconds grace) {
+  using Clock = std::chrono::steady_clock;
+  auto key = [&](int r) { return detail::concat(prefix, "/links-started/", r); };
+  store.set(key(rank), std::vector<char>(mine.message.begin(), mine.message.end()));
+  std::vector<std::optional<std::string>> posts(size);
+  auto deadline = Clock::now() + limit;
+  for (;;) {
+    int missing = 0;
+    for (int r = 0; r < size; ++r) {
+      if (!posts[r] && store.check({key(r)}, limit)) {
+        const std::vector<char> text = store.get(key(r), limit);
+        posts[r] = std::string(text.begin(), text.end());
+        if (!posts[r]->empty()) deadline = std::min(deadline, Clock::now() + grace);
+      }
+      if (!posts[r]) ++missing;
+    }
+    if (missing == 0 || Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  for (int r = 0; r < size; ++r) {
+    if (posts[r] && !posts[r]->empty()) return Status(StatusCode::kPeerLost, *posts[r]);
+  }
+  for (int r = 0; r < size; ++r) {
+    if (!posts[r]) {
+      return Status(StatusCode::kTimeout,
+                    detail::concat("rank ", r, " did not report its data links' start-up within ",
+                                   limit.count(), " ms"),
+                    r);
+    }
+  }
+  return Status();
+}
+
+Status agreeOnLinks(TcpStore& store, const std::string& prefix, int rank, int size,
+                    const Status& mine, milliseconds limit, milliseconds grace) {
+  try {
+    return readLinkOutcomes(store, prefix, rank, size, mine, limit, grace);
+  } catch (const std::exception& e) {
+    // The store is gone (its host failed: a rank that a stranger's message ended, say).
+    if (!mine.ok()) return mine;
+    return Status(StatusCode::kPeerLost,
+                  detail::concat("the rendezvous store failed while the ranks agreed on their "
+                                 "data links' start-up: ", e.what()));
+  }
+}
+
 GlooOptions glooOptionsOf(const DataAddress& data, const RuntimeConfig& agreed,
                           const std::string& prefix) {
   GlooOptions options;
@@ -133,8 +208,15 @@ JobLinks connectLinks(const RuntimeConfig& config) {
   links.config = agreeJobConfig(config, [&](const std::vector<uint8_t>& mine) {
     return exchangeThroughStore(store, prefix + "/job-settings", config.rank, mine);
   });
-  links.transport = connectGloo(store, config.rank, config.size,
-                                glooOptionsOf(data, links.config, prefix));
+  GlooOptions gloo = glooOptionsOf(data, links.config, prefix);
+  gloo.linkKey = linkKeyOf(store, config, prefix);
+  gloo.startLimit = std::min(kLinkStartLimit, gloo.timeout);
+  // A rank posts once its connects (up to 2 start limits) and its proof (2) are done; once a
+  // failure is posted, the other end of its link fails within a start limit.
+  gloo.agreeOnStart = [&, limit = 6 * gloo.startLimit](const Status& mine) {
+    return agreeOnLinks(store, prefix, config.rank, config.size, mine, limit, gloo.startLimit);
+  };
+  links.transport = connectGloo(store, config.rank, config.size, gloo);
   links.board = std::make_shared<StoreBoard>(rendezvous->store);
   // Rank 0 closes the store it hosts before any rank leaves the shutdown handshake: a rank
   // that starts again then reaches only the next incarnation's store.

@@ -1,17 +1,12 @@
 #include "ops/transport/gloo_tcp.h"
 
-#include <csignal>
-#include <mutex>
-
 #include <gloo/common/error.h>
 #include <gloo/context.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/rendezvous/prefix_store.h>
-#include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
 #include "ops/common/error.h"
+#include "ops/transport/gloo_message.h"
 
 namespace cerar {
 namespace {
@@ -21,16 +16,6 @@ namespace {
 // because Gloo matches the transfers of a (pair, slot) in posting order, which is the order we
 // need; channels (process sets) take the slots after it.
 constexpr uint8_t kSlotPrefix = 0x43;
-
-// Gloo prefixes its messages with "[file:line] "; the rank and peer we add say more.
-std::string glooMessage(const std::exception& e) {
-  std::string text = e.what();
-  if (!text.empty() && text[0] == '[') {
-    auto end = text.find("] ");
-    if (end != std::string::npos) text.erase(0, end + 2);
-  }
-  return text;
-}
 
 }  // namespace
 
@@ -197,35 +182,5 @@ void GlooTransport::postSend(int peer, const void* data, size_t bytes) {
 void GlooTransport::postRecv(int peer, void* data, size_t bytes) { post(false, peer, data, bytes); }
 void GlooTransport::waitSend(int peer) { wait(true, peer); }
 void GlooTransport::waitRecv(int peer) { wait(false, peer); }
-
-std::unique_ptr<GlooTransport> connectGloo(gloo::rendezvous::Store& store, int rank, int size,
-                                           const GlooOptions& options) {
-  CERAR_ENFORCE(size >= 1 && rank >= 0 && rank < size, "connectGloo: rank ", rank,
-                " is not in a group of ", size);
-  CERAR_ENFORCE(options.timeout.count() > 0, "connectGloo: the timeout must be positive");
-  // A peer that dies turns our next write into SIGPIPE, which would kill this process.
-  static std::once_flag sigpipe;
-  std::call_once(sigpipe, [] { std::signal(SIGPIPE, SIG_IGN); });
-
-  const std::string& prefix = options.prefix;
-  try {
-    gloo::transport::tcp::attr attr;
-    if (!options.hostname.empty()) {
-      attr.hostname = options.hostname;
-    } else {
-      attr.iface = options.iface;
-    }
-    auto device = gloo::transport::tcp::CreateDevice(attr);
-    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    // Must precede connectFullMesh: the pairs copy the timeout when they are created.
-    context->setTimeout(options.timeout);
-    gloo::rendezvous::PrefixStore scoped(prefix, store);
-    context->connectFullMesh(scoped, device);
-    return std::make_unique<GlooTransport>(std::move(context), options.timeout);
-  } catch (const std::exception& e) {
-    throw Error(detail::concat("rank ", rank, ": Gloo rendezvous of ", size,
-                               " ranks (keys '", prefix, "/...') failed: ", glooMessage(e)));
-  }
-}
 
 }  // namespace cerar

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,16 @@ struct GlooOptions {
   // Key prefix of the context in the store. Gloo never overwrites keys, so each context made
   // on one store needs a prefix of its own, the same on every rank (e.g. "<name>/<epoch>").
   std::string prefix = "cerar";
+  // The job's link key. Set: every link proves it before connectGloo returns (link_auth.h).
+  // Empty: links are taken as connected (tests and tools on a store of their own).
+  std::string linkKey;
+  // How long one link may take to start: a pair's connect waits up to 2 times it, each step
+  // of the proof up to it.
+  std::chrono::milliseconds startLimit{1000};
+  // Takes this rank's start-up outcome (ok, or the link that failed) and returns the job's,
+  // so that every rank fails alike (core/bootstrap.cc agrees through the store). Unset: this
+  // rank's own outcome decides.
+  std::function<Status(const Status&)> agreeOnStart;
 };
 
 // One rank's link to every other rank of a Gloo context. A post inside a registered region
@@ -102,9 +113,15 @@ class GlooTransport : public Transport {
   uint64_t buffersCreated_ = 0;
 };
 
+// The exit status of a process that Gloo's network thread would have aborted while its links
+// started: a stranger's message broke one of Gloo's checks there (docs/rendezvous.md).
+constexpr int kStrangerExitStatus = 70;
+
 // Connects rank `rank` of `size` through `store` over Gloo's TCP transport, under the keys
 // options.prefix + "/...", which must be fresh on this store (see GlooOptions::prefix).
-// Throws cerar::Error naming the rank when the rendezvous fails or times out.
+// Throws cerar::Error naming the rank when the rendezvous fails or times out, and naming the
+// rank pair when a link fails its start-up (options.agreeOnStart's verdict). Gloo's messages
+// are repeated with the ports it prints byte-swapped (Gloo 0.5.0) put right.
 std::unique_ptr<GlooTransport> connectGloo(gloo::rendezvous::Store& store, int rank, int size,
                                            const GlooOptions& options = {});
 

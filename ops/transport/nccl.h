@@ -25,7 +25,9 @@ struct NcclOptions {
   bool streamOrdered = false;
 };
 
-// The 128 bytes of an ncclUniqueId.
+// The 128 bytes of an ncclUniqueId. It is the key of NCCL's bootstrap: it holds the root's
+// address and a random magic that NCCL checks on every bootstrap connection, so it travels only
+// through the job's locked store or over data links already proven (docs/rendezvous.md).
 using NcclId = std::array<char, 128>;
 // A fresh id (rank 0 makes one and shares it). Works without a GPU.
 NcclId newNcclId();

@@ -1,5 +1,8 @@
 // Agreement on a lost rank (core/blame.h), with ranks as threads over an in-memory board.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <map>
 #include <mutex>
@@ -286,6 +289,49 @@ TEST(Blame, ErrorsThrowTheSubclassOfTheirCode) {
     // A short source tag, never the build machine's path.
     EXPECT_NE(std::string(e.what()).find("[blame_test.cc:"), std::string::npos) << e.what();
     EXPECT_EQ(std::string(e.what()).find('/'), std::string::npos) << e.what();
+  }
+}
+
+// A process stopped (SIGSTOP) past the timeout and resumed: its own failure names itself as
+// the silent rank, whatever it saw on waking; one stopped briefly names the peer as before, and
+// so does one stopped as long whose peers' posts name another rank (that one died meanwhile).
+TEST(Blame, AResumedFrozenRankNamesItself) {
+  for (const auto [stop, othersBlame] :
+       {std::pair{800ms, -1}, std::pair{50ms, -1}, std::pair{800ms, 2}, std::pair{800ms, 0}}) {
+    int pipes[2];
+    ASSERT_EQ(pipe(pipes), 0);
+    const pid_t child = fork();
+    if (child == 0) {
+      startStallWatch();
+      char go = 0;
+      (void)!write(pipes[1], &go, 1);  // the watch runs: the parent may stop this process now
+      std::this_thread::sleep_for(stop + 300ms);  // stopped meanwhile, then resumed
+      BlameOptions o = optionsFor(2, 3, false, 200ms);
+      o.timeout = 500ms;
+      MemoryBoard board;  // rank 0's post names `othersBlame` (-1: no board)
+      board.post("test/failed/0",
+                 detail::concat(int(StatusCode::kTimeout), " ", othersBlame, " recv"), 1s);
+      const Status agreed = agreeOnFailure(Status(StatusCode::kPeerLost, "recv from 1: closed", 1),
+                                           othersBlame < 0 ? nullptr : &board, o);
+      const bool self = agreed.peer == 2 && agreed.code == StatusCode::kTimeout &&
+                        agreed.message.find("rank 2 (this process) was the silent one") !=
+                            std::string::npos;
+      std::_Exit(self ? 10 : agreed.peer != 2 ? 11 : 12);
+    }
+    char go;
+    ASSERT_EQ(read(pipes[0], &go, 1), 1);
+    close(pipes[0]);
+    close(pipes[1]);
+    std::this_thread::sleep_for(50ms);
+    kill(child, SIGSTOP);
+    std::this_thread::sleep_for(stop);
+    kill(child, SIGCONT);
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status));
+    const bool silent = stop > 500ms && (othersBlame < 0 || othersBlame == 2);
+    EXPECT_EQ(WEXITSTATUS(status), silent ? 10 : 11)
+        << "stopped " << stop.count() << " ms, the others blame " << othersBlame;
   }
 }
 

@@ -163,3 +163,19 @@ def test_a_survivor_too_slow_to_post_is_not_named():
 
     _, results = _lost_rank_job(strike)
     _assert_named(results, 2, "PeerLostError")
+
+
+def test_a_resumed_frozen_rank_names_itself():
+    """Rank 2 frozen past the timeout, then resumed: the others name it, and it says that it
+    was the silent one (core/blame.h, the stall watch) instead of blaming a live peer whose
+    links it finds closed on waking."""
+    def strike(procs):
+        procs[2].send_signal(signal.SIGSTOP)
+        struck = time.time()
+        time.sleep(TIMEOUT_SECONDS + 2)  # past the timeout: the others give up on it
+        procs[2].send_signal(signal.SIGCONT)
+        return struck, None  # every rank's result, rank 2's included
+
+    _, results = _lost_rank_job(strike)
+    _assert_named(results, 2, "CerarTimeoutError")
+    assert "rank 2 (this process) was the silent one" in results[2]["message"], results[2]
