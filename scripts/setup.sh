@@ -22,6 +22,7 @@ done
 APT_MAIN=(
   cmake ninja-build g++ pkg-config
   libgloo-dev libboost-dev pybind11-dev python3-dev python3-venv python3-pip
+  libssl-dev  # libcrypto: HMAC-SHA-256 of the data links' start-up proofs
   python3-numpy python3-torch python3-sklearn
 )
 # Tests and benchmarks only.

@@ -1,6 +1,5 @@
 #include "ops/transport/link_auth.h"
 
-#include <random>
 #include <string>
 #include <vector>
 
@@ -52,12 +51,8 @@ void exchange(Transport& transport, const std::vector<Message>& out, std::vector
 }  // namespace
 
 LinkNonce freshLinkNonce() {
-  std::random_device source;
   LinkNonce nonce;
-  for (size_t i = 0; i < nonce.size(); i += 4) {
-    const uint32_t word = source();
-    for (size_t j = 0; j < 4; ++j) nonce[i + j] = uint8_t(word >> (8 * j));
-  }
+  randomBytes(nonce.data(), nonce.size());
   return nonce;
 }
 
