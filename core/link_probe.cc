@@ -101,29 +101,6 @@ double streamedRingRound(Transport& t, Executor& executor, size_t bytes, Wire wi
                               params, 2 * (N - 1));
 }
 
-// Each figure's largest value over the ranks, on every rank: the slowest host bounds every
-// round of a ring, and all ranks must hold the same figures (selection agrees bit for bit).
-// Every rank passes as many values.
-std::vector<double> slowestOverRanks(Transport& t, std::vector<double> values) {
-  std::vector<uint8_t> mine(values.size() * sizeof(double));
-  std::memcpy(mine.data(), values.data(), mine.size());
-  const auto all = gatherBytes(t, mine, 0);
-  if (t.rank() == 0) {
-    for (const auto& theirs : all) {
-      CERAR_ENFORCE(theirs.size() == mine.size(), "link probe: ranks disagree on the figures");
-      for (size_t i = 0; i < values.size(); ++i) {
-        double value;
-        std::memcpy(&value, theirs.data() + i * sizeof(double), sizeof(double));
-        values[i] = std::max(values[i], value);
-      }
-    }
-    std::memcpy(mine.data(), values.data(), mine.size());
-  }
-  mine = broadcastBytes(t, mine, 0);
-  std::memcpy(values.data(), mine.data(), mine.size());
-  return values;
-}
-
 // A shorter message never costs more, and noise only adds time: a point above a later one
 // was delayed, and takes the later one's time.
 void makeMonotone(std::vector<LinkModel::RoundPoint>& points) {
@@ -176,6 +153,26 @@ std::string roundsText(const LinkModel& link) {
 }
 
 }  // namespace
+
+std::vector<double> slowestOverRanks(Transport& t, std::vector<double> values) {
+  std::vector<uint8_t> mine(values.size() * sizeof(double));
+  std::memcpy(mine.data(), values.data(), mine.size());
+  const auto all = gatherBytes(t, mine, 0);
+  if (t.rank() == 0) {
+    for (const auto& theirs : all) {
+      CERAR_ENFORCE(theirs.size() == mine.size(), "link probe: ranks disagree on the figures");
+      for (size_t i = 0; i < values.size(); ++i) {
+        double value;
+        std::memcpy(&value, theirs.data() + i * sizeof(double), sizeof(double));
+        values[i] = std::max(values[i], value);
+      }
+    }
+    std::memcpy(mine.data(), values.data(), mine.size());
+  }
+  mine = broadcastBytes(t, mine, 0);
+  std::memcpy(values.data(), mine.data(), mine.size());
+  return values;
+}
 
 LinkModel probeLink(Transport& t, double* ownRoundsSeconds) {
   LinkModel link;

@@ -6,6 +6,8 @@
 // cost); and the codec's per-byte times (gamma, gammaWire).
 #pragma once
 
+#include <vector>
+
 #include "core/log.h"
 #include "core/runtime_config.h"
 #include "core/selection.h"
@@ -21,6 +23,10 @@ namespace cerar {
 // on the rings' rounds (what each choice's own curve adds to the start-up).
 LinkModel probeLink(Transport& transport, double* ownRoundsSeconds = nullptr);
 
+// Each figure's largest value over the ranks, on every rank: the slowest host bounds every
+// round of a ring, and all ranks must hold the same figures (selection agrees bit for bit).
+// Collective; every rank passes as many values.
+std::vector<double> slowestOverRanks(Transport& transport, std::vector<double> values);
 
 // The coordinator's link model and the executor's pacing that goes with it.
 struct LinkSetup {
