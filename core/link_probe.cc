@@ -1,6 +1,7 @@
 #include "core/link_probe.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <iterator>
@@ -60,45 +61,67 @@ double fastestRound(Transport& t, size_t bytes, int repeats) {
   return best;
 }
 
-// Seconds per round of `plan` (`rounds` rounds over `elements` float32 elements) as the
-// executor streams it, arithmetic included: the fastest of two runs.
-double streamedRoundSeconds(Transport& t, Executor& executor, const Plan& plan, size_t elements,
-                            const CodecParams& params, int rounds) {
-  std::vector<float> data(elements);
-  double best = 1e30;
-  for (int run = 0; run < 2; ++run) {
-    std::fill(data.begin(), data.end(), 0.0f);
-    const auto start = Clock::now();
-    executor.run(plan, t, data.data(), params);
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  return best / rounds;
+// One choice's runs at a probe point: `runs` runs of `plan` back to back per timing.
+struct Trial {
+  Plan plan;
+  CodecParams params;
+  std::vector<float> data;
+  int runs = 1;
+  int rounds = 1;  // per run
+  double best = 1e30;  // seconds per round, the fastest timing
+};
+
+void timeTrial(Transport& t, Executor& executor, Trial& trial) {
+  std::fill(trial.data.begin(), trial.data.end(), 0.0f);
+  const auto start = Clock::now();
+  for (int run = 0; run < trial.runs; ++run)
+    executor.run(trial.plan, t, trial.data.data(), trial.params);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  trial.best = std::min(trial.best, seconds / (trial.runs * trial.rounds));
 }
 
-// A CERAR run whose messages are `bytes` long: c + N - 2 rounds, c = rN, r from 2 to 64/N
-// (about 1 MiB of data). Round t+1 of a segment waits for its round t only, so a stream of
-// short messages costs a per-round floor that one lock-step round does not show (N=4 and 8 on
-// 2 cores at 200 Mbit/s: 200-430 us per round up to 4 KiB messages, against 60-145 us for an
+// CERAR's trial of `bytes`-byte messages: c + N - 2 rounds, c = rN, r from 2 to 64/N (about
+// 1 MiB of data). Round t+1 of a segment waits for its round t only, so a stream of short
+// messages costs a per-round floor that one lock-step round does not show (N=4 and 8 on 2
+// cores at 200 Mbit/s: 200-430 us per round up to 4 KiB messages, against 60-145 us for an
 // 8-byte lock-step round; with that alpha, auto chose c = 344 for 64 MiB at N=8 where 1024 was
 // faster).
-double streamedCerarRound(Transport& t, Executor& executor, size_t bytes) {
-  const int N = t.size();
+Trial cerarTrial(int N, int rank, size_t bytes) {
   const int r = std::clamp(int((size_t(1) << 20) / (bytes * N)), 2, std::max(2, 64 / N));
   const int c = r * N;
   const size_t elements = bytes / sizeof(float) * c;
-  const CodecParams params{DType::kFloat32, ReduceOp::kSum, defaultEps(DType::kFloat32)};
-  return streamedRoundSeconds(t, executor, makeCerarPlan(N, c, elements, t.rank()), elements,
-                              params, c + N - 2);
+  return {makeCerarPlan(N, c, elements, rank),
+          {DType::kFloat32, ReduceOp::kSum, defaultEps(DType::kFloat32)},
+          std::vector<float>(elements), 1, c + N - 2};
 }
 
-// The exact ring's run of `bytes`-byte messages (float32, or fp16 on the wire: then `bytes`
-// is the 16-bit message), its 2(N-1) rounds: adds, casts and packing as they run.
-double streamedRingRound(Transport& t, Executor& executor, size_t bytes, Wire wire) {
-  const int N = t.size();
+// The exact ring's trial of `bytes`-byte messages (float32, or fp16 on the wire: then `bytes`
+// is the 16-bit message): its adds, casts and packing as they run, runs of 2(N-1) rounds back
+// to back for at least `rounds` rounds (CERAR's trial's), so that both see the machine as long.
+Trial ringTrial(int N, int rank, size_t bytes, Wire wire, int rounds) {
   const size_t elements = bytes / (wire == Wire::kNone ? sizeof(float) : 2) * size_t(N);
-  const CodecParams params{DType::kFloat32, ReduceOp::kSum, 0, wire};
-  return streamedRoundSeconds(t, executor, makeRingPlan(N, elements, t.rank()), elements,
-                              params, 2 * (N - 1));
+  const int perRun = 2 * (N - 1);
+  return {makeRingPlan(N, elements, rank), {DType::kFloat32, ReduceOp::kSum, 0, wire},
+          std::vector<float>(elements), (rounds + perRun - 1) / perRun, perRun};
+}
+
+// Seconds per round of CERAR, the exact ring and the fp16 wire ring at one message size, each
+// the fastest of two timings interleaved (a drift of the machine falls on all three alike).
+// `ringSeconds` adds the rings' share of the time.
+std::array<double, 3> probePoint(Transport& t, Executor& executor, size_t bytes,
+                                 double& ringSeconds) {
+  const int N = t.size();
+  Trial trials[3] = {cerarTrial(N, t.rank(), bytes), {}, {}};
+  trials[1] = ringTrial(N, t.rank(), bytes, Wire::kNone, trials[0].rounds);
+  trials[2] = ringTrial(N, t.rank(), bytes, Wire::kFloat16, trials[0].rounds);
+  for (int rep = 0; rep < 2; ++rep) {
+    timeTrial(t, executor, trials[0]);
+    const auto start = Clock::now();
+    timeTrial(t, executor, trials[1]);
+    timeTrial(t, executor, trials[2]);
+    ringSeconds += std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  return {trials[0].best, trials[1].best, trials[2].best};
 }
 
 // A shorter message never costs more, and noise only adds time: a point above a later one
@@ -201,18 +224,16 @@ LinkModel probeLink(Transport& t, double* ownRoundsSeconds) {
   // more than 1.2 times their bytes at the long round's rate (beyond, the last point's rate
   // holds) or 1 MiB: where the per-round floor gives way to the bytes, c is best.
   Executor executor(link.windowBytes > 0 ? pacingFor(size_t(link.windowBytes)) : Pacing{});
-  streamedCerarRound(t, executor, 1u << 10);  // warm-up: the executor's buffers
   double choices = 0;  // seconds spent on the rings' own rounds
+  probePoint(t, executor, 1u << 10, choices);  // warm-up: the executor's buffers
+  choices = 0;
   for (size_t bytes = 1u << 10; bytes <= kLastRoundBytes; bytes *= 4) {
-    const double seconds = streamedCerarRound(t, executor, bytes);
-    link.rounds.push_back({double(bytes), seconds});
-    // The same messages on the exact ring and the fp16 wire ring: each choice's own cost.
-    const auto start = Clock::now();
-    link.ringRounds.push_back({double(bytes), streamedRingRound(t, executor, bytes, Wire::kNone)});
-    link.wireRounds.push_back(
-        {double(bytes), streamedRingRound(t, executor, bytes, Wire::kFloat16)});
-    choices += std::chrono::duration<double>(Clock::now() - start).count();
-    if (rankZeroChoice(t, seconds <= kBytesBound * bytes * link.beta)) break;
+    // The same messages on CERAR, the exact ring and the fp16 wire ring: each choice's own cost.
+    const auto [cerar, ring, wire] = probePoint(t, executor, bytes, choices);
+    link.rounds.push_back({double(bytes), cerar});
+    link.ringRounds.push_back({double(bytes), ring});
+    link.wireRounds.push_back({double(bytes), wire});
+    if (rankZeroChoice(t, cerar <= kBytesBound * bytes * link.beta)) break;
   }
   link.gamma = codecSecondsPerByte();
   link.gammaWire = wireSecondsPerByte();
