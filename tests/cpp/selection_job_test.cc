@@ -3,14 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <memory>
 #include <optional>
-#include <random>
-#include <thread>
 #include <vector>
 
-#include "core/selection.h"
-#include "ops/transport/inproc.h"
 #include "runtime_scenarios.h"
+#include "tools/local_job.h"
 
 namespace cerar {
 namespace {
@@ -27,38 +25,28 @@ struct Figures {
   double maxError = 0;                             // with CERAR_COMPRESSION=allow
 };
 
-// One sum of kElements floats on kRanks in-process ranks, every rank under `figures`; each
-// rank's "choice cerar-buffers wire-buffers" (the same on every rank, or the test fails).
+// One sum of kElements floats on kRanks in-process ranks, every rank under `figures`; the
+// choice as "choice cerar=<buffers> wire=<buffers>" (the same on every rank, or the test fails).
 std::string runWith(const Figures& figures) {
-  InprocHub hub(kRanks, 20s);
-  std::vector<std::string> results(kRanks);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < kRanks; ++rank) {
-    threads.emplace_back([&, rank] {
-      RuntimeConfig config = testConfig();
-      config.linkFigures = figures.link;
-      config.computeFigures = figures.compute;
-      if (figures.maxError > 0) {
-        config.maxError = figures.maxError;
-        config.compression = "allow";
-      }
-      try {
-        auto rt = Runtime::startWith(config, hub.connect(rank));
-        std::mt19937 gen(rank);
-        std::normal_distribution<float> normal(0, 1);
-        std::vector<float> g(kElements);
-        for (auto& x : g) x = 1.0f + normal(gen);
-        rt->allreduce("g", f32(g), f32(g), Op::kSum).wait();
-        const RuntimeStats s = rt->stats();
-        results[rank] = detail::concat(s.lastChoice, " cerar=", s.cerarBuffers,
-                                       " wire=", s.wireBuffers);
-        rt->shutdown();
-      } catch (const std::exception& e) {
-        results[rank] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  LocalJobOptions options;
+  options.size = kRanks;
+  options.timeout = 20s;
+  const auto results = runLocalJob(options, [&](int rank, std::shared_ptr<Transport> transport) {
+    RuntimeConfig config = testConfig();
+    config.linkFigures = figures.link;
+    config.computeFigures = figures.compute;
+    if (figures.maxError > 0) {
+      config.maxError = figures.maxError;
+      config.compression = "allow";
+    }
+    auto rt = Runtime::startWith(config, transport);
+    std::vector<float> g(kElements);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = 1.0f + float((i + size_t(rank)) % 7) / 8;
+    rt->allreduce("g", f32(g), f32(g), Op::kSum).wait();
+    const RuntimeStats s = rt->stats();
+    rt->shutdown();
+    return detail::concat(s.lastChoice, " cerar=", s.cerarBuffers, " wire=", s.wireBuffers);
+  });
   for (int rank = 1; rank < kRanks; ++rank)
     EXPECT_EQ(results[rank], results[0]) << "rank " << rank;
   return results[0];
