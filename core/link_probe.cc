@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/error_budget.h"
 #include "ops/codec/codec.h"
 #include "ops/codec/wire.h"
 #include "ops/algorithms/plan.h"
@@ -33,6 +34,7 @@ constexpr size_t kProbedWindows[] = {32u << 10, 64u << 10};
 constexpr double kWindowTolerance = 0.05;
 constexpr size_t kTrialBytes = 2u << 20;
 constexpr size_t kLastRoundBytes = 1u << 20;
+constexpr size_t kLargeBytes = 8u << 20;  // the buffer of scaleToLargeRuns
 constexpr double kBytesBound = 1.2;
 
 // One ring round of out.size() bytes: receive from prev while sending to next, as the plans
@@ -81,11 +83,11 @@ void timeTrial(Transport& t, Executor& executor, Trial& trial) {
 }
 
 // CERAR's trial of `bytes`-byte messages: c + N - 2 rounds, c = rN, r from 2 to 64/N (about
-// 1 MiB of data). Round t+1 of a segment waits for its round t only, so a stream of short
-// messages costs a per-round floor that one lock-step round does not show (N=4 and 8 on 2
-// cores at 200 Mbit/s: 200-430 us per round up to 4 KiB messages, against 60-145 us for an
-// 8-byte lock-step round; with that alpha, auto chose c = 344 for 64 MiB at N=8 where 1024 was
-// faster).
+// 1 MiB of data; scaleToLargeRuns corrects for caches). Round t+1 of a segment waits for its
+// round t only, so a stream of short messages costs a per-round floor that one lock-step round
+// does not show (N=4 and 8 on 2 cores at 200 Mbit/s: 200-430 us per round up to 4 KiB
+// messages, against 60-145 us for an 8-byte lock-step round; with that alpha, auto chose
+// c = 344 for 64 MiB at N=8 where 1024 was faster).
 Trial cerarTrial(int N, int rank, size_t bytes) {
   const int r = std::clamp(int((size_t(1) << 20) / (bytes * N)), 2, std::max(2, 64 / N));
   const int c = r * N;
@@ -105,23 +107,30 @@ Trial ringTrial(int N, int rank, size_t bytes, Wire wire, int rounds) {
           std::vector<float>(elements), (rounds + perRun - 1) / perRun, perRun};
 }
 
-// Seconds per round of CERAR, the exact ring and the fp16 wire ring at one message size, each
-// the fastest of two timings interleaved (a drift of the machine falls on all three alike).
-// `ringSeconds` adds the rings' share of the time.
-std::array<double, 3> probePoint(Transport& t, Executor& executor, size_t bytes,
-                                 double& ringSeconds) {
-  const int N = t.size();
-  Trial trials[3] = {cerarTrial(N, t.rank(), bytes), {}, {}};
-  trials[1] = ringTrial(N, t.rank(), bytes, Wire::kNone, trials[0].rounds);
-  trials[2] = ringTrial(N, t.rank(), bytes, Wire::kFloat16, trials[0].rounds);
+// Times CERAR's trial and the rings' (the fp16 wire's only with `wires`) interleaved, the
+// fastest of two timings each (a drift of the machine falls on all alike). `ringTime` adds
+// the rings' share of the time.
+void timeInterleaved(Transport& t, Executor& executor, Trial (&trials)[3], bool wires,
+                     double& ringTime) {
   for (int rep = 0; rep < 2; ++rep) {
     timeTrial(t, executor, trials[0]);
     const auto start = Clock::now();
     timeTrial(t, executor, trials[1]);
-    timeTrial(t, executor, trials[2]);
-    ringSeconds += std::chrono::duration<double>(Clock::now() - start).count();
+    if (wires) timeTrial(t, executor, trials[2]);
+    ringTime += std::chrono::duration<double>(Clock::now() - start).count();
   }
-  return {trials[0].best, trials[1].best, trials[2].best};
+}
+
+// Seconds per round of CERAR, the exact ring and the fp16 wire ring (with `wires`, else 0) at
+// one message size.
+std::array<double, 3> probePoint(Transport& t, Executor& executor, size_t bytes, bool wires,
+                                 double& ringTime) {
+  const int N = t.size();
+  Trial trials[3] = {cerarTrial(N, t.rank(), bytes), {}, {}};
+  trials[1] = ringTrial(N, t.rank(), bytes, Wire::kNone, trials[0].rounds);
+  if (wires) trials[2] = ringTrial(N, t.rank(), bytes, Wire::kFloat16, trials[0].rounds);
+  timeInterleaved(t, executor, trials, wires, ringTime);
+  return {trials[0].best, trials[1].best, wires ? trials[2].best : 0};
 }
 
 // A shorter message never costs more, and noise only adds time: a point above a later one
@@ -175,6 +184,39 @@ std::string roundsText(const LinkModel& link) {
   return text;
 }
 
+// Where the CPU counts (the probe's sizes reached their last), the points' trials hold a few
+// MiB, which stay in caches that a large buffer does not: CERAR's 64 KiB point ran at
+// 1.8-2.7 ns/B on loopback (N=4), a 64 MiB run at that message size at 4.8, while the ring's
+// 1 MiB point and its 64 MiB runs agreed within 10 %. So each curve is scaled by one factor,
+// that of one kLargeBytes run of its choice (CERAR at the model's c) interleaved as the points,
+// each the slowest rank's: one factor keeps c where it was and moves only the choice between
+// CERAR, the ring and the fp16 wire. `ringTime` adds the rings' share of the time.
+void scaleToLargeRuns(Transport& t, Executor& executor, const Pacing& pacing, LinkModel& link,
+                      bool wires, double& ringTime) {
+  const int N = t.size();
+  const size_t elements = kLargeBytes / sizeof(float);
+  LinkModel model = link;
+  model.segmentBytes = double(pacing.segmentBytes);
+  const double bytes = double(kLargeBytes);
+  const int c = bestComponents(N, bytes, elements, model);
+  Trial trials[3] = {
+      {makeCerarPlan(N, c, elements, t.rank()),
+       {DType::kFloat32, ReduceOp::kSum, defaultEps(DType::kFloat32)},
+       std::vector<float>(elements), 1, c + N - 2},
+      ringTrial(N, t.rank(), kLargeBytes / size_t(N), Wire::kNone, 1), {}};
+  if (wires) trials[2] = ringTrial(N, t.rank(), kLargeBytes / size_t(2 * N), Wire::kFloat16, 1);
+  timeInterleaved(t, executor, trials, wires, ringTime);
+  const std::vector<double> measured = slowestOverRanks(
+      t, {trials[0].best * trials[0].rounds, trials[1].best * trials[1].rounds,
+          wires ? trials[2].best * trials[2].rounds : 0});
+  const double modelled[3] = {cerarSeconds(N, c, bytes, model), ringSeconds(N, bytes, model),
+                              wires ? wireRingSeconds(N, bytes, model) : 1};
+  std::vector<LinkModel::RoundPoint>* curves[3] = {&link.rounds, &link.ringRounds,
+                                                   &link.wireRounds};
+  for (int k = 0; k < 3; ++k)
+    for (auto& point : *curves[k]) point.seconds *= measured[k] / modelled[k];
+}
+
 }  // namespace
 
 std::vector<double> slowestOverRanks(Transport& t, std::vector<double> values) {
@@ -197,7 +239,7 @@ std::vector<double> slowestOverRanks(Transport& t, std::vector<double> values) {
   return values;
 }
 
-LinkModel probeLink(Transport& t, double* ownRoundsSeconds) {
+LinkModel probeLink(Transport& t, double* ownRoundsSeconds, bool wires) {
   LinkModel link;
   if (t.size() == 1) return link;
   link.alpha = std::max(fastestRound(t, 8, 16), 1e-7);
@@ -223,21 +265,25 @@ LinkModel probeLink(Transport& t, double* ownRoundsSeconds) {
   // CERAR rounds of 1 KiB messages up, as the runtime will stream them, until they cost no
   // more than 1.2 times their bytes at the long round's rate (beyond, the last point's rate
   // holds) or 1 MiB: where the per-round floor gives way to the bytes, c is best.
-  Executor executor(link.windowBytes > 0 ? pacingFor(size_t(link.windowBytes)) : Pacing{});
+  const Pacing pacing = link.windowBytes > 0 ? pacingFor(size_t(link.windowBytes)) : Pacing{};
+  Executor executor(pacing);
   double choices = 0;  // seconds spent on the rings' own rounds
-  probePoint(t, executor, 1u << 10, choices);  // warm-up: the executor's buffers
+  probePoint(t, executor, 1u << 10, wires, choices);  // warm-up: the executor's buffers
   choices = 0;
+  bool cpuCounts = true;  // the loop reached its last size: CERAR's rounds never cost their bytes
   for (size_t bytes = 1u << 10; bytes <= kLastRoundBytes; bytes *= 4) {
     // The same messages on CERAR, the exact ring and the fp16 wire ring: each choice's own cost.
-    const auto [cerar, ring, wire] = probePoint(t, executor, bytes, choices);
+    const auto [cerar, ring, wire] = probePoint(t, executor, bytes, wires, choices);
     link.rounds.push_back({double(bytes), cerar});
     link.ringRounds.push_back({double(bytes), ring});
-    link.wireRounds.push_back({double(bytes), wire});
-    if (rankZeroChoice(t, cerar <= kBytesBound * bytes * link.beta)) break;
+    if (wires) link.wireRounds.push_back({double(bytes), wire});
+    if (rankZeroChoice(t, cerar <= kBytesBound * bytes * link.beta)) {
+      cpuCounts = false;
+      break;
+    }
   }
   link.gamma = codecSecondsPerByte();
   link.gammaWire = wireSecondsPerByte();
-  if (ownRoundsSeconds) *ownRoundsSeconds = choices;
 
   // Every rank adopts the slowest rank's figures (rank 0's window).
   std::vector<double> values = {link.alpha, link.beta, link.gamma, link.gammaWire};
@@ -253,6 +299,8 @@ LinkModel probeLink(Transport& t, double* ownRoundsSeconds) {
     for (auto& point : *curve) point.seconds = values[next++];
     makeMonotone(*curve);
   }
+  if (cpuCounts) scaleToLargeRuns(t, executor, pacing, link, wires, choices);
+  if (ownRoundsSeconds) *ownRoundsSeconds = choices;
   return link;
 }
 
@@ -263,7 +311,8 @@ LinkSetup setUpLink(Transport& transport, const RuntimeConfig& config, const Log
   double probeSeconds = 0, ownRounds = 0;
   if (config.measureLink) {
     const auto start = Clock::now();
-    link = probeLink(transport, &ownRounds);
+    // The 16-bit wires are chosen only within an error budget: their curve only then.
+    link = probeLink(transport, &ownRounds, config.maxError > 0);
     probeSeconds = std::chrono::duration<double>(Clock::now() - start).count();
   }
   if (const auto& figures = config.linkFigures) {  // a test's figures decide alone

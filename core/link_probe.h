@@ -20,8 +20,9 @@ namespace cerar {
 // at 10 Gbit/s, about 1 s at 200 Mbit/s. Every rank returns the same figures: each the
 // slowest rank's (the window rank 0's), so that all ranks select the same algorithm for a
 // buffer and stream it alike. `ownRoundsSeconds`, if given, receives this rank's seconds spent
-// on the rings' rounds (what each choice's own curve adds to the start-up).
-LinkModel probeLink(Transport& transport, double* ownRoundsSeconds = nullptr);
+// on the rings' rounds (what each choice's own curve adds to the start-up). Without `wires`
+// no fp16 wire curve (wireRounds stays empty).
+LinkModel probeLink(Transport& transport, double* ownRoundsSeconds = nullptr, bool wires = true);
 
 // Each figure's largest value over the ranks, on every rank: the slowest host bounds every
 // round of a ring, and all ranks must hold the same figures (selection agrees bit for bit).
@@ -35,7 +36,9 @@ struct LinkSetup {
 };
 // Probed (RuntimeConfig::measureLink) or LinkModel's defaults; a test's figures where given
 // replace them (measured curves included). Rounds are charged by the segments of the pacing
-// the executor streams with. Logged at info, with the probe's time. Every rank calls it at start, as probeLink.
+// the executor streams with. Logged at info, with the probe's time. The fp16 wire's curve is
+// probed only with an error budget (RuntimeConfig::maxError, job-wide). Every rank calls it
+// at start, as probeLink.
 LinkSetup setUpLink(Transport& transport, const RuntimeConfig& config, const Logger& logger);
 
 }  // namespace cerar
