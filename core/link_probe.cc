@@ -9,7 +9,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/error_budget.h"
 #include "ops/codec/codec.h"
 #include "ops/codec/wire.h"
 #include "ops/algorithms/plan.h"
@@ -34,7 +33,6 @@ constexpr size_t kProbedWindows[] = {32u << 10, 64u << 10};
 constexpr double kWindowTolerance = 0.05;
 constexpr size_t kTrialBytes = 2u << 20;
 constexpr size_t kLastRoundBytes = 1u << 20;
-constexpr size_t kLargeBytes = 8u << 20;  // the buffer of scaleToLargeRuns
 constexpr double kBytesBound = 1.2;
 
 // One ring round of out.size() bytes: receive from prev while sending to next, as the plans
@@ -83,11 +81,11 @@ void timeTrial(Transport& t, Executor& executor, Trial& trial) {
 }
 
 // CERAR's trial of `bytes`-byte messages: c + N - 2 rounds, c = rN, r from 2 to 64/N (about
-// 1 MiB of data; scaleToLargeRuns corrects for caches). Round t+1 of a segment waits for its
-// round t only, so a stream of short messages costs a per-round floor that one lock-step round
-// does not show (N=4 and 8 on 2 cores at 200 Mbit/s: 200-430 us per round up to 4 KiB
-// messages, against 60-145 us for an 8-byte lock-step round; with that alpha, auto chose
-// c = 344 for 64 MiB at N=8 where 1024 was faster).
+// 1 MiB of data). Round t+1 of a segment waits for its round t only, so a stream of short
+// messages costs a per-round floor that one lock-step round does not show (N=4 and 8 on 2
+// cores at 200 Mbit/s: 200-430 us per round up to 4 KiB messages, against 60-145 us for an
+// 8-byte lock-step round; with that alpha, auto chose c = 344 for 64 MiB at N=8 where 1024 was
+// faster).
 Trial cerarTrial(int N, int rank, size_t bytes) {
   const int r = std::clamp(int((size_t(1) << 20) / (bytes * N)), 2, std::max(2, 64 / N));
   const int c = r * N;
@@ -184,39 +182,6 @@ std::string roundsText(const LinkModel& link) {
   return text;
 }
 
-// Where the CPU counts (the probe's sizes reached their last), the points' trials hold a few
-// MiB, which stay in caches that a large buffer does not: CERAR's 64 KiB point ran at
-// 1.8-2.7 ns/B on loopback (N=4), a 64 MiB run at that message size at 4.8, while the ring's
-// 1 MiB point and its 64 MiB runs agreed within 10 %. So each curve is scaled by one factor,
-// that of one kLargeBytes run of its choice (CERAR at the model's c) interleaved as the points,
-// each the slowest rank's: one factor keeps c where it was and moves only the choice between
-// CERAR, the ring and the fp16 wire. `ringTime` adds the rings' share of the time.
-void scaleToLargeRuns(Transport& t, Executor& executor, const Pacing& pacing, LinkModel& link,
-                      bool wires, double& ringTime) {
-  const int N = t.size();
-  const size_t elements = kLargeBytes / sizeof(float);
-  LinkModel model = link;
-  model.segmentBytes = double(pacing.segmentBytes);
-  const double bytes = double(kLargeBytes);
-  const int c = bestComponents(N, bytes, elements, model);
-  Trial trials[3] = {
-      {makeCerarPlan(N, c, elements, t.rank()),
-       {DType::kFloat32, ReduceOp::kSum, defaultEps(DType::kFloat32)},
-       std::vector<float>(elements), 1, c + N - 2},
-      ringTrial(N, t.rank(), kLargeBytes / size_t(N), Wire::kNone, 1), {}};
-  if (wires) trials[2] = ringTrial(N, t.rank(), kLargeBytes / size_t(2 * N), Wire::kFloat16, 1);
-  timeInterleaved(t, executor, trials, wires, ringTime);
-  const std::vector<double> measured = slowestOverRanks(
-      t, {trials[0].best * trials[0].rounds, trials[1].best * trials[1].rounds,
-          wires ? trials[2].best * trials[2].rounds : 0});
-  const double modelled[3] = {cerarSeconds(N, c, bytes, model), ringSeconds(N, bytes, model),
-                              wires ? wireRingSeconds(N, bytes, model) : 1};
-  std::vector<LinkModel::RoundPoint>* curves[3] = {&link.rounds, &link.ringRounds,
-                                                   &link.wireRounds};
-  for (int k = 0; k < 3; ++k)
-    for (auto& point : *curves[k]) point.seconds *= measured[k] / modelled[k];
-}
-
 }  // namespace
 
 std::vector<double> slowestOverRanks(Transport& t, std::vector<double> values) {
@@ -265,22 +230,17 @@ LinkModel probeLink(Transport& t, double* ownRoundsSeconds, bool wires) {
   // CERAR rounds of 1 KiB messages up, as the runtime will stream them, until they cost no
   // more than 1.2 times their bytes at the long round's rate (beyond, the last point's rate
   // holds) or 1 MiB: where the per-round floor gives way to the bytes, c is best.
-  const Pacing pacing = link.windowBytes > 0 ? pacingFor(size_t(link.windowBytes)) : Pacing{};
-  Executor executor(pacing);
+  Executor executor(link.windowBytes > 0 ? pacingFor(size_t(link.windowBytes)) : Pacing{});
   double choices = 0;  // seconds spent on the rings' own rounds
   probePoint(t, executor, 1u << 10, wires, choices);  // warm-up: the executor's buffers
   choices = 0;
-  bool cpuCounts = true;  // the loop reached its last size: CERAR's rounds never cost their bytes
   for (size_t bytes = 1u << 10; bytes <= kLastRoundBytes; bytes *= 4) {
     // The same messages on CERAR, the exact ring and the fp16 wire ring: each choice's own cost.
     const auto [cerar, ring, wire] = probePoint(t, executor, bytes, wires, choices);
     link.rounds.push_back({double(bytes), cerar});
     link.ringRounds.push_back({double(bytes), ring});
     if (wires) link.wireRounds.push_back({double(bytes), wire});
-    if (rankZeroChoice(t, cerar <= kBytesBound * bytes * link.beta)) {
-      cpuCounts = false;
-      break;
-    }
+    if (rankZeroChoice(t, cerar <= kBytesBound * bytes * link.beta)) break;
   }
   link.gamma = codecSecondsPerByte();
   link.gammaWire = wireSecondsPerByte();
@@ -299,7 +259,6 @@ LinkModel probeLink(Transport& t, double* ownRoundsSeconds, bool wires) {
     for (auto& point : *curve) point.seconds = values[next++];
     makeMonotone(*curve);
   }
-  if (cpuCounts) scaleToLargeRuns(t, executor, pacing, link, wires, choices);
   if (ownRoundsSeconds) *ownRoundsSeconds = choices;
   return link;
 }
