@@ -175,6 +175,7 @@ std::string roundsText(const LinkModel& link) {
   const std::pair<const char*, const std::vector<LinkModel::RoundPoint>*> curves[] = {
       {"cerar", &link.rounds}, {"ring", &link.ringRounds}, {"fp16 ring", &link.wireRounds}};
   for (const auto& [name, points] : curves) {
+    if (points->empty()) continue;  // not probed
     text += detail::concat(text.empty() ? "" : "; ", name, " us per round");
     for (const auto& point : *points)
       text += detail::concat(" ", point.bytes / 1024, "K:", point.seconds * 1e6);
