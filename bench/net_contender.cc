@@ -254,7 +254,8 @@ int main(int argc, char** argv) {
     // segments (core/selection.h, wholeSegmentBytes).
     const auto probeStart = Clock::now();
     double ownRounds = 0;  // of which the rings' own rounds (this rank's)
-    cerar::LinkModel link = cerar::probeLink(*main, &ownRounds);
+    // As the runtime probes without an error budget: cerar-auto chooses without one.
+    cerar::LinkModel link = cerar::probeLink(*main, &ownRounds, false);
     const double probeSeconds = std::chrono::duration<double>(Clock::now() - probeStart).count();
     const cerar::Pacing pacing = s.pacing.value_or(cerar::pacingFor(size_t(link.windowBytes)));
     link.segmentBytes = double(pacing.segmentBytes);  // as the runtime's coordinator does
