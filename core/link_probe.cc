@@ -107,9 +107,9 @@ Trial ringTrial(int N, int rank, size_t bytes, Wire wire, int rounds) {
           std::vector<float>(elements), std::max(1, rounds / perRun), perRun};
 }
 
-// Times CERAR's trial twice back to back, as the probe did before the rings had curves (so
-// CERAR's points, c and where the sizes stop are as before), then each ring's (the fp16
-// wire's only with `wires`) twice; the fastest of each. Interleaving them instead left each
+// Times CERAR's trial twice back to back (so that CERAR's points, c and where the sizes stop
+// do not depend on the rings' trials), then each ring's (the fp16 wire's only with `wires`)
+// twice; the fastest of each. Interleaving them instead left each
 // CERAR timing behind a ring's, slower than back to back: on loaded 1 Gbit/s links at N=8
 // the sizes ran on to 1 MiB where they had stopped at 16 KiB. `ringTime` adds the rings'
 // share of the time.
