@@ -253,21 +253,29 @@ int main(int argc, char** argv) {
     // --segment-bytes and --window-bytes set the executor's pacing, and the model charges its
     // segments (core/selection.h, wholeSegmentBytes).
     const auto probeStart = Clock::now();
-    cerar::LinkModel link = cerar::probeLink(*main);
+    double ownRounds = 0;  // of which the rings' own rounds (this rank's)
+    // As the runtime probes without an error budget: cerar-auto chooses without one.
+    cerar::LinkModel link = cerar::probeLink(*main, &ownRounds, false);
     const double probeSeconds = std::chrono::duration<double>(Clock::now() - probeStart).count();
     const cerar::Pacing pacing = s.pacing.value_or(cerar::pacingFor(size_t(link.windowBytes)));
     link.segmentBytes = double(pacing.segmentBytes);  // as the runtime's coordinator does
     for (auto& c : all) c.communicator->setPacing(pacing);
     if (rank == 0) {
-      std::string rounds;
-      for (const auto& point : link.rounds)
-        rounds += (rounds.empty() ? "[" : ", [") + std::to_string(size_t(point.bytes)) + ", " +
-                  std::to_string(point.seconds) + "]";
+      // Each choice's curve: CERAR's, the exact ring's, the fp16 wire ring's.
+      std::string rounds[3];
+      const std::vector<cerar::LinkModel::RoundPoint>* curves[3] = {
+          &link.rounds, &link.ringRounds, &link.wireRounds};
+      for (int k = 0; k < 3; ++k)
+        for (const auto& point : *curves[k])
+          rounds[k] += (rounds[k].empty() ? "[" : ", [") + std::to_string(size_t(point.bytes)) +
+                       ", " + std::to_string(point.seconds) + "]";
       std::printf("{\"probe\": {\"n\": %d, \"alpha_s\": %.9g, \"beta_s_per_byte\": %.9g, "
                   "\"gamma_s_per_byte\": %.9g, \"window_bytes\": %zu, "
-                  "\"segment_bytes\": %zu, \"rounds\": [%s], \"seconds\": %.3f}}\n",
+                  "\"segment_bytes\": %zu, \"rounds\": [%s], \"ring_rounds\": [%s], "
+                  "\"wire_rounds\": [%s], \"seconds\": %.3f, \"own_rounds_s\": %.3f}}\n",
                   n, link.alpha, link.beta, link.gamma, pacing.windowBytes, pacing.segmentBytes,
-                  rounds.c_str(), probeSeconds);
+                  rounds[0].c_str(), rounds[1].c_str(), rounds[2].c_str(), probeSeconds,
+                  ownRounds);
     }
     std::fflush(stdout);
 

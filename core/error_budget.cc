@@ -58,6 +58,8 @@ double reportedError(const BudgetQuery& q, bool cerar, int c, double eps, Wire w
 double wireRingSeconds(int N, double bytes, const LinkModel& link) {
   if (N <= 1) return 0;
   const double message = bytes / N / 2;  // 16-bit bytes
+  if (!link.wireRounds.empty())
+    return 2.0 * (N - 1) * measuredRoundSeconds(message, link.wireRounds, link);
   const double gammaWire = link.gammaWire > 0 ? link.gammaWire : 2 * link.gamma;
   // gammaWire is per float32 byte: twice that per 16-bit byte.
   return 2.0 * (N - 1) *

@@ -30,7 +30,8 @@ double budgetEps(int N, int c, DType dtype, size_t elements, ErrorBound bound);
 
 // The exact ring with a 16-bit wire, streamed in segments like the float32 ring: per round
 // alpha + (w + min(w, segment)) (beta + 2 gammaWire) for a message of w = d/(2N) 16-bit
-// bytes (gammaWire per float32 byte); T = 2(N-1) times that.
+// bytes (gammaWire per float32 byte); T = 2(N-1) times that. With the probe's wire rounds
+// (LinkModel::wireRounds, fp16's; bf16 casts cost about the same), their time per round.
 double wireRingSeconds(int N, double bytes, const LinkModel& link);
 
 // What the budget may choose for one buffer. `wireCapable`: a float32 sum on the host.

@@ -1,9 +1,12 @@
 // Measures the link figures of the cost model at start: a lock-step round's latency (alpha);
 // a 2 MiB round as the executor streams it, free and through each candidate send window
-// (windowBytes; beta from the fastest); the time per round of CERAR runs streamed with that
-// window, from 1 KiB messages up to where they cost their bytes (LinkModel::rounds); and the
-// codec's per-byte time (gamma).
+// (windowBytes; beta from the fastest); the time per round of CERAR runs, of exact ring runs
+// and of fp16 wire ring runs streamed with that window, from 1 KiB messages up to where
+// CERAR's cost their bytes (LinkModel::rounds, ringRounds, wireRounds: each choice's own
+// cost); and the codec's per-byte times (gamma, gammaWire).
 #pragma once
+
+#include <vector>
 
 #include "core/log.h"
 #include "core/runtime_config.h"
@@ -14,19 +17,28 @@
 namespace cerar {
 
 // Every rank must call it at the same point. Each rank sends about 16 MiB in all: tens of ms
-// at 10 Gbit/s, about 1 s at 200 Mbit/s. Every rank returns rank 0's figures (the window too), so
-// that all ranks select the same algorithm for a buffer and stream it alike.
-LinkModel probeLink(Transport& transport);
+// at 10 Gbit/s, about 1 s at 200 Mbit/s. Every rank returns the same figures: each the
+// slowest rank's (the window rank 0's), so that all ranks select the same algorithm for a
+// buffer and stream it alike. `ownRoundsSeconds`, if given, receives this rank's seconds spent
+// on the rings' rounds (what each choice's own curve adds to the start-up). Without `wires`
+// no fp16 wire curve (wireRounds stays empty).
+LinkModel probeLink(Transport& transport, double* ownRoundsSeconds = nullptr, bool wires = true);
 
+// Each figure's largest value over the ranks, on every rank: the slowest host bounds every
+// round of a ring, and all ranks must hold the same figures (selection agrees bit for bit).
+// Collective; every rank passes as many values.
+std::vector<double> slowestOverRanks(Transport& transport, std::vector<double> values);
 
 // The coordinator's link model and the executor's pacing that goes with it.
 struct LinkSetup {
   LinkModel link;
   Pacing pacing;
 };
-// Probed (RuntimeConfig::measureLink) or LinkModel's defaults, under a test's figures where
-// given; rounds are charged by the segments of the pacing the executor streams with. Logged
-// at info. Every rank calls it at start, as probeLink.
+// Probed (RuntimeConfig::measureLink) or LinkModel's defaults; a test's figures where given
+// replace them (measured curves included). Rounds are charged by the segments of the pacing
+// the executor streams with. Logged at info, with the probe's time. The fp16 wire's curve is
+// probed only with an error budget (RuntimeConfig::maxError, job-wide). Every rank calls it
+// at start, as probeLink.
 LinkSetup setUpLink(Transport& transport, const RuntimeConfig& config, const Logger& logger);
 
 }  // namespace cerar

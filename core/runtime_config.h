@@ -77,6 +77,9 @@ struct RuntimeConfig {
   // Testing: this rank's link figures (alpha s, beta s/byte, gamma s/byte) instead of the
   // probe's. Ranks may differ: only the coordinator rank's are used, since it decides.
   std::optional<std::array<double, 3>> linkFigures;
+  // Testing, with linkFigures (whose gamma is CERAR's codec): the exact ring's add and a 16-bit
+  // wire hop, seconds per float32 byte; without them the ring is charged gamma, the wire 2 gamma.
+  std::optional<std::array<double, 2>> computeFigures;
   // Device tensors: how ranks exchange them (CERAR_DEVICE_TRANSPORT): nccl (P2P on the GPUs),
   // gloo (staged through pinned host memory over the runtime's TCP links), or auto (nccl when
   // every rank has its own GPU, else gloo).

@@ -6,14 +6,6 @@
 
 namespace cerar {
 
-namespace {
-
-double roundSeconds(double messageBytes, const LinkModel& link) {
-  return transferSeconds(messageBytes, link) + arithmeticBytes(messageBytes, link) * link.gamma;
-}
-
-}  // namespace
-
 // The model of links not probed (no LinkModel::rounds): messages well under a segment cost
 // their length; a message of one to two segments leaves the link idle for about one segment
 // per round (the next round's first segment waits behind it), as first measured with c up to
@@ -25,8 +17,12 @@ double streamedRoundBytes(double m, const LinkModel& link) {
 }
 
 double transferSeconds(double m, const LinkModel& link) {
-  const auto& points = link.rounds;
-  if (points.empty()) return link.alpha + streamedRoundBytes(m, link) * link.beta;
+  if (link.rounds.empty()) return link.alpha + streamedRoundBytes(m, link) * link.beta;
+  return measuredRoundSeconds(m, link.rounds, link);
+}
+
+double measuredRoundSeconds(double m, const std::vector<LinkModel::RoundPoint>& points,
+                            const LinkModel& link) {
   m = wholeSegmentBytes(m, link);
   if (m >= points.back().bytes) return points.back().seconds * m / points.back().bytes;
   double bytes = 0, seconds = link.alpha;  // the segment [previous point, this point]
@@ -57,14 +53,28 @@ double arithmeticBytes(double m, const LinkModel& link) {
   return link.rounds.empty() ? streamedRoundBytes(m, link) : m;
 }
 
+// A measured curve holds its choice's arithmetic as the executor overlaps it with the
+// link; a plain model adds the choice's CPU cost to the link's.
+double ringRoundSeconds(double m, const LinkModel& link) {
+  if (!link.ringRounds.empty()) return measuredRoundSeconds(m, link.ringRounds, link);
+  if (!link.rounds.empty()) return transferSeconds(m, link);  // CERAR's curve: an upper bound
+  const double gamma = link.gammaRing > 0 ? link.gammaRing : link.gamma;
+  return transferSeconds(m, link) + arithmeticBytes(m, link) * gamma;
+}
+
+double cerarRoundSeconds(double m, const LinkModel& link) {
+  if (!link.rounds.empty()) return measuredRoundSeconds(m, link.rounds, link);
+  return transferSeconds(m, link) + arithmeticBytes(m, link) * link.gamma;
+}
+
 double ringSeconds(int N, double bytes, const LinkModel& link) {
   if (N <= 1) return 0;
-  return 2.0 * (N - 1) * roundSeconds(bytes / N, link);
+  return 2.0 * (N - 1) * ringRoundSeconds(bytes / N, link);
 }
 
 double cerarSeconds(int N, int c, double bytes, const LinkModel& link) {
   if (N <= 1) return 0;
-  return (c + N - 2) * roundSeconds(bytes / c, link);
+  return (c + N - 2) * cerarRoundSeconds(bytes / c, link);
 }
 
 int bestComponents(int N, double bytes, size_t elements, const LinkModel& link) {

@@ -24,6 +24,10 @@ struct LinkModel {
   // Per float32 byte, a 16-bit wire hop's decode, add and encode (the probe times it);
   // 0: twice gamma.
   double gammaWire = 0;
+  // Per byte, the exact ring's add; 0: gamma. gamma is CERAR's codec (encode, decode, add):
+  // where the CPU and not the link bounds a round, the ring's cheaper rounds win although it
+  // sends about twice the bytes.
+  double gammaRing = 0;
   // Seconds per round of CERAR runs of `bytes`-byte messages as the executor streamed them at
   // the probe (increasing bytes; arithmetic included). Where present it replaces alpha, beta
   // and the segment term: a stream of short messages costs a per-round floor that no lock-step
@@ -35,6 +39,11 @@ struct LinkModel {
     double seconds = 0;
   };
   std::vector<RoundPoint> rounds = {};
+  // The exact ring's rounds, and the fp16 wire ring's (bytes: its 16-bit message), streamed
+  // by the executor as CERAR's above: each choice's own curve, its own arithmetic included.
+  // Where present, each replaces its choice's alpha, beta and gamma terms.
+  std::vector<RoundPoint> ringRounds = {};
+  std::vector<RoundPoint> wireRounds = {};
   // The send window the probe found to stream faster than none (ops/paced_link.h), 0 for
   // none; the rounds above were streamed through it.
   double windowBytes = 0;
@@ -82,17 +91,25 @@ double streamedRoundBytes(double m, const LinkModel& link);
 // An m-byte message longer than a segment charged its segments whole (the last, partial one as
 // a full one); m otherwise. transferSeconds applies it where rounds were measured.
 double wholeSegmentBytes(double m, const LinkModel& link);
+// Measured rounds (increasing bytes) interpolated linearly in wholeSegmentBytes(m): from
+// alpha at 0 below the first, at the last's rate above the last.
+double measuredRoundSeconds(double m, const std::vector<LinkModel::RoundPoint>& points,
+                            const LinkModel& link);
 // A round's transfer of an m-byte message: the probe's CERAR rounds (their arithmetic in them)
-// interpolated linearly in wholeSegmentBytes(m) (from alpha at 0 below the first, at the last's
-// rate above the last) where measured, else alpha + streamedRoundBytes(m) beta.
+// by measuredRoundSeconds where measured, else alpha + streamedRoundBytes(m) beta.
 double transferSeconds(double m, const LinkModel& link);
 // The bytes a round's arithmetic is charged for: m with measured rounds, else
 // streamedRoundBytes(m) (the spec's model with the streamed pipeline's idle link).
 double arithmeticBytes(double m, const LinkModel& link);
-// Per round: transferSeconds(m) + arithmeticBytes(m) gamma for a message of m bytes.
-// T = 2(N-1) * per round with m = d/N, d in bytes.
+// A round of an m-byte message, each choice by its own cost: its measured rounds where
+// present (arithmetic included; the ring without its own takes CERAR's); else
+// transferSeconds(m) + arithmeticBytes(m) times its per-byte CPU cost (gammaRing for the
+// ring, gamma for CERAR).
+double ringRoundSeconds(double m, const LinkModel& link);
+double cerarRoundSeconds(double m, const LinkModel& link);
+// T = 2(N-1) * ringRoundSeconds(m) with m = d/N, d in bytes.
 double ringSeconds(int N, double bytes, const LinkModel& link);
-// T(c) = (c+N-2) * per round with m = d/c.
+// T(c) = (c+N-2) * cerarRoundSeconds(m) with m = d/c.
 double cerarSeconds(int N, int c, double bytes, const LinkModel& link);
 // With measured rounds, how far above the fastest modelled c bestComponents may go for fewer
 // components.

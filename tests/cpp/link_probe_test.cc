@@ -1,4 +1,5 @@
-// The link probe: CERAR rounds from 1 KiB messages up, every rank with rank 0's figures.
+// The link probe: CERAR's, the exact ring's and the fp16 wire ring's rounds from 1 KiB
+// messages up, every rank with the same figures (each the slowest rank's).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -31,6 +32,17 @@ TEST(LinkProbe, CerarRoundsAndOneSetOfFiguresOnEveryRank) {
       EXPECT_GE(link.rounds[i].seconds, link.rounds[i - 1].seconds);
     }
   }
+  // Each choice's own curve at the same messages (its arithmetic included).
+  for (const auto* curve : {&link.ringRounds, &link.wireRounds}) {
+    ASSERT_EQ(curve->size(), link.rounds.size());
+    for (size_t i = 0; i < curve->size(); ++i) {
+      EXPECT_EQ((*curve)[i].bytes, link.rounds[i].bytes);
+      EXPECT_GT((*curve)[i].seconds, 0);
+      if (i) {
+        EXPECT_GE((*curve)[i].seconds, (*curve)[i - 1].seconds);
+      }
+    }
+  }
   EXPECT_GT(link.alpha, 0);
   EXPECT_GT(link.beta, 0);
   EXPECT_GT(link.gamma, 0);
@@ -44,13 +56,34 @@ TEST(LinkProbe, CerarRoundsAndOneSetOfFiguresOnEveryRank) {
     for (size_t i = 0; i < link.rounds.size(); ++i) {
       EXPECT_EQ(other.rounds[i].bytes, link.rounds[i].bytes);
       EXPECT_EQ(other.rounds[i].seconds, link.rounds[i].seconds);
+      EXPECT_EQ(other.ringRounds[i].seconds, link.ringRounds[i].seconds);
+      EXPECT_EQ(other.wireRounds[i].seconds, link.wireRounds[i].seconds);
     }
   }
 }
 
+// Every rank ends with each figure's largest value, whichever rank measured it.
+TEST(LinkProbe, EveryRankHoldsTheSlowestRanksFigures) {
+  constexpr int N = 3;
+  InprocHub hub(N, std::chrono::seconds(20));
+  std::vector<std::vector<double>> got(N);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < N; ++rank) {
+    threads.emplace_back([&, rank] {
+      const std::vector<double> mine = {double(rank), 10.0 - rank, rank == 1 ? 7.5 : 0.25};
+      got[rank] = slowestOverRanks(*hub.connect(rank), mine);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (const auto& values : got) EXPECT_EQ(values, (std::vector<double>{2.0, 10.0, 7.5}));
+}
+
 TEST(LinkProbe, OneRankMeasuresNothing) {
   InprocHub hub(1, std::chrono::seconds(5));
-  EXPECT_TRUE(probeLink(*hub.connect(0)).rounds.empty());
+  const LinkModel link = probeLink(*hub.connect(0));
+  EXPECT_TRUE(link.rounds.empty());
+  EXPECT_TRUE(link.ringRounds.empty());
+  EXPECT_TRUE(link.wireRounds.empty());
 }
 
 }  // namespace

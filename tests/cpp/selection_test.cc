@@ -1,10 +1,12 @@
 // Algorithm selection (core/selection.h): the ring or CERAR per buffer, c from the cost model
-// (with and without the probe's CERAR rounds), the autotuner's scale of c, forced settings.
+// (with and without the probe's CERAR rounds), each choice by its own cost, the autotuner's
+// scale of c, forced settings.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 
+#include "core/error_budget.h"
 #include "core/selection.h"
 
 namespace cerar {
@@ -158,6 +160,106 @@ TEST(RuntimeSelection, MeasuredRoundsChargeWholeSegments) {
   link.segmentBytes = 0;  // no segments: messages cost their bytes
   EXPECT_EQ(bestComponents(4, double(16 << 20), 1 << 22, link), 288);
   EXPECT_EQ(bestComponents(4, double(64 << 20), 1 << 24, link), 368);
+}
+
+// Each choice's own CPU cost, plain figures: the ring's add (gammaRing) is cheaper than CERAR's
+// codec (gamma). Where the CPU bounds a round (a fast link) the ring, which sends twice the
+// bytes, wins; where the link does, CERAR. With one gamma for both (gammaRing 0) CERAR's fewer
+// bytes always win at 16 MiB: the model that chose CERAR on loopback.
+TEST(RuntimeSelection, EachChoicesOwnCpuCostDecidesOnPlainFigures) {
+  const size_t elements = size_t(4) << 20;  // 16 MiB of float32
+  const SelectionPolicy automatic;
+  LinkModel cpuBound{1e-7, 0.1e-9, 1.0e-9};
+  cpuBound.gammaRing = 0.2e-9;
+  LinkModel oneGamma = cpuBound;
+  oneGamma.gammaRing = 0;
+  LinkModel linkBound = cpuBound;
+  linkBound.beta = 40e-9;
+  for (int N : {4, 8}) {
+    const Selection cpu = selectAlgorithm(N, DType::kFloat32, ReduceOp::kSum, elements,
+                                          cpuBound, automatic);
+    EXPECT_EQ(cpu.algorithm, Algorithm::kRing) << N;
+    EXPECT_LT(ringSeconds(N, 4.0 * elements, cpuBound),
+              cerarSeconds(N, bestComponents(N, 4.0 * elements, elements, cpuBound),
+                           4.0 * elements, cpuBound)) << N;
+    EXPECT_EQ(selectAlgorithm(N, DType::kFloat32, ReduceOp::kSum, elements, oneGamma,
+                              automatic).algorithm, Algorithm::kCerar) << N;
+    EXPECT_EQ(selectAlgorithm(N, DType::kFloat32, ReduceOp::kSum, elements, linkBound,
+                              automatic).algorithm, Algorithm::kCerar) << N;
+  }
+  EXPECT_DOUBLE_EQ(ringRoundSeconds(1 << 20, cpuBound),
+                   transferSeconds(1 << 20, cpuBound) + (1 << 20) * 0.2e-9);
+  EXPECT_DOUBLE_EQ(cerarRoundSeconds(1 << 20, cpuBound),
+                   transferSeconds(1 << 20, cpuBound) + (1 << 20) * 1.0e-9);
+}
+
+// Curves shaped as the probe measures them (us per round by message bytes, arithmetic in
+// them): `perByte` ns/B for each choice above a 30 us floor.
+std::vector<LinkModel::RoundPoint> curve(double floor, double perByte) {
+  std::vector<LinkModel::RoundPoint> points;
+  for (double bytes = 1024; bytes <= 1 << 20; bytes *= 4)
+    points.push_back({bytes, std::max(floor, bytes * perByte * 1e-9)});
+  return points;
+}
+
+// Measured curves, one per choice: on loopback (CPU-bound: the ring's rounds at 0.3 ns/B,
+// CERAR's at 0.6 with its encode and decode) the ring; on a 1 Gbit/s link (8 ns/B for both,
+// CERAR's codec hidden under the link) CERAR; CERAR's c still lands past the floor's end.
+TEST(RuntimeSelection, EachChoicesMeasuredCurveDecides) {
+  const size_t elements = size_t(16) << 20;  // 64 MiB of float32
+  LinkModel loopback{20e-6, 0.3e-9, 0.3e-9};
+  loopback.rounds = curve(30e-6, 0.6);
+  loopback.ringRounds = curve(30e-6, 0.3);
+  loopback.wireRounds = curve(30e-6, 0.5);
+  LinkModel slow = loopback;
+  slow.rounds = curve(60e-6, 8.2);
+  slow.ringRounds = curve(60e-6, 8.0);
+  slow.wireRounds = curve(60e-6, 8.0);  // per 16-bit byte: half the ring's bytes
+  for (int N : {4, 8}) {
+    const double d = 4.0 * elements;
+    EXPECT_DOUBLE_EQ(ringSeconds(N, d, loopback),
+                     2.0 * (N - 1) * measuredRoundSeconds(d / N, loopback.ringRounds, loopback));
+    EXPECT_EQ(selectAlgorithm(N, DType::kFloat32, ReduceOp::kSum, elements, loopback,
+                              SelectionPolicy{}).algorithm, Algorithm::kRing) << N;
+    const Selection s =
+        selectAlgorithm(N, DType::kFloat32, ReduceOp::kSum, elements, slow, SelectionPolicy{});
+    EXPECT_EQ(s.algorithm, Algorithm::kCerar) << N;
+    EXPECT_GE(d / s.components, 30e-6 / 8.2e-9) << N << " c " << s.components;
+    // Without its own curve the ring takes CERAR's: loopback's CERAR wins again.
+    LinkModel noRing = loopback;
+    noRing.ringRounds.clear();
+    EXPECT_EQ(selectAlgorithm(N, DType::kFloat32, ReduceOp::kSum, elements, noRing,
+                              SelectionPolicy{}).algorithm, Algorithm::kCerar) << N;
+  }
+}
+
+// The 16-bit wires by their own cost, within a budget that admits them: a CPU-bound wire hop
+// (casts dearer than the bytes they save) leaves the float32 ring; a link-bound one takes the
+// fp16 wire. Plain figures (gammaWire) and measured curves (wireRounds) alike.
+TEST(RuntimeSelection, WireRingsByTheirOwnCost) {
+  BudgetQuery query{4, DType::kFloat32, ReduceOp::kSum, size_t(16) << 20, true};
+  SelectionPolicy budget;
+  budget.maxError = 5e-3;  // fp16's bound at N = 4 fits
+  budget.allowFp16 = true;
+  LinkModel cpuBound{1e-7, 0.1e-9, 1.0e-9};
+  cpuBound.gammaRing = 0.2e-9;
+  cpuBound.gammaWire = 0.5e-9;  // per float32 byte
+  LinkModel linkBound = cpuBound;
+  linkBound.beta = 40e-9;
+  EXPECT_EQ(selectWithinBudget(query, cpuBound, budget).wire, Wire::kNone);
+  EXPECT_EQ(selectWithinBudget(query, linkBound, budget).wire, Wire::kFloat16);
+  LinkModel loopback{20e-6, 0.3e-9, 0.3e-9};
+  loopback.rounds = curve(30e-6, 0.6);
+  loopback.ringRounds = curve(30e-6, 0.3);
+  loopback.wireRounds = curve(30e-6, 0.9);  // per 16-bit byte: 0.45 per float32 byte
+  EXPECT_DOUBLE_EQ(wireRingSeconds(4, 64.0 * (1 << 20), loopback),
+                   6 * measuredRoundSeconds(8 << 20, loopback.wireRounds, loopback));
+  EXPECT_EQ(selectWithinBudget(query, loopback, budget).wire, Wire::kNone);
+  LinkModel slow = loopback;
+  slow.rounds = curve(60e-6, 8.2);
+  slow.ringRounds = curve(60e-6, 8.0);
+  slow.wireRounds = curve(60e-6, 8.0);
+  EXPECT_EQ(selectWithinBudget(query, slow, budget).wire, Wire::kFloat16);
 }
 
 TEST(RuntimeSelection, ForcedSettingsWinWhereCerarCanRun) {
