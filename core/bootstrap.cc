@@ -116,41 +116,44 @@ std::string linkKeyOf(TcpStore& store, const RuntimeConfig& config, const std::s
 }
 
 // The job's outcome of the links' start-up, the same on every rank: each rank posts its own
-// ("" for ok) and reads the others'; the failure of the lowest rank that posted one decides.
-// Waits for every post up to `limit`; once a failure is read, only `grace` more (the other
-// ends of a failed link fail within their start limit).
+// ("" for ok) and counts itself in one counter, a failure with kFailedReport added; the failure
+// of the lowest rank that posted one decides. Each rank polls the counter alone (one request per
+// poll, whatever the job's size) until every rank has reported, up to `limit`; once a failure
+// is counted, only `grace` more (the other ends of a failed link fail within their start limit).
+constexpr int64_t kFailedReport = int64_t(1) << 32;
+
 Status readLinkOutcomes(TcpStore& store, const std::string& prefix, int rank, int size,
                         const Status& mine, milliseconds limit, milliseconds grace) {
   using Clock = std::chrono::steady_clock;
   auto key = [&](int r) { return detail::concat(prefix, "/links-started/", r); };
-  store.set(key(rank), std::vector<char>(mine.message.begin(), mine.message.end()));
-  std::vector<std::optional<std::string>> posts(size);
+  const std::string counter = prefix + "/links-reported";
+  store.set(key(rank), std::vector<char>(mine.message.begin(), mine.message.end()), limit);
+  int64_t count = store.add(counter, mine.ok() ? 1 : kFailedReport + 1);
   auto deadline = Clock::now() + limit;
-  for (;;) {
-    int missing = 0;
-    for (int r = 0; r < size; ++r) {
-      if (!posts[r] && store.check({key(r)}, limit)) {
-        const std::vector<char> text = store.get(key(r), limit);
-        posts[r] = std::string(text.begin(), text.end());
-        if (!posts[r]->empty()) deadline = std::min(deadline, Clock::now() + grace);
-      }
-      if (!posts[r]) ++missing;
+  bool failed = false;
+  while (count % kFailedReport < size) {
+    if (!failed && count >= kFailedReport) {
+      failed = true;
+      deadline = std::min(deadline, Clock::now() + grace);
     }
-    if (missing == 0 || Clock::now() >= deadline) break;
+    if (Clock::now() >= deadline) break;
     std::this_thread::sleep_for(milliseconds(10));
+    count = store.add(counter, 0);
   }
+  if (count < kFailedReport && count % kFailedReport == size) return Status();
+  int missing = -1;
   for (int r = 0; r < size; ++r) {
-    if (posts[r] && !posts[r]->empty()) return Status(StatusCode::kPeerLost, *posts[r]);
-  }
-  for (int r = 0; r < size; ++r) {
-    if (!posts[r]) {
-      return Status(StatusCode::kTimeout,
-                    detail::concat("rank ", r, " did not report its data links' start-up within ",
-                                   limit.count(), " ms"),
-                    r);
+    if (!store.check({key(r)}, limit)) {
+      if (missing < 0) missing = r;
+      continue;
     }
+    const std::vector<char> text = store.get(key(r), limit);
+    if (!text.empty()) return Status(StatusCode::kPeerLost, std::string(text.begin(), text.end()));
   }
-  return Status();
+  return Status(StatusCode::kTimeout,
+                detail::concat("rank ", std::max(missing, 0), " did not report its data links' "
+                               "start-up within ", limit.count(), " ms"),
+                std::max(missing, 0));
 }
 
 Status agreeOnLinks(TcpStore& store, const std::string& prefix, int rank, int size,

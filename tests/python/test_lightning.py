@@ -10,11 +10,10 @@ import pytest
 
 from conftest import WORKERS, needs_runtime
 from ports import free_port
-from torch_ranks import clean_env, finish, needs_torch2
+from torch_ranks import clean_env, finish, needs_package, needs_torch2
 
-pytestmark = [needs_runtime, needs_torch2("Lightning")]
-pytest.importorskip("lightning", reason="lightning is not installed (scripts/torch2-env.sh "
-                                        "installs it)")
+pytestmark = [needs_runtime, needs_torch2("Lightning"),
+              needs_package("lightning", "lightning")]
 STEPS = 3 * 512 // (16 * 4)  # epochs x batches per rank
 
 

@@ -9,11 +9,10 @@ import sys
 import pytest
 
 from conftest import WORKERS, needs_runtime
-from torch_ranks import clean_env, needs_torch2
+from torch_ranks import clean_env, needs_package, needs_torch2
 
-pytestmark = [needs_runtime, needs_torch2("Ray Train")]
-pytest.importorskip("ray.train.torch", reason="ray[train] is not installed "
-                                              "(scripts/torch2-env.sh installs it)")
+pytestmark = [needs_runtime, needs_torch2("Ray Train"),
+              needs_package("ray.train.torch", "ray[train]")]
 STEPS = 20
 
 

@@ -17,12 +17,22 @@ FRAME_BYTES = 256
 MAX_AVERAGE_MESSAGE_BYTES = 2048
 
 
-def rendezvous_requests(rank, n):
-    """This rank's requests to the store: hello, its start count, the job settings, its loss
-    mark (4); Gloo's full-mesh connect (Debian 12's Gloo): its address record and host name
-    (2), the host names of the ranks before it (rank), and a wait and a get of every peer's
-    record (2 (n - 1))."""
-    return 4 + 2 + rank + 2 * (n - 1)
+# The link start-up's agreement polls one counter every 10 ms until every rank has reported
+# (core/bootstrap.cc): none for the last to report, a few for the others; allowed up to 2 s.
+AGREEMENT_POLLS = 200
+
+
+def rendezvous_requests(n):
+    """A rank's fewest requests to the store: hello, its start count, the job settings, its loss
+    mark (4); the data links' start (ops/transport/gloo_start.cc): its address record (1) and a
+    wait and a get of every peer's (2 (n - 1)); the links' agreement (core/bootstrap.cc): its
+    outcome and its count (2), then polls of the count (0 to AGREEMENT_POLLS more)."""
+    return 4 + 1 + 2 * (n - 1) + 2
+
+
+def assert_rendezvous_requests(got, n, what):
+    fewest = rendezvous_requests(n)
+    assert fewest <= got <= fewest + AGREEMENT_POLLS, (what, got, fewest)
 
 
 def scale_stats(n, count=100):
@@ -54,7 +64,7 @@ def test_control_and_rendezvous_traffic_grow_as_designed(n):
             messages, sent = s[f"control_messages_{way}"], s[f"control_bytes_{way}"]
             assert FRAME_BYTES * messages <= sent <= MAX_AVERAGE_MESSAGE_BYTES * messages, \
                 (rank, way, s)
-        assert s["rendezvous_requests"] == rendezvous_requests(rank, n), (rank, s)
+        assert_rendezvous_requests(s["rendezvous_requests"], n, (rank, s))
     # What rank 0 receives is what the workers sent; each worker receives rank 0's broadcast.
     workers = [stats[rank] for rank in range(1, n)]
     assert stats[0]["control_bytes_received"] == sum(w["control_bytes_sent"] for w in workers)
@@ -72,5 +82,5 @@ def test_bench_command_runs_on_loopback(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     row = json.loads(out.read_text())["rows"][0]
     assert row["ranks"] == 2 and row["coord_msgs_per_cycle"] == 2
-    assert row["rdv_requests_min"] == rendezvous_requests(0, 2)
-    assert row["rdv_requests_max"] == rendezvous_requests(1, 2)
+    assert_rendezvous_requests(row["rdv_requests_min"], 2, row)
+    assert_rendezvous_requests(row["rdv_requests_max"], 2, row)

@@ -1,6 +1,7 @@
 """Starts a torch.distributed worker as `np` local ranks with torch's variables (RANK,
 WORLD_SIZE) and a file:// store in the test's folder (no port to pick), as a job launched by
 hand would; used by the tests of the "cerar" backend under torch 2.x's integrations."""
+import importlib.util
 import os
 import re
 import subprocess
@@ -12,6 +13,18 @@ from conftest import WORKERS
 
 torch = pytest.importorskip("torch")
 TORCH_VERSION = tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2])
+
+
+def needs_package(module, what):
+    """A skip mark for tests that need `module` (looked for only on torch 2.4 or newer, where
+    those tests run). A mark, not a module-level skip: a module with nothing collected fails."""
+    def missing():
+        try:
+            return importlib.util.find_spec(module) is None
+        except ImportError:
+            return True
+    return pytest.mark.skipif(TORCH_VERSION >= (2, 4) and missing(),
+                              reason=f"{what} is not installed (scripts/torch2-env.sh installs it)")
 
 
 def needs_torch2(what):
