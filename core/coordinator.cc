@@ -187,25 +187,25 @@ ResponseMessage Coordinator::negotiate(const RequestMessage& request) {
   return decodeResponseMessage(answer);
 }
 
-std::vector<Response> Coordinator::unitsOf(const ResponseMessage& message) const {
-  std::vector<Response> units;
-  for (size_t slot : setBits(message.cacheBits)) units.push_back(cache_.at(slot));
-  units.insert(units.end(), message.responses.begin(), message.responses.end());
+UnitRefs Coordinator::unitsOf(const ResponseMessage& message) const {
+  UnitRefs units;
+  for (size_t slot : setBits(message.cacheBits)) units.push_back(&cache_.at(slot));
+  for (const Response& response : message.responses) units.push_back(&response);
   return units;
 }
 
 void Coordinator::process(const ResponseMessage& message) {
-  // The same list on every rank (the caches agree), then the same puts in the same order.
-  const std::vector<Response> units = unitsOf(message);
-  for (const Response& unit : units) cache_.put(unit);
+  // The same list on every rank (the caches agree). The units point into the cache: its puts
+  // (the same on every rank, in the same order) come last, once nothing reads them.
+  const UnitRefs units = unitsOf(message);
 
   // Each unit's entry, looked up once (its key is built from its names).
   std::vector<Entry*> entries;
   entries.reserve(units.size());
-  for (const Response& unit : units) entries.push_back(pending_.find(unit.key()));
+  for (const Response* unit : units) entries.push_back(pending_.find(unit->key()));
   const auto responded = Clock::now();
   for (size_t i = 0; i < units.size(); ++i) {
-    const Response& unit = units[i];
+    const Response& unit = *units[i];
     Entry* entry = entries[i];
     if (entry == nullptr) continue;
     entry->responded = responded;
@@ -227,9 +227,10 @@ void Coordinator::process(const ResponseMessage& message) {
     }
   }
   tuning_.feed(units, message.groups);
+  for (const Response* unit : units) cache_.put(*unit);
 }
 
-void Coordinator::runGroup(const std::vector<Response>& units,
+void Coordinator::runGroup(const UnitRefs& units,
                            const std::vector<Entry*>& unitEntries, const FusedGroup& group) {
   std::vector<const Response*> members;
   std::vector<Entry*> entries;
@@ -237,7 +238,7 @@ void Coordinator::runGroup(const std::vector<Response>& units,
   for (uint32_t index : group.members) {
     CERAR_ENFORCE(index < units.size(), "malformed response: fusion group member ", index,
                   " of ", units.size(), " units");
-    members.push_back(&units[index]);
+    members.push_back(units[index]);
     entries.push_back(unitEntries[index]);
   }
   if (!members.front()->error.empty()) {  // errors are never fused

@@ -50,12 +50,13 @@ class Coordinator {
  private:
   RequestMessage collectRequests();
   // The cycle's units: the cached ones in slot order, then the full responses.
-  std::vector<Response> unitsOf(const ResponseMessage& message) const;
+  // The cycle's units, by reference into the cache and `message`: valid until the next put.
+  UnitRefs unitsOf(const ResponseMessage& message) const;
   ResponseMessage negotiate(const RequestMessage& request);
   void process(const ResponseMessage& message);
   // Runs one fusion group of the cycle's units.
   // `entries`: this rank's entry of each unit (null where it has joined).
-  void runGroup(const std::vector<Response>& units, const std::vector<Entry*>& entries,
+  void runGroup(const UnitRefs& units, const std::vector<Entry*>& entries,
                 const FusedGroup& group);
   // Adds or removes a process set as `unit` says, alike on every rank (same order, same ids).
   void changeSets(const Response& unit);

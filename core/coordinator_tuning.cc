@@ -77,12 +77,13 @@ FusionTuning::FusionTuning(const RuntimeConfig& config, int size, bool decides,
 
 TuningState FusionTuning::decided() const { return tuner_ ? tuner_->state() : fixed_; }
 
-void FusionTuning::feed(const std::vector<Response>& units,
+void FusionTuning::feed(const UnitRefs& units,
                         const std::vector<FusedGroup>& groups) {
   if (!tuner_ || tuner_->frozen()) return;
   std::vector<std::string> names;
   double bytes = 0;
-  for (const Response& unit : units) {
+  for (const Response* ref : units) {
+    const Response& unit = *ref;
     const Kind kind = unit.description.kind;
     const bool reduces =
         kind == Kind::kAllreduce || kind == Kind::kReducescatter || kind == Kind::kAllgather;

@@ -32,7 +32,7 @@ class FusionTuning {
   // Coordinator rank: the parameters for this cycle's response.
   TuningState decided() const;
   // Coordinator rank: scores the cycle's reduced units while tuning.
-  void feed(const std::vector<Response>& units, const std::vector<FusedGroup>& groups);
+  void feed(const UnitRefs& units, const std::vector<FusedGroup>& groups);
   // Every rank: a response's parameters from now on (the timeline marks each change).
   void apply(const TuningState& tuning);
   // The parameters in force (the pace of the next cycle).

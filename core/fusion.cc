@@ -44,8 +44,19 @@ Wire wireFor(const Response& unit, const SelectionPolicy& policy) {
 
 }  // namespace
 
+UnitRefs unitRefs(const std::vector<Response>& responses) {
+  UnitRefs refs;
+  refs.reserve(responses.size());
+  for (const Response& r : responses) refs.push_back(&r);
+  return refs;
+}
+
 std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& responses,
                                             size_t thresholdBytes) {
+  return planFusion(unitRefs(responses), thresholdBytes);
+}
+
+std::vector<std::vector<size_t>> planFusion(const UnitRefs& responses, size_t thresholdBytes) {
   using Key = std::tuple<Kind, DType, Op, bool, double, double, Wire, int32_t>;
   struct Open {
     size_t group;
@@ -54,7 +65,7 @@ std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& respons
   std::vector<std::vector<size_t>> groups;
   std::map<Key, Open> open;  // the group of each key still being filled
   for (size_t i = 0; i < responses.size(); ++i) {
-    const Response& r = responses[i];
+    const Response& r = *responses[i];
     const Description& d = r.description;
     const size_t bytes = fusedBytes(r);
     const bool reduces = d.kind == Kind::kAllreduce || d.kind == Kind::kReducescatter ||
@@ -82,16 +93,16 @@ std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& respons
 std::vector<FusedGroup> decideGroups(const std::vector<Response>& units, int N,
                                      size_t thresholdBytes, const LinkModel& link,
                                      const SelectionPolicy& policy) {
-  return decideGroups(units, [N](int32_t) { return N; }, thresholdBytes, link, policy);
+  return decideGroups(unitRefs(units), [N](int32_t) { return N; }, thresholdBytes, link, policy);
 }
 
-std::vector<FusedGroup> decideGroups(const std::vector<Response>& units,
+std::vector<FusedGroup> decideGroups(const UnitRefs& units,
                                      const std::function<int(int32_t set)>& setSize,
                                      size_t thresholdBytes, const LinkModel& link,
                                      const SelectionPolicy& jobPolicy) {
   std::vector<FusedGroup> decided;
   for (const auto& members : planFusion(units, thresholdBytes)) {
-    const Response& first = units[members.front()];
+    const Response& first = *units[members.front()];
     const Description& d = first.description;
     const int N = setSize(d.processSet);
     SelectionPolicy policy = jobPolicy;
@@ -103,7 +114,7 @@ std::vector<FusedGroup> decideGroups(const std::vector<Response>& units,
     // Adasum has its own schedule (ops/algorithms/adasum.h): no ring or CERAR to select.
     if (first.error.empty() && d.kind == Kind::kAllreduce && d.op != Op::kAdasum) {
       size_t total = 0;
-      for (size_t index : members) total += units[index].description.elements();
+      for (size_t index : members) total += units[index]->description.elements();
       const Wire wire = wireFor(first, policy);
       if (wire != Wire::kNone) {
         group.wire = wire;  // the exact ring, as set above

@@ -18,6 +18,10 @@ namespace cerar {
 // order); a unit larger than the threshold (an allgather counts what it gathers), any other
 // kind, and every error response go alone. A grouped unit is never split. thresholdBytes == 0
 // disables fusion.
+// `responses` by reference, in order.
+UnitRefs unitRefs(const std::vector<Response>& responses);
+
+std::vector<std::vector<size_t>> planFusion(const UnitRefs& responses, size_t thresholdBytes);
 std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& responses,
                                             size_t thresholdBytes);
 
@@ -29,11 +33,11 @@ std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& respons
 // be a 16-bit wire the policy allows. Error units and other kinds carry no reduction decision.
 // N is the size of each unit's process set (`setSize(id)`); a forced c is rounded up to a
 // multiple of it (componentsForSet).
-std::vector<FusedGroup> decideGroups(const std::vector<Response>& units,
+std::vector<FusedGroup> decideGroups(const UnitRefs& units,
                                      const std::function<int(int32_t set)>& setSize,
                                      size_t thresholdBytes, const LinkModel& link,
                                      const SelectionPolicy& policy);
-// Every unit in a set of N ranks (set 0 of a job of N).
+// Every unit in a set of N ranks (set 0 of a job of N); the units by value (tests).
 std::vector<FusedGroup> decideGroups(const std::vector<Response>& units, int N,
                                      size_t thresholdBytes, const LinkModel& link,
                                      const SelectionPolicy& policy);

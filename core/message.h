@@ -140,6 +140,10 @@ struct FusedGroup {
   bool operator==(const FusedGroup& other) const = default;
 };
 
+// A cycle's units by reference (into the response cache and the coordinator's answer), in the
+// answer's order: the coordinator reads them without copying a description per unit.
+using UnitRefs = std::vector<const Response*>;
+
 // Sent by the coordinator rank to every rank each cycle. The cycle's units are the cached
 // ones in slot order, then `responses` in order; `groups` covers each unit once and every rank
 // runs the groups in this order.

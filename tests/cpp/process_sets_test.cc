@@ -170,7 +170,7 @@ TEST(RuntimeProcessSets, FusionNeverMixesSetsAndCFollowsTheSetSize) {
   SelectionPolicy forced;
   forced.algorithm = "cerar";
   forced.components = 8;
-  const auto groups = decideGroups(units, [](int32_t set) { return set == 0 ? 4 : 3; },
+  const auto groups = decideGroups(unitRefs(units), [](int32_t set) { return set == 0 ? 4 : 3; },
                                    64 << 20, LinkModel{}, forced);
   ASSERT_EQ(groups.size(), 2u);
   EXPECT_EQ(groups[0].components, 8);
