@@ -8,6 +8,7 @@ import pytest
 
 from conftest import WORKERS, needs_runtime
 from ports import free_ports
+from torch_ranks import finish
 
 pytestmark = needs_runtime
 torch = pytest.importorskip("torch")
@@ -26,17 +27,9 @@ def run_ddp(mode, timeout=90):
              "LOCAL_WORLD_SIZE": str(NP), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
         for r in range(NP)]
-    outputs = []
-    try:
-        for proc in procs:
-            outputs.append(proc.communicate(timeout=timeout)[0])
-    except subprocess.TimeoutExpired:
-        for proc in procs:
-            proc.kill()
-        pytest.fail(f"ddp_job.py {mode} did not finish in {timeout} s:\n" + "\n".join(outputs))
-    output = "\n".join(outputs)
-    for rank, proc in enumerate(procs):
-        assert proc.returncode == 0, f"rank {rank} exited {proc.returncode}:\n{output}"
+    codes, output = finish(procs, timeout, f"ddp_job.py {mode}")
+    for rank, code in enumerate(codes):
+        assert code == 0, f"rank {rank} exited {code}:\n{output}"
     return output
 
 
