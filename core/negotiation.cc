@@ -29,9 +29,64 @@ SetRef NegotiationTable::setOf(int32_t id) const {
 }
 
 void NegotiationTable::dropSet(int32_t id) {
-  for (auto it = entries_.begin(); it != entries_.end();) {
-    it = it->second.first.description.processSet == id ? entries_.erase(it) : std::next(it);
+  for (size_t slot : liveSlots_) {
+    if (slots_[slot].live && slots_[slot].set->id == id) slots_[slot].live = false;
   }
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    it = it->second.first.description.processSet == id ? erase(it) : std::next(it);
+  }
+}
+
+std::map<std::string, NegotiationTable::Entry>::iterator NegotiationTable::erase(
+    std::map<std::string, Entry>::iterator it) {
+  if (const int64_t slot = it->second.slot; slot >= 0) {
+    auto mark = inFullTable_.find(size_t(slot));
+    if (mark != inFullTable_.end() && --mark->second == 0) inFullTable_.erase(mark);
+  }
+  return entries_.erase(it);
+}
+
+bool NegotiationTable::addBySlot(int rank, size_t slot, const Response& cached,
+                                 Clock::time_point now) {
+  if (inFullTable_.count(slot) != 0) return false;
+  if (slot >= slots_.size()) slots_.resize(slot + 1);
+  SlotEntry& e = slots_[slot];
+  if (!e.live) {
+    e.live = true;
+    e.sequence = sequence_++;
+    e.firstSeen = now;
+    e.firstRank = rank;
+    e.set = setOf(cached.description.processSet);
+    e.submitted.assign(size_, false);
+    e.count = 0;
+    liveSlots_.push_back(slot);
+  } else if (e.submitted[rank]) {
+    materialize(slot);  // the full table names the second submission
+    return false;
+  }
+  e.submitted[rank] = true;
+  ++e.count;
+  return true;
+}
+
+void NegotiationTable::materialize(size_t slot) {
+  SlotEntry& e = slots_[slot];
+  if (!e.live) return;
+  e.live = false;
+  const Response& cached = cache_->at(slot);
+  // The first submitter first, then the rest by rank, as receive() adds them.
+  add(e.firstRank, cached.names, cached.description, e.firstSeen);
+  for (int rank = 0; rank < size_; ++rank) {
+    if (rank != e.firstRank && e.submitted[rank]) {
+      add(rank, cached.names, cached.description, e.firstSeen);
+    }
+  }
+  entries_.at(cached.key()).sequence = e.sequence;
+}
+
+void NegotiationTable::materializeAll() {
+  for (size_t slot : liveSlots_) materialize(slot);
+  liveSlots_.clear();
 }
 
 void NegotiationTable::receive(int rank, const RequestMessage& message,
@@ -42,6 +97,7 @@ void NegotiationTable::receive(int rank, const RequestMessage& message,
     joined_[rank] = true;
     lastJoined_ = rank;
   }
+  cache_ = &cache;
   for (size_t slot : setBits(message.cacheBits)) {
     const Response& cached = cache.at(slot);
     const int setRank = setOf(cached.description.processSet)->rankOf(rank);
@@ -49,7 +105,7 @@ void NegotiationTable::receive(int rank, const RequestMessage& message,
                   "is not in");
     // descriptionAt(setRank) is the description itself unless placements differ or rows do.
     if (cached.placement.empty() && cached.description.kind != Kind::kAllgather) {
-      add(rank, cached.names, cached.description, now);
+      if (!addBySlot(rank, slot, cached, now)) add(rank, cached.names, cached.description, now);
     } else {
       add(rank, cached.names, cached.descriptionAt(setRank), now);
     }
@@ -59,9 +115,15 @@ void NegotiationTable::receive(int rank, const RequestMessage& message,
 
 void NegotiationTable::add(int rank, const std::vector<std::string>& names,
                            const Description& d, Clock::time_point now) {
-  auto [it, fresh] = entries_.try_emplace(unitKey(names, d.processSet));
+  std::string key = unitKey(names, d.processSet);
+  const int64_t slot = cache_ != nullptr ? cache_->slotOf(key) : -1;
+  // Submissions of this unit counted by slot so far join this one in the full table.
+  if (slot >= 0 && size_t(slot) < slots_.size() && slots_[slot].live) materialize(size_t(slot));
+  auto [it, fresh] = entries_.try_emplace(std::move(key));
   Entry& entry = it->second;
   if (fresh) {
+    entry.slot = slot;
+    if (slot >= 0) ++inFullTable_[size_t(slot)];
     entry.sequence = sequence_++;
     entry.firstSeen = now;
     entry.firstRank = rank;
@@ -177,6 +239,27 @@ Response NegotiationTable::respond(const Entry& entry) const {
 ResponseMessage NegotiationTable::decide(const ResponseCache& cache) {
   ResponseMessage message;
   message.shutdown = shutdown_;
+  cache_ = &cache;
+  // Cached units by slot: all members have them (the answer is the slot), or a member has
+  // joined instead (the full table decides what that means for the unit), or they wait.
+  size_t kept = 0;
+  for (size_t slot : liveSlots_) {
+    SlotEntry& e = slots_[slot];
+    if (!e.live) continue;
+    if (e.count == e.set->size()) {
+      setBit(message.cacheBits, slot);
+      e.live = false;
+      continue;
+    }
+    bool joinedMissing = false;
+    for (int rank : e.set->ranks) joinedMissing |= !e.submitted[rank] && joined_[rank];
+    if (joinedMissing) {
+      materialize(slot);
+    } else {
+      liveSlots_[kept++] = slot;
+    }
+  }
+  liveSlots_.resize(kept);
   std::vector<std::map<std::string, Entry>::iterator> ready;
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     if (complete(it->second)) ready.push_back(it);
@@ -191,8 +274,11 @@ ResponseMessage NegotiationTable::decide(const ResponseCache& cache) {
     } else {
       message.responses.push_back(std::move(response));
     }
-    entries_.erase(it);
+    erase(it);
   }
+  // A full answer is put into the caches after this cycle, which may move or evict slots
+  // that units still waiting by slot refer to: they wait in the full table instead.
+  if (!message.responses.empty()) materializeAll();
   if (std::all_of(joined_.begin(), joined_.end(), [](bool j) { return j; })) {
     message.lastJoinedRank = lastJoined_;
     joined_.assign(size_, false);
@@ -203,6 +289,16 @@ ResponseMessage NegotiationTable::decide(const ResponseCache& cache) {
 
 std::vector<NegotiationTable::Waiting> NegotiationTable::waiting() const {
   std::vector<Waiting> out;
+  for (size_t slot : liveSlots_) {
+    const SlotEntry& e = slots_[slot];
+    if (!e.live) continue;
+    const Response& cached = cache_->at(slot);
+    Waiting w{cached.key(), cached.names, {}, e.firstSeen};
+    for (int rank : e.set->ranks) {
+      if (!e.submitted[rank] && !joined_[rank]) w.missingRanks.push_back(rank);
+    }
+    if (!w.missingRanks.empty()) out.push_back(std::move(w));
+  }
   for (const auto& [key, entry] : entries_) {
     Waiting w{key, entry.first.names, {}, entry.firstSeen};
     for (int rank : entry.set->ranks) {
@@ -214,6 +310,10 @@ std::vector<NegotiationTable::Waiting> NegotiationTable::waiting() const {
 }
 
 void NegotiationTable::fail(const std::string& key, const Status& error) {
+  if (cache_ != nullptr) {
+    const int64_t slot = cache_->slotOf(key);
+    if (slot >= 0 && size_t(slot) < slots_.size()) materialize(size_t(slot));
+  }
   auto it = entries_.find(key);
   if (it == entries_.end()) return;
   it->second.error = error.message;

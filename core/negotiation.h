@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/message.h"
@@ -27,7 +28,8 @@ class NegotiationTable {
   explicit NegotiationTable(int size, const ProcessSetTable* sets = nullptr);
 
   // Records one rank's message of this cycle. Cache bits are resolved against `cache` as it
-  // is before this cycle's answer (the state the sender used).
+  // is before this cycle's answer (the state the sender used). `cache` must outlive the
+  // table's next calls (the coordinator's own cache); it changes only after decide().
   void receive(int rank, const RequestMessage& message, const ResponseCache& cache,
                Clock::time_point now);
 
@@ -66,7 +68,27 @@ class NegotiationTable {
     StatusCode errorCode = StatusCode::kMismatch;
     int errorPeer = -1;
     bool failNow = false;               // error due without waiting for every rank
+    int64_t slot = -1;                  // the cache slot of its key when it was first seen
   };
+  // A cached unit that every submitter so far named by its slot alone, as every rank does in
+  // the steady state: counted per slot, without names or copies. When all members of its set
+  // have it, the answer is that slot. Anything else (a joined member, a submission in full, a
+  // second one, a stall, a cycle whose answer may change slots) moves it to the full table.
+  struct SlotEntry {
+    bool live = false;
+    uint64_t sequence = 0;
+    Clock::time_point firstSeen;
+    int firstRank = -1;
+    SetRef set;
+    std::vector<bool> submitted;        // by global rank
+    int count = 0;
+  };
+  // Counts `rank`'s submission of cached unit `slot`; false when it must go to the full table.
+  bool addBySlot(int rank, size_t slot, const Response& cached, Clock::time_point now);
+  // Moves slot `slot`'s submissions into the full table, replayed as add() would have had them.
+  void materialize(size_t slot);
+  void materializeAll();
+  std::map<std::string, Entry>::iterator erase(std::map<std::string, Entry>::iterator it);
   // One rank's unit: `d` as that rank described it.
   void add(int rank, const std::vector<std::string>& names, const Description& d,
            Clock::time_point now);
@@ -80,6 +102,10 @@ class NegotiationTable {
   SetRef all_;  // set 0 when there is no table
   uint64_t sequence_ = 0;
   std::map<std::string, Entry> entries_;
+  const ResponseCache* cache_ = nullptr;         // the cache of the last receive()
+  std::vector<SlotEntry> slots_;                 // by cache slot
+  std::vector<size_t> liveSlots_;                // slots_ that may be live
+  std::unordered_map<size_t, int> inFullTable_;  // slot -> entries_ first seen at that slot
   std::vector<bool> joined_;
   int lastJoined_ = -1;
   bool shutdown_ = false;

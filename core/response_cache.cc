@@ -27,6 +27,11 @@ int64_t ResponseCache::find(const Response& response) const {
   return static_cast<int64_t>(it->second);
 }
 
+int64_t ResponseCache::slotOf(const std::string& key) const {
+  auto it = byKey_.find(key);
+  return it == byKey_.end() ? -1 : static_cast<int64_t>(it->second);
+}
+
 const Response& ResponseCache::at(size_t slot) const {
   CERAR_ENFORCE(slot < slots_.size() && slots_[slot].used, "response cache: slot ", slot,
                 " is empty (the ranks' caches disagree)");

@@ -28,6 +28,8 @@ class ResponseCache {
   int64_t lookup(const Request& request, int rank) const;
   // The slot holding exactly `response`, or -1.
   int64_t find(const Response& response) const;
+  // The slot holding the unit of this key (Response::key()), or -1.
+  int64_t slotOf(const std::string& key) const;
   // The response in `slot`; throws Error when the slot is empty.
   const Response& at(size_t slot) const;
   // Stores `response` (error responses and alltoalls are ignored) or marks it used: an entry

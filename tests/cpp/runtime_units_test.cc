@@ -276,6 +276,147 @@ TEST(RuntimeNegotiation, CachedUnitsTravelAsBits) {
   EXPECT_EQ(setBits(second.cacheBits), std::vector<size_t>{size_t(slot)});
 }
 
+// A cache of `names`' allreduce units of shape {2}, as every rank holds it after they ran.
+struct CachedUnits {
+  explicit CachedUnits(int size, const std::vector<std::string>& names,
+                       Kind kind = Kind::kAllreduce) : cache(16) {
+    NegotiationTable warm(size);
+    std::vector<Request> requests;
+    for (const auto& name : names) requests.push_back(request(name, {2}, kind));
+    for (int rank = 0; rank < size; ++rank) warm.receive(rank, messageOf(requests), cache, now);
+    for (const Response& unit : warm.decide(cache).responses) cache.put(unit);
+  }
+  RequestMessage bits(const std::vector<std::string>& names) const {
+    RequestMessage message;
+    for (const auto& name : names) {
+      const int64_t slot = cache.lookup(request(name, {2}), 0);
+      EXPECT_GE(slot, 0) << name;
+      setBit(message.cacheBits, size_t(slot));
+    }
+    return message;
+  }
+  size_t slot(const std::string& name) const { return size_t(cache.lookup(request(name, {2}), 0)); }
+  ResponseCache cache;
+  NegotiationTable::Clock::time_point now = NegotiationTable::Clock::now();
+};
+
+// Units every rank names by slot are counted by slot; they wait across cycles and the answer
+// is the slot once every rank has one.
+TEST(RuntimeNegotiation, CachedUnitsWaitBySlotAcrossCycles) {
+  CachedUnits c(3, {"a", "b"});
+  NegotiationTable table(3);
+  table.receive(0, c.bits({"a", "b"}), c.cache, c.now);
+  table.receive(1, c.bits({"b"}), c.cache, c.now);
+  auto first = table.decide(c.cache);
+  EXPECT_TRUE(first.cacheBits.empty() && first.responses.empty());
+  const auto waiting = table.waiting();
+  ASSERT_EQ(waiting.size(), 2u);
+  for (const auto& w : waiting) {
+    EXPECT_EQ(w.key, w.names.front());
+    const std::vector<int> missing = w.key == "a" ? std::vector<int>{1, 2} : std::vector<int>{2};
+    EXPECT_EQ(w.missingRanks, missing);
+  }
+  table.receive(1, c.bits({"a"}), c.cache, c.now);
+  table.receive(2, c.bits({"a", "b"}), c.cache, c.now);
+  auto second = table.decide(c.cache);
+  EXPECT_TRUE(second.responses.empty());
+  EXPECT_EQ(setBits(second.cacheBits), (std::vector<size_t>{c.slot("a"), c.slot("b")}));
+  EXPECT_TRUE(table.waiting().empty());
+  EXPECT_TRUE(table.decide(c.cache).cacheBits.empty());
+}
+
+// A rank that sends a cached unit in full (its description differs) meets the others' slot
+// submissions in the full table: the mismatch names both ranks, as without the cache.
+TEST(RuntimeNegotiation, AFullSubmissionJoinsTheSlotSubmissionsOfItsUnit) {
+  CachedUnits c(3, {"w"});
+  NegotiationTable table(3);
+  table.receive(0, c.bits({"w"}), c.cache, c.now);
+  table.receive(1, c.bits({"w"}), c.cache, c.now);
+  table.receive(2, messageOf({request("w", {5})}), c.cache, c.now);
+  auto answer = table.decide(c.cache);
+  EXPECT_TRUE(answer.cacheBits.empty());
+  ASSERT_EQ(answer.responses.size(), 1u);
+  const std::string& error = answer.responses[0].error;
+  EXPECT_NE(error.find("rank 0 submitted allreduce f32 sum shape [2]"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("rank 2 submitted allreduce f32 sum shape [5]"), std::string::npos)
+      << error;
+  // The same after the full submission came first, and a full answer that matches the cache
+  // is still its slot.
+  table.receive(0, messageOf({request("w", {2})}), c.cache, c.now);
+  table.receive(1, c.bits({"w"}), c.cache, c.now);
+  table.receive(2, c.bits({"w"}), c.cache, c.now);
+  auto again = table.decide(c.cache);
+  EXPECT_TRUE(again.responses.empty());
+  EXPECT_EQ(setBits(again.cacheBits), std::vector<size_t>{c.slot("w")});
+}
+
+// A second submission by slot, a joined rank, a stall and a cycle with a full answer move
+// slot submissions to the full table, which decides as it always did.
+TEST(RuntimeNegotiation, SlotSubmissionsKeepTheFullTablesRules) {
+  CachedUnits c(3, {"a", "b"});
+  NegotiationTable table(3);
+  table.receive(0, c.bits({"a"}), c.cache, c.now);
+  table.receive(0, c.bits({"a"}), c.cache, c.now);
+  table.receive(1, c.bits({"a"}), c.cache, c.now);
+  table.receive(2, c.bits({"a"}), c.cache, c.now);
+  auto twice = table.decide(c.cache);
+  ASSERT_EQ(twice.responses.size(), 1u);
+  EXPECT_NE(twice.responses[0].error.find("rank 0 submitted tensor 'a' twice"),
+            std::string::npos) << twice.responses[0].error;
+
+  // An all-reduce runs with the joined rank's identity: the cached unit's slot again.
+  RequestMessage join;
+  join.join = true;
+  table.receive(0, c.bits({"b"}), c.cache, c.now);
+  table.receive(1, c.bits({"b"}), c.cache, c.now);
+  table.receive(2, join, c.cache, c.now);
+  auto joined = table.decide(c.cache);
+  EXPECT_TRUE(joined.responses.empty());
+  EXPECT_EQ(setBits(joined.cacheBits), std::vector<size_t>{c.slot("b")});
+
+  // The stall inspector fails a unit waiting by slot.
+  NegotiationTable stalled(3);
+  stalled.receive(0, c.bits({"a"}), c.cache, c.now);
+  stalled.fail("a", Status(StatusCode::kTimeout, "stalled", 2));
+  auto failed = stalled.decide(c.cache);
+  ASSERT_EQ(failed.responses.size(), 1u);
+  EXPECT_EQ(failed.responses[0].error, "stalled");
+
+  // A cycle that answers something in full (the caches change after it) leaves the units
+  // waiting by slot in the full table, where their next submissions join them.
+  NegotiationTable mixed(2);
+  CachedUnits two(2, {"a"});
+  mixed.receive(0, two.bits({"a"}), two.cache, two.now);
+  mixed.receive(0, messageOf({request("new", {2})}), two.cache, two.now);
+  mixed.receive(1, messageOf({request("new", {2})}), two.cache, two.now);
+  auto fresh = mixed.decide(two.cache);
+  ASSERT_EQ(fresh.responses.size(), 1u);
+  two.cache.put(fresh.responses[0]);
+  ASSERT_EQ(mixed.waiting().size(), 1u);
+  mixed.receive(1, two.bits({"a"}), two.cache, two.now);
+  auto done = mixed.decide(two.cache);
+  EXPECT_TRUE(done.responses.empty());
+  EXPECT_EQ(setBits(done.cacheBits), std::vector<size_t>{two.slot("a")});
+}
+
+// A broadcast that a rank joined instead of submitting fails, by slot as in full.
+TEST(RuntimeNegotiation, ACachedBroadcastWithAJoinedRankFails) {
+  CachedUnits c(3, {"p"}, Kind::kBroadcast);
+  NegotiationTable table(3);
+  RequestMessage bits;
+  setBit(bits.cacheBits, size_t(c.cache.lookup(request("p", {2}, Kind::kBroadcast), 0)));
+  RequestMessage join;
+  join.join = true;
+  table.receive(0, bits, c.cache, c.now);
+  table.receive(1, bits, c.cache, c.now);
+  table.receive(2, join, c.cache, c.now);
+  auto answer = table.decide(c.cache);
+  ASSERT_EQ(answer.responses.size(), 1u);
+  EXPECT_NE(answer.responses[0].error.find("rank 2 has joined"), std::string::npos)
+      << answer.responses[0].error;
+}
+
 Response allreduceUnitForFusion(const std::string& name) {
   return Response{{name}, request(name, {4}).description, {}, "", {}};
 }
