@@ -244,13 +244,24 @@ Status agreeOnFailure(const Status& observed, BlameBoard* board, const BlameOpti
   try {
     // Timed out on a rank whose loss mark is posted: that rank's process is gone (blame.h).
     const int peer = observed.peer;
-    if (observed.code == StatusCode::kTimeout && peer >= 0 && peer < o.size && peer != o.rank &&
-        board->read(lossMarkKey(o.scope, peer), limit())) {
-      seen = Status(StatusCode::kPeerLost,
-                    detail::concat(observed.message, " (rank ", peer,
-                                   "'s connection to the rendezvous store closed: its process "
-                                   "ended)"),
-                    peer);
+    if (observed.code == StatusCode::kTimeout && peer >= 0 && peer < o.size && peer != o.rank) {
+      if (board->read(lossMarkKey(o.scope, peer), limit())) {
+        seen = Status(StatusCode::kPeerLost,
+                      detail::concat(observed.message, " (rank ", peer,
+                                     "'s connection to the rendezvous store closed: its "
+                                     "process ended)"),
+                      peer);
+      } else {
+        // The rank waited on may only be slow (stopped, or starved on a loaded machine) while
+        // another rank died where this one did not look: the dead one is what this rank saw.
+        for (int r = 0; r < o.size && seen.code == StatusCode::kTimeout; ++r) {
+          if (r == o.rank || r == peer || !board->read(lossMarkKey(o.scope, r), limit())) continue;
+          seen = Status(StatusCode::kPeerLost,
+                        detail::concat(observed.message, "; rank ", r, "'s connection to the "
+                                       "rendezvous store closed meanwhile: its process ended"),
+                        r);
+        }
+      }
     }
     reports[o.rank] = seen;
     board->post(key("failed", o.rank), encodeReport(seen), limit());

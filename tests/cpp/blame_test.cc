@@ -172,6 +172,24 @@ TEST(Blame, AClosedStoreConnectionProvesTheDeathThatEverySurvivorTimedOutOn) {
       << results[3].message;
 }
 
+// Rank 2 killed while rank 1 was stopped: rank 0 waited on rank 1 and rank 3 on rank 0, so no
+// survivor saw rank 2's link close, and rank 1 posts too late. Rank 2's mark is what they saw.
+TEST(Blame, ADeathSeenOnlyByItsMarkOutweighsTheSlowRankWaitedOn) {
+  MemoryBoard board;
+  leaveMarks(board, 4);
+  board.connectionClosed("test/gone/2");
+  auto results = agree(board, 4, {{0, Status(StatusCode::kTimeout, "recv from 1", 1)},
+                                  {3, Status(StatusCode::kTimeout, "recv from 0", 0)}},
+                       300ms);
+  for (const auto& [rank, status] : results) {
+    EXPECT_EQ(status.code, StatusCode::kPeerLost) << rank << ": " << status.message;
+    EXPECT_EQ(status.peer, 2) << rank << ": " << status.message;
+    EXPECT_NE(status.message.find("rank 2 was lost"), std::string::npos) << status.message;
+    EXPECT_NE(status.message.find("ranks 1, 2 did not report"), std::string::npos)
+        << status.message;
+  }
+}
+
 TEST(Blame, WithoutTheMarkEveryTimeoutIsSilence) {
   MemoryBoard board;  // frozen (SIGSTOP): its store connection stays open, no mark
   leaveMarks(board, 4);
