@@ -27,6 +27,13 @@ dist.init_process_group("cerar", timeout=datetime.timedelta(seconds=30))
 r, n = dist.get_rank(), dist.get_world_size()
 
 
+def say(line):
+    """One write per line: on an unbuffered stdout (as the workers' is here) print writes the
+    text and the newline apart, and another rank's line on the same pipe can come between."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def batch(step, rank):
     g = torch.Generator().manual_seed(1000 * step + rank)
     x = torch.randn(16, 8, generator=g)
@@ -43,7 +50,7 @@ if os.path.exists(path):  # written by rank 0 of an earlier attempt, whole (os.r
     optimizer.load_state_dict(saved["optimizer"])
     start = saved["step"]
 endpoint = group_backend()._store.get(round_prefix() + "endpoint").decode()
-print(f"[{r}] start attempt {attempt} step {start} endpoint {endpoint}", flush=True)
+say(f"[{r}] start attempt {attempt} step {start} endpoint {endpoint}")
 
 for step in range(start, steps):
     if attempt == 0 and step == kill_at and r == n - 1:
@@ -72,5 +79,5 @@ apart = max(float((p.double() - q).abs().max())
 largest = max(float(q.abs().max()) for q in reference.parameters())
 reduced = stats()["ring_buffers"]
 assert apart <= 1e-5 * largest and reduced >= steps - start, (apart, largest, reduced)
-print(f"[{r}] trained {steps} steps, {reduced} on the runtime, apart {apart:.3g} OK", flush=True)
+say(f"[{r}] trained {steps} steps, {reduced} on the runtime, apart {apart:.3g} OK")
 dist.destroy_process_group()
