@@ -253,13 +253,21 @@ Status agreeOnFailure(const Status& observed, BlameBoard* board, const BlameOpti
                       peer);
       } else {
         // The rank waited on may only be slow (stopped, or starved on a loaded machine) while
-        // another rank died where this one did not look: the dead one is what this rank saw.
-        for (int r = 0; r < o.size && seen.code == StatusCode::kTimeout; ++r) {
-          if (r == o.rank || r == peer || !board->read(lossMarkKey(o.scope, r), limit())) continue;
+        // another rank died where this one did not look: when exactly one rank's process is
+        // known to have ended, that death is what this rank saw. Several (a launcher ending a
+        // host's other workers after the first death) do not say which came first: the posts
+        // decide as before.
+        std::vector<int> dead;
+        for (int r = 0; r < o.size; ++r) {
+          if (r != o.rank && r != peer && board->read(lossMarkKey(o.scope, r), limit())) {
+            dead.push_back(r);
+          }
+        }
+        if (dead.size() == 1) {
           seen = Status(StatusCode::kPeerLost,
-                        detail::concat(observed.message, "; rank ", r, "'s connection to the "
-                                       "rendezvous store closed meanwhile: its process ended"),
-                        r);
+                        detail::concat(observed.message, "; rank ", dead[0], "'s connection to "
+                                       "the rendezvous store closed meanwhile: its process ended"),
+                        dead[0]);
         }
       }
     }

@@ -188,6 +188,21 @@ TEST(Blame, ADeathSeenOnlyByItsMarkOutweighsTheSlowRankWaitedOn) {
     EXPECT_NE(status.message.find("ranks 1, 2 did not report"), std::string::npos)
         << status.message;
   }
+  // Two deaths (rank 3 killed, then rank 2 ended with it by a launcher): rank 0 proved the one
+  // it waited on; the marks do not say which came first, so the others post what they saw and
+  // the posts name rank 0's.
+  MemoryBoard two;
+  leaveMarks(two, 6);
+  two.connectionClosed("test/gone/3");
+  two.connectionClosed("test/gone/2");
+  auto named = agree(two, 6, {{0, Status(StatusCode::kTimeout, "send to 3", 3)},
+                              {1, Status(StatusCode::kTimeout, "send to 0", 0)},
+                              {4, Status(StatusCode::kTimeout, "send to 0", 0)}},
+                     300ms);
+  for (const auto& [rank, status] : named) {
+    EXPECT_EQ(status.code, StatusCode::kPeerLost) << rank << ": " << status.message;
+    EXPECT_EQ(status.peer, 3) << rank << ": " << status.message;
+  }
 }
 
 TEST(Blame, WithoutTheMarkEveryTimeoutIsSilence) {
