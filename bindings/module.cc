@@ -47,12 +47,14 @@ std::unique_ptr<PyHandle> allreduce(Runtime& rt, const std::string& name, py::ha
   const bool inPlace = output.is_none();
   Tensor in = viewTensor(input, inPlace, keep);
   Tensor out = inPlace ? in : viewTensor(output, true, keep);
+  const DType dtype = in.dtype;
   Handle h;
   {
     py::gil_scoped_release release;
-    h = rt.allreduce(name, in, out, op, prescale, postscale, {}, format, set);
+    h = rt.allreduce(name, std::move(in), std::move(out), op, prescale, postscale, {}, format,
+                     set);
   }
-  return makeHandle(std::move(h), std::move(keep), in.dtype);
+  return makeHandle(std::move(h), std::move(keep), dtype);
 }
 
 std::unique_ptr<PyHandle> groupedAllreduce(Runtime& rt, const std::vector<std::string>& names,

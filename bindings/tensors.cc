@@ -10,8 +10,8 @@ namespace {
 
 // Operations whose Python handle went away before they ended. Never destroyed: it may still
 // hold Python objects when the interpreter finalises, and dropping them then would crash.
-std::vector<std::pair<Handle, std::unique_ptr<Keep>>>& parked() {
-  static auto* list = new std::vector<std::pair<Handle, std::unique_ptr<Keep>>>();
+std::vector<std::pair<Handle, Keep>>& parked() {
+  static auto* list = new std::vector<std::pair<Handle, Keep>>();
   return *list;
 }
 
@@ -56,7 +56,7 @@ Tensor viewTensor(py::handle obj, bool writable, Keep& keep) {
     tensor.shape = raw.shape;
     tensor.device = raw.device;
     tensor.stream = reinterpret_cast<void*>(raw.stream);
-    keep.objects.push_back(py::reinterpret_borrow<py::object>(obj));
+    keep.hold(py::reinterpret_borrow<py::object>(obj));
     return tensor;
   }
   if (!PyObject_CheckBuffer(obj.ptr())) {
@@ -73,7 +73,7 @@ Tensor viewTensor(py::handle obj, bool writable, Keep& keep) {
   tensor.shape.assign(info->shape.begin(), info->shape.end());
   tensor.device = -1;
   keep.buffers.push_back(std::move(info));
-  keep.objects.push_back(py::reinterpret_borrow<py::object>(obj));
+  keep.hold(py::reinterpret_borrow<py::object>(obj));
   return tensor;
 }
 
@@ -91,15 +91,20 @@ py::dtype numpyDType(DType dtype) {
 }
 
 PyHandle::PyHandle(Handle handle, Keep keep, DType dtype)
-    : handle_(std::move(handle)), keep_(std::make_unique<Keep>(std::move(keep))), dtype_(dtype) {}
+    : handle_(std::move(handle)), keep_(std::move(keep)), dtype_(dtype) {}
 
 PyHandle::~PyHandle() {
-  if (keep_ && !handle_.poll()) parked().emplace_back(handle_, std::move(keep_));
+  if (keep_ && !handle_.poll()) parked().emplace_back(handle_, std::move(*keep_));
 }
 
 bool PyHandle::poll() const { return handle_.poll(); }
 
 bool PyHandle::wait(std::optional<double> timeoutSeconds) {
+  if (handle_.poll()) {  // most waits of a step: ended already, nothing to wait for
+    handle_.wait();  // throws the operation's error, if any
+    keep_.reset();
+    return true;
+  }
   using Clock = std::chrono::steady_clock;
   const auto deadline =
       timeoutSeconds ? Clock::now() + std::chrono::duration_cast<Clock::duration>(

@@ -28,8 +28,17 @@ struct RawTensor {
 
 // What an operation keeps alive until it ends: the Python objects and the buffer views.
 struct Keep {
-  std::vector<py::object> objects;
+  py::object first;  // the common call's one tensor, held without a vector
+  std::vector<py::object> more;
   std::vector<std::unique_ptr<py::buffer_info>> buffers;
+
+  void hold(py::object object) {
+    if (!first) {
+      first = std::move(object);
+    } else {
+      more.push_back(std::move(object));
+    }
+  }
 };
 
 // Views `obj` (a RawTensor, or any C-contiguous object with the buffer protocol, e.g. a numpy
@@ -62,7 +71,7 @@ class PyHandle {
 
  private:
   Handle handle_;
-  std::unique_ptr<Keep> keep_;
+  std::optional<Keep> keep_;
   DType dtype_;
 };
 

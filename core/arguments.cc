@@ -91,6 +91,7 @@ Status checkReduction(const std::vector<std::string>& names, const std::vector<T
                                            names.size(), " names, ", inputs.size(),
                                            " inputs and ", outputs.size(), " outputs"));
   }
+  d.shapes.reserve(inputs.size());
   for (size_t i = 0; invalid.ok() && i < inputs.size(); ++i) {
     const Tensor& in = inputs[i];
     const Tensor& out = outputs[i];

@@ -113,7 +113,8 @@ RequestMessage Coordinator::collectRequests() {
       continue;
     }
     const int64_t slot = cache_.capacity() > 0
-                             ? cache_.lookup(entry->request, set->rankOf(transport_->rank()))
+                             ? cache_.lookup(entry->request, entry->key,
+                                             set->rankOf(transport_->rank()))
                              : -1;
     if (slot >= 0) {
       setBit(message.cacheBits, static_cast<size_t>(slot));
@@ -262,7 +263,7 @@ void Coordinator::runGroup(const UnitRefs& units,
   }
   if (!set->contains(transport_->rank())) return;  // another set's work
   const auto dispatched = Clock::now();
-  for (size_t i = 0; i < members.size(); ++i) {
+  for (size_t i = 0; i < members.size() && timeline_.active(); ++i) {
     if (entries[i] == nullptr) continue;
     for (const auto& name : members[i]->names) {
       timeline_.record(tensorRow(members[i]->description, name), kQueueActivity,
@@ -274,7 +275,7 @@ void Coordinator::runGroup(const UnitRefs& units,
   // effects in stats() (runtime.h).
   stats_.publish();
   if (!unit.mark) {
-    for (const Response* member : members) pending_.complete(member->key(), {});
+    pending_.complete(entries, {});
     return;
   }
   // A joined rank (no entries) counts its run too.

@@ -16,23 +16,25 @@ OperationState& stateOf(const std::shared_ptr<OperationState>& state) {
 }
 }  // namespace
 
-bool Handle::poll() const {
-  auto& s = stateOf(state_);
-  std::lock_guard<std::mutex> lock(s.mutex);
-  return s.done;
-}
+bool Handle::poll() const { return stateOf(state_).done.load(std::memory_order_acquire); }
 
 void Handle::wait() const {
   auto& s = stateOf(state_);
-  std::unique_lock<std::mutex> lock(s.mutex);
-  s.ended.wait(lock, [&] { return s.done; });
+  if (!s.done.load(std::memory_order_acquire)) {
+    std::unique_lock<std::mutex> lock(s.mutex);
+    s.ended.wait(lock, [&] { return s.done.load(std::memory_order_relaxed); });
+  }
   if (!s.status.ok()) s.status.raise();
 }
 
 bool Handle::waitFor(std::chrono::milliseconds limit) const {
   auto& s = stateOf(state_);
-  std::unique_lock<std::mutex> lock(s.mutex);
-  if (!s.ended.wait_for(lock, limit, [&] { return s.done; })) return false;
+  if (!s.done.load(std::memory_order_acquire)) {
+    std::unique_lock<std::mutex> lock(s.mutex);
+    if (!s.ended.wait_for(lock, limit, [&] { return s.done.load(std::memory_order_relaxed); })) {
+      return false;
+    }
+  }
   if (!s.status.ok()) s.status.raise();
   return true;
 }

@@ -69,6 +69,13 @@ Description Response::descriptionAt(int rank) const {
   return mine;
 }
 
+bool Response::describes(const Description& asked, int rank) const {
+  if (description.kind != Kind::kAllgather && description.onDevice == onDeviceAt(rank)) {
+    return asked == description;
+  }
+  return asked == descriptionAt(rank);
+}
+
 size_t shapeElements(const std::vector<int64_t>& shape) {
   size_t n = 1;
   for (int64_t dim : shape) n *= static_cast<size_t>(dim);

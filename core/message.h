@@ -108,6 +108,9 @@ struct Response {
   }
   // This rank's description: its placement, and its rows of an allgather.
   Description descriptionAt(int rank) const;
+  // descriptionAt(rank) == asked, without a copy where the first submitter's description is
+  // this rank's (the common case: every lookup of a cached unit asks it).
+  bool describes(const Description& asked, int rank) const;
 
   std::string key() const;
   bool operator==(const Response& other) const = default;

@@ -6,9 +6,9 @@ void OperationState::complete(const Status& outcome) {
   Callback run;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    if (done) return;
-    done = true;
+    if (done.load(std::memory_order_relaxed)) return;
     status = outcome;
+    done.store(true, std::memory_order_release);
     run = std::move(callback);
   }
   ended.notify_all();
@@ -17,11 +17,22 @@ void OperationState::complete(const Status& outcome) {
 
 namespace {
 // A name is in flight per process set (as in Horovod, where each set has its own queue).
-// The key is Request::key()'s for one name, built directly: it is made three times per tensor,
-// twice under the lock that every enqueue takes.
+// The key is Request::key()'s for one name: a one-name unit's is its Entry::key, made at
+// enqueue outside the lock that every enqueue takes.
 std::string inFlightKey(const std::string& name, int32_t set) {
   if (set == 0) return name;
-  return "\x1f" + std::to_string(set) + "\x1f" + name;
+  std::string key = "\x1f";
+  key += std::to_string(set);
+  key += '\x1f';
+  key += name;
+  return key;
+}
+
+Status inFlightRefusal(const std::string& name) {
+  return Status(StatusCode::kInvalidArgument,
+                "cerar: a collective named '" + name +
+                    "' is already in flight on this rank; names must be unique until it "
+                    "completes");
 }
 }  // namespace
 
@@ -29,13 +40,14 @@ Status Queue::push(std::unique_ptr<Entry> entry) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!closed_.ok()) return closed_;
   const int32_t set = entry->request.description.processSet;
+  // One name: its in-flight key is the unit's key, made at enqueue.
+  if (entry->request.names.size() == 1 && !entry->key.empty()) {
+    if (!inFlight_.insert(entry->key).second) return inFlightRefusal(entry->request.names[0]);
+    incoming_.push_back(std::move(entry));
+    return {};
+  }
   for (const auto& name : entry->request.names) {
-    if (inFlight_.count(inFlightKey(name, set))) {
-      return Status(StatusCode::kInvalidArgument,
-                    "cerar: a collective named '" + name +
-                        "' is already in flight on this rank; names must be unique until it "
-                        "completes");
-    }
+    if (inFlight_.count(inFlightKey(name, set))) return inFlightRefusal(name);
   }
   // Names repeated within one group are caught by enqueue's validation.
   for (const auto& name : entry->request.names) inFlight_.insert(inFlightKey(name, set));
@@ -75,6 +87,19 @@ void Queue::release(const Request& request) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& name : request.names) {
     inFlight_.erase(inFlightKey(name, request.description.processSet));
+  }
+}
+
+void Queue::release(const std::vector<std::unique_ptr<Entry>>& entries) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& entry : entries) {
+    if (entry->request.names.size() == 1 && !entry->key.empty()) {
+      inFlight_.erase(entry->key);
+      continue;
+    }
+    for (const auto& name : entry->request.names) {
+      inFlight_.erase(inFlightKey(name, entry->request.description.processSet));
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 // one OperationState per handle, one Entry per negotiated unit, and the queue between them.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -23,7 +24,9 @@ using Clock = std::chrono::steady_clock;
 struct OperationState {
   std::mutex mutex;
   std::condition_variable ended;
-  bool done = false;
+  // Set once, under the lock, after `status`: a reader that sees it true (acquire) reads the
+  // outcome without the lock, as most waits of a step do (their operations ended already).
+  std::atomic<bool> done{false};
   Status status;  // the outcome, once done
   Callback callback;
   // Written by the coordinator before complete(); read by the caller after wait().
@@ -41,6 +44,7 @@ struct OperationState {
 // One unit (a tensor, or a grouped allreduce) of this rank, from enqueue to completion.
 struct Entry {
   Request request;
+  std::string key;  // request.key(), made once (at enqueue, off the coordinator thread)
   std::vector<Tensor> inputs;
   std::vector<Tensor> outputs;
   // Device tensors: events after the work that produced them (one per stream given).
@@ -63,6 +67,8 @@ class Queue {
   std::shared_ptr<OperationState> takeJoin();
   // The request's names (in its process set) are no longer in flight (may be enqueued again).
   void release(const Request& request);
+  // The same for several entries under one lock (a fused group's, as it completes).
+  void release(const std::vector<std::unique_ptr<Entry>>& entries);
 
   void requestShutdown();
   bool shutdownRequested();

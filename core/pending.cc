@@ -8,27 +8,43 @@ void completeEntry(Queue& queue, Entry& entry, const Status& status) {
 }
 
 void PendingUnits::add(std::unique_ptr<Entry> entry) {
-  std::string key = entry->request.key();
-  entries_[std::move(key)] = std::move(entry);
+  if (entry->key.empty()) entry->key = entry->request.key();
+  const std::string_view key = entry->key;
+  entries_[key] = std::move(entry);
 }
 
 Entry* PendingUnits::find(const std::string& key) const {
-  auto it = entries_.find(key);
+  auto it = entries_.find(std::string_view(key));
   return it == entries_.end() ? nullptr : it->second.get();
 }
 
-void PendingUnits::complete(const std::string& key, const Status& status) {
+std::unique_ptr<Entry> PendingUnits::take(std::string_view key) {
   auto it = entries_.find(key);
-  if (it == entries_.end()) return;
+  if (it == entries_.end()) return nullptr;
   std::unique_ptr<Entry> entry = std::move(it->second);
   entries_.erase(it);
-  completeEntry(queue_, *entry, status);
+  return entry;
+}
+
+void PendingUnits::complete(const std::string& key, const Status& status) {
+  if (auto entry = take(key)) completeEntry(queue_, *entry, status);
+}
+
+void PendingUnits::complete(const std::vector<Entry*>& entries, const Status& status) {
+  std::vector<std::unique_ptr<Entry>> done;
+  done.reserve(entries.size());
+  for (Entry* entry : entries) {
+    if (entry == nullptr) continue;  // this rank has joined
+    if (auto mine = take(entry->key)) done.push_back(std::move(mine));
+  }
+  queue_.release(done);
+  for (auto& entry : done) entry->state->complete(status);
 }
 
 void PendingUnits::completeSet(int32_t id, const Status& status) {
   std::vector<std::string> orphans;
   for (const auto& [key, entry] : entries_) {
-    if (entry->request.description.processSet == id) orphans.push_back(key);
+    if (entry->request.description.processSet == id) orphans.emplace_back(key);
   }
   for (const auto& key : orphans) complete(key, status);
 }
@@ -44,15 +60,13 @@ void PendingUnits::completeOnDevice(const std::vector<const Response*>& members,
                                     std::function<void(const Status&)> first) {
   auto done = std::make_shared<std::vector<std::unique_ptr<Entry>>>();
   for (const Response* member : members) {
-    auto it = entries_.find(member->key());
-    if (it == entries_.end()) continue;  // this rank has joined
-    done->push_back(std::move(it->second));
-    entries_.erase(it);
+    if (auto entry = take(member->key())) done->push_back(std::move(entry));  // else: joined
   }
   Queue& released = queue_;
   finalizer.add(queue, std::move(mark), [&released, done, first](const Status& status) {
     first(status);
-    for (auto& entry : *done) completeEntry(released, *entry, status);
+    released.release(*done);
+    for (auto& entry : *done) entry->state->complete(status);
   });
 }
 

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -26,6 +27,9 @@ class PendingUnits {
   Entry* find(const std::string& key) const;
   // Completes the unit, if this rank submitted it.
   void complete(const std::string& key, const Status& status);
+  // Completes these entries of this rank's (found here; null ones are skipped), their names
+  // released together first.
+  void complete(const std::vector<Entry*>& entries, const Status& status);
   // Completes every unit of process set `id`.
   void completeSet(int32_t id, const Status& status);
   // Completes every unit, leaving the queue alone (it is closed: the end of the runtime).
@@ -39,7 +43,10 @@ class PendingUnits {
 
  private:
   Queue& queue_;
-  std::unordered_map<std::string, std::unique_ptr<Entry>> entries_;
+  // Keyed by a view of the entry's own key (no copy per unit).
+  std::unordered_map<std::string_view, std::unique_ptr<Entry>> entries_;
+
+  std::unique_ptr<Entry> take(std::string_view key);
 };
 
 }  // namespace cerar

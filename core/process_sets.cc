@@ -41,10 +41,12 @@ ProcessSetTable::ProcessSetTable(int jobSize) : jobSize_(jobSize) {
   ProcessSet all;
   all.ranks.resize(size_t(jobSize));
   std::iota(all.ranks.begin(), all.ranks.end(), 0);
-  sets_.emplace(kGlobalProcessSet, std::make_shared<const ProcessSet>(std::move(all)));
+  global_ = std::make_shared<const ProcessSet>(std::move(all));
+  sets_.emplace(kGlobalProcessSet, global_);
 }
 
 SetRef ProcessSetTable::find(int32_t id) const {
+  if (id == kGlobalProcessSet) return global_;
   std::lock_guard<std::mutex> lock(mutex_);
   const auto it = sets_.find(id);
   return it == sets_.end() ? nullptr : it->second;

@@ -63,6 +63,7 @@ class ProcessSetTable {
  private:
   mutable std::mutex mutex_;
   int jobSize_;
+  SetRef global_;  // set 0, never removed: found without the lock (every call looks it up)
   int32_t nextId_ = 1;
   std::map<int32_t, SetRef> sets_;
 };

@@ -7,7 +7,11 @@ namespace cerar {
 ResponseCache::ResponseCache(size_t capacity) : capacity_(capacity) {}
 
 int64_t ResponseCache::lookup(const Request& request, int rank) const {
-  auto it = byKey_.find(request.key());
+  return lookup(request, request.key(), rank);
+}
+
+int64_t ResponseCache::lookup(const Request& request, const std::string& key, int rank) const {
+  auto it = byKey_.find(key);
   if (it == byKey_.end()) return -1;
   const Response& cached = slots_[it->second].response;
   // The cached description is the first submitter's; this rank's placement and allgather rows
@@ -17,7 +21,7 @@ int64_t ResponseCache::lookup(const Request& request, int rank) const {
       (size_t(rank) + 1) * tensors > cached.firstDims.size()) {
     return -1;
   }
-  if (!(request.description == cached.descriptionAt(rank))) return -1;
+  if (!cached.describes(request.description, rank)) return -1;
   return static_cast<int64_t>(it->second);
 }
 

@@ -26,6 +26,8 @@ class ResponseCache {
 
   // The slot whose response matches `request` as submitted by `rank`, or -1.
   int64_t lookup(const Request& request, int rank) const;
+  // The same with the request's key (Request::key()) made by the caller.
+  int64_t lookup(const Request& request, const std::string& key, int rank) const;
   // The slot holding exactly `response`, or -1.
   int64_t find(const Response& response) const;
   // The slot holding the unit of this key (Response::key()), or -1.

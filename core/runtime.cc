@@ -67,8 +67,15 @@ class RuntimeImpl final : public Runtime {
 
   Handle allreduce(const std::string& name, Tensor input, Tensor output, Op op, double prescale,
                    double postscale, Callback callback, Wire wire, int32_t processSet) override {
-    return groupedAllreduce({name}, {std::move(input)}, {std::move(output)}, op, prescale,
-                            postscale, std::move(callback), wire, processSet);
+    // The unit built here, not through groupedAllreduce: its vectors are the entry's own.
+    std::vector<Tensor> inputs, outputs;
+    inputs.push_back(std::move(input));
+    outputs.push_back(std::move(output));
+    auto [entry, invalid] = reductionEntry(Kind::kAllreduce, std::vector<std::string>{name},
+                                           std::move(inputs), std::move(outputs), op, prescale,
+                                           postscale, processSet);
+    entry->request.description.wire = wire;
+    return enqueue(std::move(entry), invalid, std::move(callback));
   }
 
   Handle groupedAllreduce(const std::vector<std::string>& names, std::vector<Tensor> inputs,
@@ -181,11 +188,12 @@ class RuntimeImpl final : public Runtime {
   // A grouped allreduce or reducescatter in `processSet`: its entry, and why it is refused
   // (ok: it is not).
   std::pair<std::unique_ptr<Entry>, Status> reductionEntry(
-      Kind kind, const std::vector<std::string>& names, std::vector<Tensor> inputs,
+      Kind kind, std::vector<std::string> names, std::vector<Tensor> inputs,
       std::vector<Tensor> outputs, Op op, double prescale, double postscale,
       int32_t processSet) {
     auto entry = std::make_unique<Entry>();
-    entry->request.names = names;
+    entry->request.names = std::move(names);
+    const std::vector<std::string>& unitNames = entry->request.names;
     Description& d = entry->request.description;
     d.kind = kind;
     d.op = op;
@@ -193,7 +201,7 @@ class RuntimeImpl final : public Runtime {
     d.postscale = postscale;
     d.processSet = processSet;
     const Status invalid =
-        checkReductionCall(names, inputs, outputs, d, sets_.find(processSet), rank());
+        checkReductionCall(unitNames, inputs, outputs, d, sets_.find(processSet), rank());
     entry->inputs = std::move(inputs);
     entry->outputs = std::move(outputs);
     return {std::move(entry), invalid};
@@ -261,6 +269,7 @@ class RuntimeImpl final : public Runtime {
     auto state = std::make_shared<OperationState>();
     state->callback = std::move(callback);
     entry->state = state;
+    entry->key = entry->request.key();
     entry->enqueued = Clock::now();
     Status why = invalid;
     if (why.ok() && entry->request.description.onDevice) why = prepareDevice(*entry);
