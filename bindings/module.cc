@@ -57,6 +57,28 @@ std::unique_ptr<PyHandle> allreduce(Runtime& rt, const std::string& name, py::ha
   return makeHandle(std::move(h), std::move(keep), dtype);
 }
 
+// The frameworks' common call: one host tensor given by address, in place, in set 0, on the
+// job's wire; no RawTensor object per call (Python's work is most of a small tensor's cost).
+std::unique_ptr<PyHandle> allreduceHost(Runtime& rt, const std::string& name, py::object owner,
+                                        uintptr_t ptr, DType dtype, std::vector<int64_t> shape,
+                                        Op op, double prescale, double postscale) {
+  bindings::pruneParked();
+  Keep keep;
+  keep.hold(std::move(owner));
+  Tensor in;
+  in.data = reinterpret_cast<void*>(ptr);
+  in.dtype = dtype;
+  in.shape = std::move(shape);
+  Tensor out = in;
+  Handle h;
+  {
+    py::gil_scoped_release release;
+    h = rt.allreduce(name, std::move(in), std::move(out), op, prescale, postscale, {},
+                     Wire::kNone, 0);
+  }
+  return makeHandle(std::move(h), std::move(keep), dtype);
+}
+
 std::unique_ptr<PyHandle> groupedAllreduce(Runtime& rt, const std::vector<std::string>& names,
                                            const py::list& inputs, py::object outputs, Op op,
                                            double prescale, double postscale,
@@ -275,6 +297,11 @@ PYBIND11_MODULE(_cerar, m) {
            py::arg("output") = py::none(), py::arg("op") = Op::kSum, py::arg("prescale") = 1.0,
            py::arg("postscale") = 1.0, py::arg("wire") = "none", py::arg("process_set") = 0,
            "In place when output is None. wire: none | fp16 | bf16 (docs/wires.md).")
+      .def("allreduce_host", &allreduceHost, py::arg("name"), py::arg("owner"), py::arg("ptr"),
+           py::arg("dtype"), py::arg("shape"), py::arg("op"), py::arg("prescale"),
+           py::arg("postscale"),
+           "allreduce(name, RawTensor(owner, ptr, dtype, shape)) in place, in set 0, on the "
+           "job's wire: the common call without a RawTensor.")
       .def("grouped_allreduce", &groupedAllreduce, py::arg("names"), py::arg("inputs"),
            py::arg("outputs") = py::none(), py::arg("op") = Op::kSum,
            py::arg("prescale") = 1.0, py::arg("postscale") = 1.0, py::arg("wire") = "none",

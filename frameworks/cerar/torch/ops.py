@@ -16,7 +16,7 @@ from cerar._frontend import (alltoall_splits, auto_name, begin, check_first_dime
                              check_not_in_flight, track)
 from cerar._handle import Handle, synchronize
 from cerar._process_sets import _membership, global_process_set
-from cerar.torch._tensors import WIDENED, fresh, from_numpy, view, wire_source
+from cerar.torch._tensors import DTYPES, WIDENED, fresh, from_numpy, view, wire_source
 
 
 def _data(tensor):
@@ -101,8 +101,12 @@ def _lean_allreduce_(tensor, name, op, prescale, postscale):
     name = auto_name("allreduce") if name is None else str(name)
     check_not_in_flight(name)
     data = tensor.data if type(tensor) is torch.nn.Parameter else tensor
-    handle = _rt().allreduce(name, view(data), None, op, float(prescale), float(postscale),
-                             "none", 0)
+    if not data.is_cuda and not data.is_sparse and data.is_contiguous():
+        handle = _rt().allreduce_host(name, data, data.data_ptr(), DTYPES[data.dtype],
+                                      list(data.shape), op, float(prescale), float(postscale))
+    else:  # view() checks and refuses as for every call
+        handle = _rt().allreduce(name, view(data), None, op, float(prescale),
+                                 float(postscale), "none", 0)
     return track(name, Handle(handle, None, tensor))
 
 
