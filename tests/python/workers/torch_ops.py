@@ -36,6 +36,20 @@ w = torch.ones(3, requires_grad=True)
 rg = hvd.allreduce(w * 2, op=hvd.Sum, name="rg")
 check("differentiable", rg.requires_grad, "the result of a differentiable input has no grad_fn")
 check_close("requires_grad", rg.detach(), torch.full((3,), 2.0 * n), rtol=rtol)
+# the common call's way by address: a view at an offset into its storage, a scalar; a
+# non-contiguous tensor in place is refused as any other call's
+whole = torch.full((10,), -1.0)
+whole[4:].fill_(float(r))
+hvd.allreduce_(whole[4:], op=hvd.Sum, name="offset")
+check_close("view at an offset", whole, torch.tensor([-1.0] * 4 + [ranks_sum] * 6), rtol=rtol)
+scalar = torch.tensor(float(r + 1), dtype=torch.float64)
+hvd.allreduce_(scalar, op=hvd.Sum, name="scalar")
+check_close("scalar", scalar, torch.tensor(n * (n + 1) / 2.0, dtype=torch.float64), rtol=rtol)
+try:
+    hvd.allreduce_(torch.zeros(3, 4).t(), op=hvd.Sum, name="nc_inplace")
+    check("non-contiguous in place", False, "was accepted")
+except hvd.InvalidArgumentError:
+    pass
 
 # non-contiguous input, bfloat16 and float16
 t = torch.arange(12, dtype=torch.float32).reshape(3, 4).t() * (r + 1)
