@@ -10,7 +10,8 @@ void completeEntry(Queue& queue, Entry& entry, const Status& status) {
 void PendingUnits::add(std::unique_ptr<Entry> entry) {
   if (entry->key.empty()) entry->key = entry->request.key();
   const std::string_view key = entry->key;
-  entries_[key] = std::move(entry);
+  entries_.erase(key);  // a replaced entry would leave the table's key viewing its freed name
+  entries_.emplace(key, std::move(entry));
 }
 
 Entry* PendingUnits::find(const std::string& key) const {
