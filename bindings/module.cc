@@ -296,7 +296,7 @@ PYBIND11_MODULE(_cerar, m) {
       .def("allreduce", &allreduce, py::arg("name"), py::arg("input"),
            py::arg("output") = py::none(), py::arg("op") = Op::kSum, py::arg("prescale") = 1.0,
            py::arg("postscale") = 1.0, py::arg("wire") = "none", py::arg("process_set") = 0,
-           "In place when output is None. wire: none | fp16 | bf16 (docs/wires.md).")
+           "In place when output is None. wire: none | fp16 | bf16 | int8 (docs/wires.md).")
       .def("allreduce_host", &allreduceHost, py::arg("name"), py::arg("owner"), py::arg("ptr"),
            py::arg("dtype"), py::arg("shape"), py::arg("op"), py::arg("prescale"),
            py::arg("postscale"),

@@ -147,9 +147,15 @@ void readInterface(const Env& env, RuntimeConfig& c, std::vector<std::string>& w
 // A text setting with a fixed set of values: one of its row's choices.
 void checkChoice(const std::string& variable, const std::string& value) {
   const Setting& setting = settingOf(variable);
-  for (const char* choice : setting.choices) {
-    if (value == choice) return;
-  }
+  const auto valid = [&](const std::string& item) {
+    for (const char* choice : setting.choices) {
+      if (item == choice) return true;
+    }
+    return false;
+  };
+  const std::vector<std::string> items =
+      setting.list ? splitList(value) : std::vector<std::string>{value};
+  if (!items.empty() && std::all_of(items.begin(), items.end(), valid)) return;
   throw InvalidArgumentError(detail::concat(variable, " must be ", choiceList(setting),
                                             ", got '", value, "'"));
 }
@@ -265,6 +271,10 @@ void validateConfig(const RuntimeConfig& c) {
                        "CERAR_CYCLE_TIME must be positive, got ", c.cycleTimeMs);
   checkChoice("CERAR_DEVICE_TRANSPORT", c.deviceTransport);
   checkChoice("CERAR_COMPRESSION", c.compression);
+  CERAR_CHECK_ARGUMENT(splitList(c.compression).size() == 1 ||
+                           (c.maxError > 0 && c.algorithm == "auto"),
+                       "CERAR_COMPRESSION='", c.compression, "' lists the wires an error budget "
+                       "may choose: it needs CERAR_MAX_ERROR (and CERAR_ALGORITHM=auto)");
   checkChoice("CERAR_ERROR_BOUND", c.errorBound);
   CERAR_CHECK_ARGUMENT(c.maxError >= 0 && std::isfinite(c.maxError),
                        "CERAR_MAX_ERROR must be >= 0 (0: no budget), got ", c.maxError);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "core/settings.h"
 #include "ops/common/error.h"
 
 namespace cerar {
@@ -35,12 +36,16 @@ SelectionPolicy selectionPolicyOf(const RuntimeConfig& config) {
   policy.maxError = config.maxError;
   policy.strictErrorBound = config.errorBound == "strict";
   const bool budget = config.maxError > 0 && config.algorithm == "auto";
-  const std::string& lossy = config.compression;
+  const std::vector<std::string> lossy = splitList(config.compression);
+  const auto lists = [&](const char* item) {
+    return std::find(lossy.begin(), lossy.end(), item) != lossy.end();
+  };
   if (budget) {
-    policy.allowFp16 = lossy == "allow" || lossy == "fp16";
-    policy.allowBf16 = lossy == "allow" || lossy == "bf16";
-  } else if (lossy != "allow") {
-    policy.wire = parseWire(lossy);
+    policy.allowFp16 = lists("allow") || lists("fp16");
+    policy.allowBf16 = lists("allow") || lists("bf16");
+    policy.allowInt8 = lists("int8");
+  } else if (lossy.size() == 1 && lossy[0] != "allow") {
+    policy.wire = parseWire(lossy[0]);
   }
   return policy;
 }

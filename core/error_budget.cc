@@ -5,6 +5,7 @@
 
 #include "core/error_calibration.h"
 #include "ops/algorithms/share_correction.h"
+#include "ops/codec/int8_wire.h"
 
 namespace cerar {
 namespace {
@@ -28,8 +29,11 @@ double ringErrorBound(int N, DType dtype, ReduceOp op) {
 
 double wireErrorBound(int N, Wire wire) {
   if (N <= 1 || wire == Wire::kNone) return ringErrorBound(N, DType::kFloat32, ReduceOp::kSum);
-  const double uw = wire == Wire::kFloat16 ? std::ldexp(1.0, -11) + std::ldexp(1.0, -15)
-                                           : std::ldexp(1.0, -8);
+  double uw = std::ldexp(1.0, -8);
+  if (wire == Wire::kFloat16) uw = std::ldexp(1.0, -11) + std::ldexp(1.0, -15);
+  // int8: half a scale (max|block| / 127, rounded up by at most 2^-24) plus the decode's
+  // float32 multiply, relative to the block's largest partial sum.
+  if (wire == Wire::kInt8) uw = (1.0 + std::ldexp(1.0, -24)) / 254.0 + std::ldexp(1.0, -24);
   return N * uw + (N - 1) * std::ldexp(1.0, -24);
 }
 
@@ -66,6 +70,16 @@ double wireRingSeconds(int N, double bytes, const LinkModel& link) {
          (transferSeconds(message, link) + arithmeticBytes(message, link) * 2 * gammaWire);
 }
 
+double int8RingSeconds(int N, double bytes, const LinkModel& link) {
+  if (N <= 1) return 0;
+  // A 16-bit wire ring of half the elements sends the same bytes (plus the scales) and casts
+  // half of them; the other half's casts on top, at the 16-bit casts' cost per element.
+  const double scales = 1.0 + 4.0 / double(codec::kInt8Block);
+  const double gammaWire = link.gammaWire > 0 ? link.gammaWire : 2 * link.gamma;
+  return wireRingSeconds(N, bytes / 2 * scales, link) +
+         2.0 * (N - 1) * (bytes / 2 / N) * gammaWire;
+}
+
 Selection selectWithinBudget(const BudgetQuery& q, const LinkModel& link,
                              const SelectionPolicy& policy) {
   const double bytes = double(q.elements) * dtypeSize(q.dtype);
@@ -76,7 +90,7 @@ Selection selectWithinBudget(const BudgetQuery& q, const LinkModel& link,
   Selection best{Algorithm::kRing, q.N, 0, ringSeconds(q.N, bytes, link)};
   best.budgeted = true;
   best.predictedError = q.op == ReduceOp::kSum ? predicted(ErrorChoice::ring(q.dtype)) : 0;
-  if (q.N < 2 || q.op != ReduceOp::kSum || bytes < double(policy.minCerarBytes)) return best;
+  if (q.N < 2 || q.op != ReduceOp::kSum) return best;
   const double limit = (1.0 - policy.minGain) * best.predictedSeconds;
   // Whatever passes beats the exact ring; among those the fastest, on a tie the more accurate.
   const auto consider = [&](const Selection& s) {
@@ -86,7 +100,9 @@ Selection selectWithinBudget(const BudgetQuery& q, const LinkModel& link,
       best = s;
     }
   };
-  if (isCerarDType(q.dtype) && q.N > 2) {  // at N = 2 CERAR sends what the ring sends
+  // At N = 2 CERAR sends what the ring sends; below minCerarBytes it does not pay. A wire is
+  // considered at every size: the model (and minGain) decides whether it pays.
+  if (isCerarDType(q.dtype) && q.N > 2 && bytes >= double(policy.minCerarBytes)) {
     const int c = policy.components > 0 ? policy.components
                                         : bestComponents(q.N, bytes, q.elements, link);
     if (c > q.N) {
@@ -100,9 +116,14 @@ Selection selectWithinBudget(const BudgetQuery& q, const LinkModel& link,
     }
   }
   if (q.wireCapable && q.dtype == DType::kFloat32) {
-    for (const Wire wire : {Wire::kFloat16, Wire::kBFloat16}) {
-      if (!(wire == Wire::kFloat16 ? policy.allowFp16 : policy.allowBf16)) continue;
-      Selection ring{Algorithm::kRing, q.N, 0, wireRingSeconds(q.N, bytes, link)};
+    for (const Wire wire : {Wire::kFloat16, Wire::kBFloat16, Wire::kInt8}) {
+      const bool allowed = wire == Wire::kFloat16  ? policy.allowFp16
+                           : wire == Wire::kBFloat16 ? policy.allowBf16
+                                                     : policy.allowInt8;
+      if (!allowed) continue;
+      const double seconds = wire == Wire::kInt8 ? int8RingSeconds(q.N, bytes, link)
+                                                 : wireRingSeconds(q.N, bytes, link);
+      Selection ring{Algorithm::kRing, q.N, 0, seconds};
       ring.wire = wire;
       ring.budgeted = true;
       ring.predictedError = predicted(ErrorChoice::wireRing(wire));

@@ -20,7 +20,9 @@ double ringErrorBound(int N, DType dtype, ReduceOp op);
 // slice, N-2 partial sums, the owner's total) and N-1 float32 adds:
 // N u_w + (N-1) 2^-24, u_w = 2^-11 (fp16) or 2^-8 (bf16). fp16 adds N 2^-15: the subnormal
 // casts' absolute 2^-25 each, relative to a largest |g| of at least 2^-10, which the budget's
-// guard checks before it sends (codec::fp16GuardBits).
+// guard checks before it sends (codec::fp16GuardBits). int8: u_w = (1 + 2^-24) / 254 + 2^-24
+// relative to the largest partial sum of the cast's block (ops/codec/int8_wire.h), so relative
+// to the buffer's largest sum of magnitudes as well.
 double wireErrorBound(int N, Wire wire);
 
 // The eps of CERAR(c) with the smallest predicted error (a power of two), for a budget the
@@ -33,6 +35,9 @@ double budgetEps(int N, int c, DType dtype, size_t elements, ErrorBound bound);
 // bytes (gammaWire per float32 byte); T = 2(N-1) times that. With the probe's wire rounds
 // (LinkModel::wireRounds, fp16's; bf16 casts cost about the same), their time per round.
 double wireRingSeconds(int N, double bytes, const LinkModel& link);
+// The same ring with the int8 wire: the bytes of a 16-bit wire ring of half the elements (plus
+// a scale per block), and the casts of all of them at the 16-bit casts' cost per element.
+double int8RingSeconds(int N, double bytes, const LinkModel& link);
 
 // What the budget may choose for one buffer. `wireCapable`: a float32 sum on the host.
 struct BudgetQuery {
@@ -51,8 +56,8 @@ double reportedError(const BudgetQuery& query, bool cerar, int c, double eps, Wi
 
 // The choice (Selection::budgeted set): among candidates whose predicted error (calibrated, or
 // strict with policy.strictErrorBound) is at most policy.maxError, the fastest by the model.
-// Approximate candidates (CERAR for N > 2, 16-bit wires) are considered for sums of at least
-// policy.minCerarBytes and must beat the exact ring's time by policy.minGain; CERAR's eps is
+// Approximate candidates (CERAR for N > 2 and sums of at least policy.minCerarBytes; the wires
+// listed, at any size) must beat the exact ring's time by policy.minGain; CERAR's eps is
 // policy.eps, else the default, else budgetEps where the default misses. The exact ring when
 // nothing else fits, even if its own rounding exceeds the budget.
 Selection selectWithinBudget(const BudgetQuery& query, const LinkModel& link,

@@ -66,6 +66,9 @@ double predictedError(const ErrorChoice& choice, int N, size_t elements, ErrorBo
   const double strict = strictError(choice, N);
   // Only float32 was measured (the 16-bit wires carry float32 data): float64 keeps its bound.
   if (bound == ErrorBound::kStrict || N <= 1 || choice.dtype != DType::kFloat32) return strict;
+  // The int8 wire's errors are relative to its blocks' largest values, which the rings' random
+  // walk does not describe (heavy-tailed data exceeded it): not calibrated, its strict bound.
+  if (choice.kind == ErrorChoice::Kind::kWire && choice.wire == Wire::kInt8) return strict;
   if (choice.kind == ErrorChoice::Kind::kCerar && choice.c > N)
     return std::min(strict, calibratedCerar(choice, N, elements));
   return strict * std::min(1.0, kRounding / std::sqrt(N - 1.0) * lengthGrowth(elements));

@@ -51,7 +51,7 @@ std::vector<T> getList(ByteReader& r) {
 
 Wire getWire(ByteReader& r) {
   const uint8_t wire = r.get<uint8_t>();
-  r.check(wire <= uint8_t(Wire::kBFloat16), "bad wire");
+  r.check(wire <= uint8_t(Wire::kInt8), "bad wire");
   return static_cast<Wire>(wire);
 }
 

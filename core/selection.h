@@ -64,15 +64,16 @@ struct SelectionPolicy {
   // also runs the exact ring on a copy and records the measured error of CERAR and 16-bit wires.
   bool shareCorrection = false;
   bool measureError = false;
-  // The 16-bit wire of float32 host sums that ask for none (CERAR_COMPRESSION=fp16|bf16
+  // The lossy wire of float32 host sums that ask for none (CERAR_COMPRESSION=fp16|bf16|int8
   // without a budget).
   Wire wire = Wire::kNone;
   // CERAR_MAX_ERROR: > 0 makes auto choose within this error budget (core/error_budget.h),
-  // with the 16-bit wires allowed below (CERAR_COMPRESSION=allow, or the one it names).
+  // with the wires allowed below (CERAR_COMPRESSION=allow: both 16-bit ones, or those it lists).
   double maxError = 0;
   bool strictErrorBound = false;  // CERAR_ERROR_BOUND=strict: worst-case bounds, not calibrated
   bool allowFp16 = false;
   bool allowBf16 = false;
+  bool allowInt8 = false;
 };
 
 struct Selection {

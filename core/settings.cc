@@ -35,9 +35,9 @@ std::vector<Setting> makeSettings() {
               "rule"},
       {.field = &C::compression, .attribute = "compression", .variable = "CERAR_COMPRESSION",
        .kind = kJob,
-       .why = "the 16-bit wire of float32 sums: fp16/bf16 messages are half the bytes the peer "
-              "expects; every rank must send and decode the same format",
-       .choices = {"none", "fp16", "bf16", "allow"}},
+       .why = "the lossy wire of float32 sums: fp16/bf16/int8 messages are not the bytes the "
+              "peer expects otherwise; every rank must send and decode the same format",
+       .choices = {"none", "fp16", "bf16", "int8", "allow"}, .list = true},
       {.field = &C::maxError, .attribute = "max_error", .variable = "CERAR_MAX_ERROR",
        .kind = kJob,
        .why = "an error budget (0: none) within which the coordinator rank chooses ring, CERAR "
@@ -232,7 +232,19 @@ std::string choiceList(const Setting& setting) {
     out += i == 0 ? "" : (i + 1 == n ? " or " : ", ");
     out += setting.choices[i];
   }
+  if (setting.list) out += " (or a comma-separated list of them)";
   return out;
+}
+
+std::vector<std::string> splitList(const std::string& value) {
+  std::vector<std::string> items;
+  size_t from = 0;
+  for (;;) {
+    const size_t comma = value.find(',', from);
+    items.push_back(value.substr(from, comma == std::string::npos ? comma : comma - from));
+    if (comma == std::string::npos) return items;
+    from = comma + 1;
+  }
 }
 
 std::optional<std::string> aliasValue(const std::string& alias, const std::string& value) {

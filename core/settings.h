@@ -51,6 +51,8 @@ struct Setting {
   // (validateConfig checks them).
   long long low = 0, high = 0;
   std::vector<const char*> choices{};
+  // Text: a comma-separated list of the choices is valid too ("fp16,int8").
+  bool list = false;
   // Read by core/config.cc's own rules (the launchers' identity, the interface list) rather
   // than by readSettings.
   bool ownRule = false;
@@ -68,6 +70,10 @@ const char* settingType(const Setting& setting);
 
 // The choices as a message lists them: "auto, ring or cerar".
 std::string choiceList(const Setting& setting);
+
+// The items of a list setting's value ("fp16,int8": fp16 and int8); an empty item stays, so that
+// validation refuses it.
+std::vector<std::string> splitList(const std::string& value);
 
 // An alias's value in its variable's units, where they differ: HOROVOD_LOG_LEVEL's trace is
 // debug and its fatal error; HOROVOD_STALL_CHECK_DISABLE=1 is a check time of 0. nullopt when

@@ -5,6 +5,7 @@
 
 #include "ops/agreement.h"
 #include "ops/algorithms/share_correction.h"
+#include "ops/codec/int8_wire.h"
 #include "ops/common/error.h"
 
 namespace cerar {
@@ -112,6 +113,12 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
     const uint8_t bits =
         orAcrossRanks(*transport_, codec::fp16GuardBits(static_cast<const float*>(data), count, N));
     wireFallback = !codec::fp16GuardPasses(bits);
+    if (wireFallback) wire = Wire::kNone;
+  }
+  // The int8 wire cannot carry inf or NaN (its block would decode as NaN): always guarded.
+  if (wire == Wire::kInt8 && N > 1) {
+    wireFallback = orAcrossRanks(*transport_, codec::int8GuardBits(static_cast<const float*>(data),
+                                                                   count, N)) != 0;
     if (wireFallback) wire = Wire::kNone;
   }
   const CodecParams params{dtype, options.op, eps, wire};

@@ -85,10 +85,11 @@ RunStats Executor::runHost(const Plan& plan, Transport& transport, void* data,
                            const CodecParams& params, InBandVerdict* verdict) {
   if (params.wire != Wire::kNone) {
     CERAR_CHECK_ARGUMENT(params.dtype == DType::kFloat32 && params.op == ReduceOp::kSum,
-                         "a 16-bit wire sums float32 data only, got ", dtypeName(params.dtype));
+                         "a ", wireName(params.wire), " wire sums float32 data only, got ",
+                         dtypeName(params.dtype));
     // Segments of the same bytes on the wire as the float32 ring's.
     return runWireRing(plan, transport, static_cast<float*>(data), params.wire, wire_,
-                       std::max<size_t>(1, pacing_.segmentBytes / 2), pacing_.windowBytes);
+                       pacing_.segmentBytes, pacing_.windowBytes);
   }
   HostCodec codec(params);
   return runPlan(plan, transport, data, dtypeSize(params.dtype), pacing_, codec,

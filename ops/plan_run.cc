@@ -12,9 +12,10 @@ PlanRun::PlanRun(const Plan& plan, Transport& transport, std::byte* data, size_t
                  size_t segmentElements, size_t windowBytes, void* const* send,
                  void* const* recv, SegmentCodec& codec, InBandVerdict* verdict)
     : plan_(plan), link_(transport, windowBytes), data_(data), elementBytes_(elementBytes),
-      messageBytes_(codec.messageElementBytes() ? codec.messageElementBytes() : elementBytes),
       encoded_(codec.messageElementBytes() != 0), segment_(segmentElements), send_(send),
       recv_(recv), codec_(codec), verdict_(verdict) {
+  CERAR_ENFORCE(segment_ % codec_.blockElements() == 0, "a segment of ", segment_,
+                " elements is not whole blocks of ", codec_.blockElements());
   if (verdict_ != nullptr) {
     // Rounds 1..N-1 are loop 0 of CERAR: they read the buffer and write only the message
     // buffers; round N (the homes' first finish) is the first to write the buffer.
@@ -71,8 +72,8 @@ bool PlanRun::execute(RunStats& stats) {
       }
     }
     if (round) {
-      stats.bytesSent += round->message * messageBytes_;
-      stats.bytesReceived += round->receive * messageBytes_;
+      stats.bytesSent += bytesOf(round->message);
+      stats.bytesReceived += bytesOf(round->receive);
     }
   }
   waitSendsThrough(L + 1, 0);
@@ -114,7 +115,7 @@ std::byte* PlanRun::at(void* base, size_t element) const {
 
 // Segment k of round t's message in `buffers` (send_ or recv_).
 std::byte* PlanRun::messageAt(void* const* buffers, int t, size_t k) const {
-  return static_cast<std::byte*>(buffers[t % 2]) + k * segment_ * messageBytes_;
+  return static_cast<std::byte*>(buffers[t % 2]) + k * bytesOf(segment_);
 }
 
 // Segment k of round t's send buffer, once the send of round t-2 from there is done.
@@ -149,7 +150,7 @@ std::byte* PlanRun::arrived(int t, size_t k) const {
 void PlanRun::postReceive(int t, size_t elements, size_t k) {
   std::byte* to = messageAt(recv_, t, k);
   if (const Range* range = storedUnchanged(t)) to = out(*range, k);
-  link_.postRecv(to, segmentLength(elements, k) * messageBytes_);
+  link_.postRecv(to, bytesOf(segmentLength(elements, k)));
 }
 
 // Sends complete in posting order; wait for those up to and including (t, k).
@@ -211,13 +212,13 @@ void PlanRun::sendSegment(int t, const Round& round, size_t k) {
         // The same bits go on, from the send buffer: the receive buffer is reused by the next
         // round's receive before this send need be done.
         std::byte* message = reuseSendBuffer(t, k);
-        std::memcpy(message, y, n * messageBytes_);
+        std::memcpy(message, y, bytesOf(n));
         source = message;
       }
       break;
   }
   round_ = t;  // after waitSendsThrough, which may have named an older round
-  link_.postSend(source, n * messageBytes_);
+  link_.postSend(source, bytesOf(n));
   pendingSends_.emplace_back(t, k);
 }
 
@@ -257,7 +258,11 @@ RunStats runPlan(const Plan& plan, Transport& transport, void* data, size_t elem
   if (plan.rounds.empty()) return stats;
   const size_t messageElement =
       codec.messageElementBytes() ? codec.messageElementBytes() : elementBytes;
-  const size_t messageBytes = plan.maxMessage * messageElement;
+  // Segments of whole blocks: a block's extra bytes (a scale) lie in its segment's message.
+  const size_t block = codec.blockElements();
+  const size_t segment =
+      (std::max<size_t>(1, pacing.segmentBytes / messageElement) + block - 1) / block * block;
+  const size_t messageBytes = codec.messageBytes(plan.maxMessage, elementBytes);
   const RunBuffers buffers = prepare(messageBytes);
   // Every transfer of the run lies in one of these: the transport sets them up once.
   RegisteredMemory registered[] = {
@@ -265,7 +270,7 @@ RunStats runPlan(const Plan& plan, Transport& transport, void* data, size_t elem
       {transport, buffers.send[0], messageBytes}, {transport, buffers.send[1], messageBytes},
       {transport, buffers.recv[0], messageBytes}, {transport, buffers.recv[1], messageBytes}};
   PlanRun run(plan, transport, static_cast<std::byte*>(data), elementBytes,
-              std::max<size_t>(1, pacing.segmentBytes / messageElement), pacing.windowBytes,
+              segment, pacing.windowBytes,
               buffers.send, buffers.recv, codec, verdict);
   try {
     if (run.execute(stats)) {

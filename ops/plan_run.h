@@ -33,6 +33,14 @@ class SegmentCodec {
   // a rank keeps (the finished chunk of finishFirst) is stored back from what was sent.
   virtual size_t messageElementBytes() const { return 0; }  // 0: the data's own
   virtual void encode(const void* /*x*/, void* /*msg*/, size_t /*n*/) {}
+  // Bytes of a message of `elements` (`elementBytes` each in the data). A codec whose messages
+  // carry something per block of elements (the int8 wire's scales) says so here and in
+  // blockElements(): segments are then whole blocks (but the last), so a segment's message
+  // starts at k times a full segment's bytes.
+  virtual size_t messageBytes(size_t elements, size_t elementBytes) const {
+    return elements * (messageElementBytes() ? messageElementBytes() : elementBytes);
+  }
+  virtual size_t blockElements() const { return 1; }
 };
 
 // CERAR's non-finite verdict carried in band (cerar-protocol.md, "Non-finite and near-overflow
@@ -64,6 +72,7 @@ class PlanRun {
 
  private:
   size_t segments(size_t elements) const { return (elements + segment_ - 1) / segment_; }
+  size_t bytesOf(size_t elements) const { return codec_.messageBytes(elements, elementBytes_); }
   size_t segmentLength(size_t elements, size_t k) const;
   std::byte* at(void* base, size_t element) const;
   std::byte* messageAt(void* const* buffers, int t, size_t k) const;
@@ -83,8 +92,7 @@ class PlanRun {
   PacedLink link_;
   std::byte* data_;
   size_t elementBytes_;
-  size_t messageBytes_;  // of one message element
-  bool encoded_;         // SegmentCodec::messageElementBytes() is not 0
+  bool encoded_;  // SegmentCodec::messageElementBytes() is not 0
   size_t segment_;
   void* const* send_;
   void* const* recv_;

@@ -27,7 +27,8 @@ struct RunStats {
   // CERAR was asked for, but some rank's input was non-finite or near overflow, so every rank
   // ran the exact ring (cerar-protocol.md, "Non-finite and near-overflow inputs").
   bool nonFiniteFallback = false;
-  // A guarded fp16 wire (AllreduceOptions::fp16Guard) refused: every rank ran the float32 ring.
+  // A guarded fp16 wire (AllreduceOptions::fp16Guard), or the int8 wire, refused: every rank
+  // ran the float32 ring.
   bool wireFallback = false;
 };
 

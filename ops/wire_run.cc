@@ -1,5 +1,6 @@
 #include "ops/wire_run.h"
 
+#include "ops/codec/int8_wire.h"
 #include "ops/common/error.h"
 #include "ops/plan_run.h"
 
@@ -7,29 +8,18 @@ namespace cerar {
 
 namespace {
 
-// The exact ring's sum with 16-bit messages: PlanRun streams the rounds, this codec casts.
-// Messages live in 16-bit buffers, never in the float32 data.
-class WireCodec : public SegmentCodec {
+// The exact ring's sum with encoded messages: PlanRun streams the rounds, these codecs cast.
+// Messages live in the wire's buffers, never in the float32 data.
+class LossyCodec : public SegmentCodec {
  public:
-  WireCodec(Wire wire, std::vector<float>& scratch) : wire_(wire), scratch_(scratch) {}
+  explicit LossyCodec(std::vector<float>& scratch) : scratch_(scratch) {}
 
-  size_t messageElementBytes() const override { return sizeof(uint16_t); }
-  void encode(const void* x, void* msg, size_t n) override {
-    codec::encodeWire(wire_, static_cast<const float*>(x), static_cast<uint16_t*>(msg), n);
-  }
-  void accumulate(const void* y, const void* g, void* msg, size_t n) override {
-    codec::accumulateWire(wire_, static_cast<const uint16_t*>(y), static_cast<const float*>(g),
-                          static_cast<uint16_t*>(msg), n);
-  }
   // The owner adds its own slice last, in float32 (PlanRun then encodes the sum and keeps it
   // as decoded).
   void finishFirst(const void* y, void* out, size_t n) override {
     float* sum = static_cast<float*>(out);
-    codec::decodeWire(wire_, static_cast<const uint16_t*>(y), scratch_.data(), n);
+    store(y, scratch_.data(), n);
     for (size_t i = 0; i < n; ++i) sum[i] = scratch_[i] + sum[i];
-  }
-  void store(const void* y, void* out, size_t n) override {
-    codec::decodeWire(wire_, static_cast<const uint16_t*>(y), static_cast<float*>(out), n);
   }
   void finishDecode(const void*, const void*, void*, size_t) override {
     refuse(Action::kFinishDecode);
@@ -40,28 +30,74 @@ class WireCodec : public SegmentCodec {
 
  private:
   [[noreturn]] static void refuse(Action action) {
-    CERAR_ENFORCE(false, "a 16-bit wire runs the exact ring only, not ", actionName(action));
+    CERAR_ENFORCE(false, "a lossy wire runs the exact ring only, not ", actionName(action));
     __builtin_unreachable();
   }
-  Wire wire_;
   std::vector<float>& scratch_;  // one segment's decoded message
+};
+
+class HalfCodec final : public LossyCodec {
+ public:
+  HalfCodec(Wire wire, std::vector<float>& scratch) : LossyCodec(scratch), wire_(wire) {}
+
+  size_t messageElementBytes() const override { return sizeof(uint16_t); }
+  void encode(const void* x, void* msg, size_t n) override {
+    codec::encodeWire(wire_, static_cast<const float*>(x), static_cast<uint16_t*>(msg), n);
+  }
+  void accumulate(const void* y, const void* g, void* msg, size_t n) override {
+    codec::accumulateWire(wire_, static_cast<const uint16_t*>(y), static_cast<const float*>(g),
+                          static_cast<uint16_t*>(msg), n);
+  }
+  void store(const void* y, void* out, size_t n) override {
+    codec::decodeWire(wire_, static_cast<const uint16_t*>(y), static_cast<float*>(out), n);
+  }
+
+ private:
+  Wire wire_;
+};
+
+// A segment's message: its blocks' scales, then its codes (ops/codec/int8_wire.h).
+class Int8Codec final : public LossyCodec {
+ public:
+  using LossyCodec::LossyCodec;
+
+  size_t messageElementBytes() const override { return 1; }
+  size_t messageBytes(size_t elements, size_t) const override {
+    return codec::int8MessageBytes(elements);
+  }
+  size_t blockElements() const override { return codec::kInt8Block; }
+  void encode(const void* x, void* msg, size_t n) override {
+    codec::encodeInt8(static_cast<const float*>(x), static_cast<std::byte*>(msg), n);
+  }
+  void accumulate(const void* y, const void* g, void* msg, size_t n) override {
+    codec::accumulateInt8(static_cast<const std::byte*>(y), static_cast<const float*>(g),
+                          static_cast<std::byte*>(msg), n);
+  }
+  void store(const void* y, void* out, size_t n) override {
+    codec::decodeInt8(static_cast<const std::byte*>(y), static_cast<float*>(out), n);
+  }
 };
 
 }  // namespace
 
 RunStats runWireRing(const Plan& plan, Transport& transport, float* data, Wire wire,
-                     WireBuffers& buffers, size_t segmentElements, size_t windowBytes) {
+                     WireBuffers& buffers, size_t segmentBytes, size_t windowBytes) {
   CERAR_ENFORCE(wire != Wire::kNone && !plan.accumulateFinal && plan.c == plan.N,
-                "a 16-bit wire runs the exact ring's all-reduce only");
-  CERAR_ENFORCE(segmentElements > 0, "segment size must be positive");
-  WireCodec codec(wire, buffers.scratch);
-  const Pacing pacing{segmentElements * sizeof(uint16_t), windowBytes};
-  return runPlan(plan, transport, data, sizeof(float), pacing, codec, [&](size_t) {
+                "a lossy wire runs the exact ring's all-reduce only");
+  CERAR_ENFORCE(segmentBytes > 0, "segment size must be positive");
+  HalfCodec half(wire, buffers.scratch);
+  Int8Codec int8(buffers.scratch);
+  SegmentCodec& codec = wire == Wire::kInt8 ? static_cast<SegmentCodec&>(int8) : half;
+  const Pacing pacing{segmentBytes, windowBytes};
+  return runPlan(plan, transport, data, sizeof(float), pacing, codec, [&](size_t bytes) {
     for (auto* list : {buffers.send, buffers.recv})
       for (int i = 0; i < 2; ++i)
-        if (list[i].size() < plan.maxMessage) list[i].resize(plan.maxMessage);
-    if (buffers.scratch.size() < std::min(plan.maxMessage, segmentElements))
-      buffers.scratch.resize(std::min(plan.maxMessage, segmentElements));
+        if (list[i].size() < bytes) list[i].resize(bytes);
+    // A segment of whole blocks: at most segmentBytes elements rounded up to a block.
+    const size_t segment =
+        (segmentBytes + codec::kInt8Block - 1) / codec::kInt8Block * codec::kInt8Block;
+    const size_t scratch = std::min(plan.maxMessage, segment);
+    if (buffers.scratch.size() < scratch) buffers.scratch.resize(scratch);
     return RunBuffers{{buffers.send[0].data(), buffers.send[1].data()},
                       {buffers.recv[0].data(), buffers.recv[1].data()}};
   });

@@ -1,9 +1,9 @@
-// The exact ring with a 16-bit wire (docs/wires.md): runs a ring plan (makeRingPlan) on float32
-// data whose messages travel as fp16 or bf16. Each reduce-scatter hop decodes what arrived,
-// adds its own float32 slice and encodes the sum for the next; the owner of a chunk adds its
-// slice last, encodes the total once and keeps the decoded value, and the allgather forwards
-// those same 16 bits, so every rank ends with bit-identical results. PlanRun streams the rounds
-// in segments, as for the float32 ring, so the casts overlap the transfers.
+// The exact ring with a lossy wire (docs/wires.md): runs a ring plan (makeRingPlan) on float32
+// data whose messages travel as fp16, bf16 or int8 blocks. Each reduce-scatter hop decodes what
+// arrived, adds its own float32 slice and encodes the sum for the next; the owner of a chunk
+// adds its slice last, encodes the total once and keeps the decoded value, and the allgather
+// forwards those same bytes, so every rank ends with bit-identical results. PlanRun streams
+// the rounds in segments, as for the float32 ring, so the casts overlap the transfers.
 #pragma once
 
 #include <cstdint>
@@ -17,10 +17,10 @@
 namespace cerar {
 
 // Runs `plan` (a ring plan: no CERAR actions, no reduce-scatter finish) in place on plan.d
-// floats at `data`, summing, in segments of `segmentElements` 16-bit elements, with the send
-// window of ops/paced_link.h (0: none). bytesSent counts the 16-bit wire. A failure is
-// rethrown with "in round t of L" added.
+// floats at `data`, summing, in segments of about `segmentBytes` on the wire (whole int8
+// blocks), with the send window of ops/paced_link.h (0: none). bytesSent counts the wire's
+// bytes. A failure is rethrown with "in round t of L" added.
 RunStats runWireRing(const Plan& plan, Transport& transport, float* data, Wire wire,
-                     WireBuffers& buffers, size_t segmentElements, size_t windowBytes = 0);
+                     WireBuffers& buffers, size_t segmentBytes, size_t windowBytes = 0);
 
 }  // namespace cerar

@@ -9,6 +9,7 @@
 
 #include "ops/algorithms/plan.h"
 #include "ops/codec/codec.h"
+#include "ops/codec/int8_wire.h"
 #include "ops/common/error.h"
 
 namespace cerar::errors {
@@ -98,6 +99,37 @@ void runWireRound(const Round& round, Wire wire, const uint16_t* y, float* data,
       break;
     default:
       CERAR_ENFORCE(false, "a 16-bit wire runs the exact ring only, not ",
+                    actionName(round.action));
+  }
+}
+
+// The same with int8 messages (a scale per block, then the codes), as ops/wire_run.cc's codec.
+void runInt8Round(const Round& round, const std::byte* y, float* data, std::vector<std::byte>& msg,
+                  std::vector<float>& scratch) {
+  const size_t n = round.message;
+  msg.resize(codec::int8MessageBytes(n));
+  switch (round.action) {
+    case Action::kSendGradient:
+      codec::encodeInt8(data + round.grad.offset, msg.data(), n);
+      break;
+    case Action::kAccumulate:
+      codec::accumulateInt8(y, data + round.grad.offset, msg.data(), n);
+      break;
+    case Action::kFinishFirst: {
+      float* sum = data + round.store.offset;
+      scratch.resize(n);
+      codec::decodeInt8(y, scratch.data(), n);
+      for (size_t i = 0; i < n; ++i) sum[i] = scratch[i] + sum[i];
+      codec::encodeInt8(sum, msg.data(), n);
+      codec::decodeInt8(msg.data(), sum, n);
+      break;
+    }
+    case Action::kStoreAndForward:
+      codec::decodeInt8(y, data + round.store.offset, n);
+      msg.assign(y, y + codec::int8MessageBytes(n));
+      break;
+    default:
+      CERAR_ENFORCE(false, "the int8 wire runs the exact ring only, not ",
                     actionName(round.action));
   }
 }
@@ -200,6 +232,11 @@ void runLockstep(std::vector<std::vector<float>>& buffers, const Choice& choice)
     for (const auto& b : buffers) bits |= codec::fp16GuardBits(b.data(), d, N);
     if (!codec::fp16GuardPasses(bits)) wire = Wire::kNone;
   }
+  if (wire == Wire::kInt8) {  // its guard: data int8 cannot carry takes float32
+    uint8_t bits = 0;
+    for (const auto& b : buffers) bits |= codec::int8GuardBits(b.data(), d, N);
+    if (bits != 0) wire = Wire::kNone;
+  }
   const bool ring = choice.c == N || choice.wire != Wire::kNone;
   std::vector<Plan> plans;
   for (int rank = 0; rank < N; ++rank)
@@ -214,6 +251,15 @@ void runLockstep(std::vector<std::vector<float>>& buffers, const Choice& choice)
     return;
   }
   std::vector<float> scratch;
+  if (wire == Wire::kInt8) {
+    lockstep<std::byte>(
+        plans, buffers,
+        [&](const Round& r, const std::byte* y, float* data, std::vector<std::byte>& msg) {
+          runInt8Round(r, y, data, msg, scratch);
+        },
+        [&](const std::byte* y, float* out, size_t n) { codec::decodeInt8(y, out, n); });
+    return;
+  }
   lockstep<uint16_t>(
       plans, buffers,
       [&](const Round& r, const uint16_t* y, float* data, std::vector<uint16_t>& msg) {

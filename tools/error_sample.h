@@ -1,6 +1,6 @@
 // The measured error of each budget choice (core/error_calibration.h) on sampled data: all N
-// ranks of CERAR or of the exact ring (float32, or with a 16-bit wire) run in lock step in one
-// thread with the codec's own arithmetic, so that thousands of buffers take seconds; the
+// ranks of CERAR or of the exact ring (float32, or with a 16-bit or int8 wire) run in lock
+// step in one thread with the codec's own arithmetic, so that thousands of buffers take seconds; the
 // result is bit-identical to the executor's (tests/cpp/error_calibration_test.cc checks it).
 #pragma once
 
@@ -33,7 +33,7 @@ std::vector<std::vector<float>> sampleInputs(DataKind kind, int N, size_t n, uin
                                              const GradientSet* real = nullptr);
 
 // One choice: CERAR(c, eps) (c > N), the exact float32 ring (c == N, wire kNone) or the exact
-// ring with a 16-bit wire.
+// ring with a 16-bit or int8 wire.
 struct Choice {
   int c = 0;
   double eps = 0;
@@ -41,7 +41,8 @@ struct Choice {
 };
 
 // Runs every rank's all-reduce in place (buffers[i] is rank i's), in lock step. An fp16 wire
-// is guarded as the budget's is (codec::fp16GuardBits): where the guard fails, the float32 ring.
+// is guarded as the budget's is (codec::fp16GuardBits), an int8 wire as always
+// (codec::int8GuardBits): where the guard fails, the float32 ring.
 void runLockstep(std::vector<std::vector<float>>& buffers, const Choice& choice);
 
 // max over ranks and elements of |result - sum| / max_e sum_i |g_i(e)|, the sums in extended

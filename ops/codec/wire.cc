@@ -12,6 +12,7 @@ const char* wireName(Wire wire) {
     case Wire::kNone: return "none";
     case Wire::kFloat16: return "fp16";
     case Wire::kBFloat16: return "bf16";
+    case Wire::kInt8: return "int8";
   }
   return "?";
 }
@@ -20,12 +21,13 @@ Wire parseWire(const std::string& name) {
   if (name == "none") return Wire::kNone;
   if (name == "fp16") return Wire::kFloat16;
   if (name == "bf16") return Wire::kBFloat16;
-  CERAR_CHECK_ARGUMENT(false, "unknown wire format '", name, "' (none, fp16 or bf16)");
+  if (name == "int8") return Wire::kInt8;
+  CERAR_CHECK_ARGUMENT(false, "unknown wire format '", name, "' (none, fp16, bf16 or int8)");
   return Wire::kNone;
 }
 
 size_t wireElementBytes(Wire wire, size_t elementBytes) {
-  return wire == Wire::kNone ? elementBytes : 2;
+  return wire == Wire::kNone ? elementBytes : wire == Wire::kInt8 ? 1 : 2;
 }
 
 namespace codec {

@@ -1,6 +1,7 @@
-// 16-bit wire formats for the exact ring (docs/wires.md): float32 data travels as IEEE half or
-// bfloat16, and every hop adds in float32. Casts round to nearest even; a value beyond the
-// format's range becomes inf, as the exact ring would carry it; NaN stays NaN.
+// Wire formats for the exact ring (docs/wires.md): float32 data travels as IEEE half or
+// bfloat16 (16 bits), or as int8 codes with a scale per block (ops/codec/int8_wire.h), and every
+// hop adds in float32. The 16-bit casts round to nearest even; a value beyond the format's range
+// becomes inf, as the exact ring would carry it; NaN stays NaN.
 #pragma once
 
 #include <cstddef>
@@ -10,16 +11,17 @@
 
 namespace cerar {
 
-enum class Wire : uint8_t { kNone, kFloat16, kBFloat16 };
-const char* wireName(Wire wire);   // "none" | "fp16" | "bf16"
+enum class Wire : uint8_t { kNone, kFloat16, kBFloat16, kInt8 };
+const char* wireName(Wire wire);   // "none" | "fp16" | "bf16" | "int8"
 Wire parseWire(const std::string& name);  // throws kInvalidArgument on anything else
-// Bytes of one element on the wire: 2 for a 16-bit wire, else `elementBytes`.
+// Bytes of one element on the wire: 2 for a 16-bit wire, 1 for int8 (plus its block scales),
+// else `elementBytes`.
 size_t wireElementBytes(Wire wire, size_t elementBytes);
 
-// Buffers kept between runs: two 16-bit send and receive buffers and a float scratch.
+// Buffers kept between runs: two send and receive buffers and a float scratch.
 struct WireBuffers {
-  std::vector<uint16_t> send[2];
-  std::vector<uint16_t> recv[2];
+  std::vector<std::byte> send[2];
+  std::vector<std::byte> recv[2];
   std::vector<float> scratch;
 };
 

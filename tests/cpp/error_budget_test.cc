@@ -56,6 +56,25 @@ TEST(ErrorBudget, BoundsAreTheDocumentedFormulas) {
   EXPECT_GT(streamedRoundBytes(small, link), small);
 }
 
+// The int8 wire: a quarter of the float32 ring's bytes (and its scales), chosen only where
+// listed and where its bound fits; faster than the 16-bit wires on slow links.
+TEST(ErrorBudget, Int8WhereListedAndWithinTheBudget) {
+  const double u32 = 0x1p-24;
+  EXPECT_DOUBLE_EQ(wireErrorBound(8, Wire::kInt8), 8 * ((1 + u32) / 254 + u32) + 7 * u32);
+  const LinkModel link = slowLink();
+  const double bytes = 4.0 * k64MiB;
+  EXPECT_LT(int8RingSeconds(8, bytes, link), 0.6 * wireRingSeconds(8, bytes, link));
+  EXPECT_GT(int8RingSeconds(8, bytes, link), wireRingSeconds(8, bytes / 2, link));
+  SelectionPolicy p = budget(5e-2, true, true);
+  EXPECT_EQ(selectWithinBudget(f32Sum(8, k64MiB), link, p).wire, Wire::kFloat16);  // not listed
+  p.allowInt8 = true;
+  Selection s = selectWithinBudget(f32Sum(8, k64MiB), link, p);
+  EXPECT_EQ(s.wire, Wire::kInt8);
+  EXPECT_DOUBLE_EQ(s.predictedError, wireErrorBound(8, Wire::kInt8));
+  p.maxError = 2e-2;  // below int8's strict bound at N = 8 (3.1e-2), above fp16's
+  EXPECT_EQ(selectWithinBudget(f32Sum(8, k64MiB), link, p).wire, Wire::kFloat16);
+}
+
 TEST(ErrorBudget, ChoicesOnAFixedModel) {
   const LinkModel link = slowLink();
   // N = 8, 64 MiB float32: ring 4.9 s, CERAR ~3.6 s (bound 1.34e-3), 16-bit ring 2.5 s
@@ -96,9 +115,13 @@ TEST(ErrorBudget, ChoicesOnAFixedModel) {
 TEST(ErrorBudget, TheExactRingWhereNothingElseCanOrPays) {
   const LinkModel link = slowLink();
   const SelectionPolicy loose = budget(0.5, true, true);
-  // Small buffers, min/max: the exact ring.
+  // Small buffers: never CERAR; a wire where it fits the budget and the model says it pays
+  // (its bytes still count at 200 Mbit/s), else the exact ring.
   EXPECT_EQ(selectWithinBudget(f32Sum(8, 1000), link, loose).algorithm, Algorithm::kRing);
-  EXPECT_EQ(selectWithinBudget(f32Sum(8, 1000), link, loose).wire, Wire::kNone);
+  EXPECT_EQ(selectWithinBudget(f32Sum(8, 1000), link, loose).wire, Wire::kFloat16);
+  EXPECT_EQ(selectWithinBudget(f32Sum(8, 1000), link, budget(0.5, false, false)).wire,
+            Wire::kNone);
+  EXPECT_EQ(selectWithinBudget(f32Sum(8, 16), link, loose).wire, Wire::kNone);  // latency only
   // N = 2: CERAR saves nothing, a 16-bit wire still halves the bytes.
   EXPECT_EQ(selectWithinBudget(f32Sum(2, k64MiB), link, budget(0.5, false, false)).algorithm,
             Algorithm::kRing);
@@ -261,7 +284,7 @@ std::string budgetJob(int rank, std::shared_ptr<Transport> transport) {
   reduce(float(), 1, kLarge, 1.0, DType::kFloat32);       // the fp16 wire
   // 16 MiB of float64: CERAR (c = 12 of the model; no wire for float64).
   reduce(double(), 2, size_t(1) << 21, 1.0, DType::kFloat64);
-  reduce(float(), 3, 1000, 1.0, DType::kFloat32);         // small: the ring
+  reduce(float(), 3, 1000, 1.0, DType::kFloat32);         // small: still a wire that pays
   reduce(float(), 4, kLarge, 1e4, DType::kFloat32);       // fp16 would overflow: refused
   reduce(float(), 5, kLarge, 1e-5, DType::kFloat32);      // fp16 subnormals: refused
   const RuntimeStats s = rt->stats();
@@ -283,10 +306,10 @@ TEST(ErrorBudgetMultiprocess, RanksRunRankZerosChoicesWithinTheirBounds) {
   const std::string& r = results[0];
   EXPECT_NE(r.find("1:ring-fp16 "), std::string::npos) << r;
   EXPECT_NE(r.find("2:cerar "), std::string::npos) << r;
-  EXPECT_NE(r.find("3:ring "), std::string::npos) << r;
+  EXPECT_NE(r.find("3:ring-fp16 "), std::string::npos) << r;
   EXPECT_NE(r.find("4:ring "), std::string::npos) << r;
   EXPECT_NE(r.find("5:ring "), std::string::npos) << r;
-  EXPECT_NE(r.find("budgeted 5 wire 1 fallbacks 2 cerar 1 measured 2"), std::string::npos) << r;
+  EXPECT_NE(r.find("budgeted 5 wire 2 fallbacks 2 cerar 1 measured 3"), std::string::npos) << r;
 }
 
 }  // namespace

@@ -37,10 +37,11 @@ ErrorChoice errorChoiceOf(const Choice& c, int N) {
   return ErrorChoice::cerar(c.c, c.eps, DType::kFloat32);
 }
 
-// The choices measured per N: the exact ring, both wires, CERAR at r = 2 with the default eps
-// and at r = 4 with 2^-10.
+// The choices measured per N: the exact ring, the three wires, CERAR at r = 2 with the default
+// eps and at r = 4 with 2^-10.
 std::vector<Choice> choicesFor(int N) {
-  std::vector<Choice> out = {{N, 0, Wire::kNone}, {N, 0, Wire::kFloat16}, {N, 0, Wire::kBFloat16}};
+  std::vector<Choice> out = {{N, 0, Wire::kNone}, {N, 0, Wire::kFloat16}, {N, 0, Wire::kBFloat16},
+                             {N, 0, Wire::kInt8}};
   if (N > 2) {
     out.push_back({2 * N, 0x1p-11, Wire::kNone});
     out.push_back({4 * N, 0x1p-10, Wire::kNone});

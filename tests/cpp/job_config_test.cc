@@ -110,7 +110,7 @@ TEST(Decisions, GroupsArePlanFusionsWithTheSelectionOfTheirTotal) {
   bytes[bytes.size() - 15] = 7;  // the last group's algorithm byte
   EXPECT_THROW(decodeResponseMessage(bytes), Error);
   bytes = encode(message);
-  bytes.back() = 3;  // the last group's wire byte
+  bytes.back() = 4;  // the last group's wire byte (0..3: none, fp16, bf16, int8)
   EXPECT_THROW(decodeResponseMessage(bytes), Error);
 }
 

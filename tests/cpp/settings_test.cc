@@ -141,7 +141,14 @@ TEST(Settings, ChoicesAreListedAsTheMessagesSayThem) {
   EXPECT_EQ(choiceList(settingOf("CERAR_ALGORITHM")), "auto, ring or cerar");
   EXPECT_EQ(errorOf({{"CERAR_COMPRESSION", "fp8"}}),
             "cerar configuration from the environment: CERAR_COMPRESSION must be none, fp16, "
-            "bf16 or allow, got 'fp8'");
+            "bf16, int8 or allow (or a comma-separated list of them), got 'fp8'");
+  EXPECT_EQ(errorOf({{"CERAR_COMPRESSION", "fp16,,int8"}}),
+            "cerar configuration from the environment: CERAR_COMPRESSION must be none, fp16, "
+            "bf16, int8 or allow (or a comma-separated list of them), got 'fp16,,int8'");
+  // A list names what a budget may choose: without one it means nothing.
+  EXPECT_NE(errorOf({{"CERAR_COMPRESSION", "fp16,int8"}}).find("needs CERAR_MAX_ERROR"),
+            std::string::npos);
+  EXPECT_EQ(errorOf({{"CERAR_COMPRESSION", "fp16,int8"}, {"CERAR_MAX_ERROR", "1e-2"}}), "");
   EXPECT_THROW(settingOf("CERAR_NO_SUCH_THING"), InternalError);
 }
 

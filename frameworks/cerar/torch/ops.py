@@ -77,8 +77,8 @@ def _plan(tensors, op, prescale, postscale, process_set=None):
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=None, wire=None):
     """Reduces `tensor` in place across ranks; the Handle's result is `tensor`. `wire`:
-    "fp16" or "bf16" sends a float32 CPU tensor in that format, adding in float32 at every hop
-    (docs/wires.md); every rank must ask the same."""
+    "fp16", "bf16" or "int8" sends a float32 CPU tensor in that format, adding in float32 at
+    every hop (docs/wires.md); every rank must ask the same."""
     if (average is None and (wire is None or wire == "none") and type(tensor) in _PLAIN
             and tensor.dtype in _LEAN_DTYPES and (process_set is None
                                                   or process_set is global_process_set)):
@@ -132,12 +132,13 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
 
 
 def _check_wire(wire, tensors, op):
-    """The runtime's name of `wire` ("none" for None); a 16-bit wire carries float32 CPU
-    sums only (Sum or Average)."""
+    """The runtime's name of `wire` ("none" for None); a lossy wire carries float32 CPU sums
+    only (Sum or Average)."""
     if wire is None or wire == "none":
         return "none"
-    if wire not in ("fp16", "bf16"):
-        raise ValueError(f"cerar.torch: wire must be None, 'fp16' or 'bf16', got {wire!r}")
+    if wire not in ("fp16", "bf16", "int8"):
+        raise ValueError(f"cerar.torch: wire must be None, 'fp16', 'bf16' or 'int8', got "
+                         f"{wire!r}")
     if op not in (Sum, Average) or any(t.dtype != torch.float32 or t.device.type != "cpu"
                                        for t in tensors):
         raise TypeError(f"cerar.torch: a {wire} wire sums float32 CPU tensors only "

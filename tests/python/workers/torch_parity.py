@@ -117,6 +117,21 @@ for compressor, unit in ((hvd.Compression.fp16, 2.0 ** -11), (hvd.Compression.bf
     u_pred = unit + (2.0 ** -15 if tag == "fp16" else 0)
     check(f"{tag} wire in the stats", s["last_choice"] == f"ring-{tag}" and s["budget_buffers"] == 0
           and abs(s["predicted_error_last"] - (n * u_pred + (n - 1) * 2.0 ** -24)) < 1e-12, str(s))
+# int8 (wire="int8"): a quarter of the bytes and a scale per 1024 elements, bit-identical on
+# every rank, within its bound relative to the largest sum of magnitudes (docs/wires.md)
+out, sent, wires = sent_by(lambda: hvd.synchronize(
+    hvd.allreduce_async(g, op=hvd.Sum, name="wire.int8", wire="int8")))
+check("int8 wire: a quarter of the bytes", 0.25 * full_bytes < sent < 0.26 * full_bytes
+      and wires == 1, f"{sent} of {full_bytes}, {wires} wire buffers")
+rows = hvd.allgather(out.unsqueeze(0), name="wire.int8.rows")
+check("int8 wire: bit-identical on every rank",
+      all(torch.equal(rows[i], rows[0]) for i in range(n)), "ranks differ")
+u8 = (1 + 2.0 ** -24) / 254 + 2.0 ** -24
+error = (out.double() - exact).abs()
+check("int8 wire within bound of the fp64 sum",
+      float(error.max()) <= 1.01 * (n * u8 + (n - 1) * 2.0 ** -24) * float(magnitude.max()),
+      f"{float(error.max())} of {float(magnitude.max())}")
+check("int8 wire in the stats", cerar.stats()["last_choice"] == "ring-int8", str(cerar.stats()))
 avg = hvd.allreduce(g, name="wire.avg", compression=hvd.Compression.fp16)
 check_close("fp16 wire average", avg, (exact / n).float(), atol=0.01)
 # A wire asked for differently on one rank fails on every rank, and the runtime goes on.
