@@ -38,6 +38,20 @@ std::unique_ptr<PyHandle> makeHandle(Handle h, Keep keep, DType dtype) {
   return std::make_unique<PyHandle>(std::move(h), std::move(keep), dtype);
 }
 
+// One allreduce enqueued with the GIL released; `keep` holds what its tensors view.
+std::unique_ptr<PyHandle> enqueueAllreduce(Runtime& rt, const std::string& name, Tensor in,
+                                           Tensor out, Keep keep, Op op, double prescale,
+                                           double postscale, Wire wire, int32_t set) {
+  const DType dtype = in.dtype;
+  Handle h;
+  {
+    py::gil_scoped_release release;
+    h = rt.allreduce(name, std::move(in), std::move(out), op, prescale, postscale, {}, wire,
+                     set);
+  }
+  return makeHandle(std::move(h), std::move(keep), dtype);
+}
+
 std::unique_ptr<PyHandle> allreduce(Runtime& rt, const std::string& name, py::handle input,
                                     py::object output, Op op, double prescale,
                                     double postscale, const std::string& wire, int32_t set) {
@@ -47,14 +61,8 @@ std::unique_ptr<PyHandle> allreduce(Runtime& rt, const std::string& name, py::ha
   const bool inPlace = output.is_none();
   Tensor in = viewTensor(input, inPlace, keep);
   Tensor out = inPlace ? in : viewTensor(output, true, keep);
-  const DType dtype = in.dtype;
-  Handle h;
-  {
-    py::gil_scoped_release release;
-    h = rt.allreduce(name, std::move(in), std::move(out), op, prescale, postscale, {}, format,
-                     set);
-  }
-  return makeHandle(std::move(h), std::move(keep), dtype);
+  return enqueueAllreduce(rt, name, std::move(in), std::move(out), std::move(keep), op,
+                          prescale, postscale, format, set);
 }
 
 // The frameworks' common call: one host tensor given by address, in place, in set 0, on the
@@ -70,13 +78,8 @@ std::unique_ptr<PyHandle> allreduceHost(Runtime& rt, const std::string& name, py
   in.dtype = dtype;
   in.shape = std::move(shape);
   Tensor out = in;
-  Handle h;
-  {
-    py::gil_scoped_release release;
-    h = rt.allreduce(name, std::move(in), std::move(out), op, prescale, postscale, {},
-                     Wire::kNone, 0);
-  }
-  return makeHandle(std::move(h), std::move(keep), dtype);
+  return enqueueAllreduce(rt, name, std::move(in), std::move(out), std::move(keep), op,
+                          prescale, postscale, Wire::kNone, 0);
 }
 
 std::unique_ptr<PyHandle> groupedAllreduce(Runtime& rt, const std::vector<std::string>& names,

@@ -85,21 +85,21 @@ std::shared_ptr<OperationState> Queue::takeJoin() {
 
 void Queue::release(const Request& request) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& name : request.names) {
-    inFlight_.erase(inFlightKey(name, request.description.processSet));
-  }
+  forget(request, "");
 }
 
 void Queue::release(const std::vector<std::unique_ptr<Entry>>& entries) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& entry : entries) {
-    if (entry->request.names.size() == 1 && !entry->key.empty()) {
-      inFlight_.erase(entry->key);
-      continue;
-    }
-    for (const auto& name : entry->request.names) {
-      inFlight_.erase(inFlightKey(name, entry->request.description.processSet));
-    }
+  for (const auto& entry : entries) forget(entry->request, entry->key);
+}
+
+void Queue::forget(const Request& request, const std::string& key) {
+  if (request.names.size() == 1 && !key.empty()) {
+    inFlight_.erase(key);
+    return;
+  }
+  for (const auto& name : request.names) {
+    inFlight_.erase(inFlightKey(name, request.description.processSet));
   }
 }
 

@@ -79,6 +79,10 @@ class Queue {
                                             std::shared_ptr<OperationState>& join);
 
  private:
+  // Under mutex_: the request's names leave the in-flight set; `key` is its Entry::key ("" if
+  // not at hand), the in-flight key of a one-name unit.
+  void forget(const Request& request, const std::string& key);
+
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::unique_ptr<Entry>> incoming_;

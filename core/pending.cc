@@ -7,6 +7,12 @@ void completeEntry(Queue& queue, Entry& entry, const Status& status) {
   entry.state->complete(status);
 }
 
+void completeEntries(Queue& queue, const std::vector<std::unique_ptr<Entry>>& entries,
+                     const Status& status) {
+  queue.release(entries);
+  for (const auto& entry : entries) entry->state->complete(status);
+}
+
 void PendingUnits::add(std::unique_ptr<Entry> entry) {
   if (entry->key.empty()) entry->key = entry->request.key();
   const std::string_view key = entry->key;
@@ -38,8 +44,7 @@ void PendingUnits::complete(const std::vector<Entry*>& entries, const Status& st
     if (entry == nullptr) continue;  // this rank has joined
     if (auto mine = take(entry->key)) done.push_back(std::move(mine));
   }
-  queue_.release(done);
-  for (auto& entry : done) entry->state->complete(status);
+  completeEntries(queue_, done, status);
 }
 
 void PendingUnits::completeSet(int32_t id, const Status& status) {
@@ -66,8 +71,7 @@ void PendingUnits::completeOnDevice(const std::vector<const Response*>& members,
   Queue& released = queue_;
   finalizer.add(queue, std::move(mark), [&released, done, first](const Status& status) {
     first(status);
-    released.release(*done);
-    for (auto& entry : *done) entry->state->complete(status);
+    completeEntries(released, *done, status);
   });
 }
 

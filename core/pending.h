@@ -17,6 +17,9 @@ namespace cerar {
 // Ends `entry` with `status`. Its names leave the queue's in-flight set first, since the
 // callback may enqueue them again.
 void completeEntry(Queue& queue, Entry& entry, const Status& status);
+// The same for several entries, their names released under one lock.
+void completeEntries(Queue& queue, const std::vector<std::unique_ptr<Entry>>& entries,
+                     const Status& status);
 
 class PendingUnits {
  public:

@@ -18,6 +18,7 @@ class LossyCodec : public SegmentCodec {
   // as decoded).
   void finishFirst(const void* y, void* out, size_t n) override {
     float* sum = static_cast<float*>(out);
+    if (scratch_.size() < n) scratch_.resize(n);  // a segment's: kept between runs
     store(y, scratch_.data(), n);
     for (size_t i = 0; i < n; ++i) sum[i] = scratch_[i] + sum[i];
   }
@@ -93,11 +94,6 @@ RunStats runWireRing(const Plan& plan, Transport& transport, float* data, Wire w
     for (auto* list : {buffers.send, buffers.recv})
       for (int i = 0; i < 2; ++i)
         if (list[i].size() < bytes) list[i].resize(bytes);
-    // A segment of whole blocks: at most segmentBytes elements rounded up to a block.
-    const size_t segment =
-        (segmentBytes + codec::kInt8Block - 1) / codec::kInt8Block * codec::kInt8Block;
-    const size_t scratch = std::min(plan.maxMessage, segment);
-    if (buffers.scratch.size() < scratch) buffers.scratch.resize(scratch);
     return RunBuffers{{buffers.send[0].data(), buffers.send[1].data()},
                       {buffers.recv[0].data(), buffers.recv[1].data()}};
   });
