@@ -3,9 +3,10 @@
 //
 //   cerar-bench-error [--buffers B] [--ranks 2,4,8,16,32] [--lengths 1024]
 //                     [--gradients tests/data/gradients.npy] [--kinds gaussian,...]
+//                     [--choices ring,fp16,...]  (names as printed; a prefix selects, e.g. cerar)
 //
 // For each choice (the float32 ring, CERAR at r = c/N of 2 and 8 and eps 2^-11 and 2^-10,
-// the fp16 and bf16 wires), N, data kind and length: the 99.9th percentile and the largest of
+// the fp16, bf16 and int8 wires), N, data kind and length: the 99.9th percentile and the largest of
 // the measured max relative error over B buffers, the strict bound, the calibrated prediction
 // and how many buffers exceeded it. Lines are tab-separated, one per row.
 #include <algorithm>
@@ -38,6 +39,7 @@ struct Options {
   std::vector<std::string> kinds = {"gaussian", "mean+noise", "heavy-tailed", "sparse",
                                     "gradients"};
   std::string gradients = "tests/data/gradients.npy";
+  std::vector<std::string> choices;  // empty: every choice
 };
 
 Options parse(int argc, char** argv) {
@@ -47,6 +49,7 @@ Options parse(int argc, char** argv) {
     if (flag == "--buffers") o.buffers = std::atoi(value.c_str());
     else if (flag == "--gradients") o.gradients = value;
     else if (flag == "--kinds") o.kinds = split(value);
+    else if (flag == "--choices") o.choices = split(value);
     else if (flag == "--ranks") {
       o.ranks.clear();
       for (auto& v : split(value)) o.ranks.push_back(std::atoi(v.c_str()));
@@ -69,7 +72,8 @@ struct Named {
 std::vector<Named> choicesFor(int N) {
   std::vector<Named> out = {{"ring", {N, 0, Wire::kNone}},
                             {"fp16", {N, 0, Wire::kFloat16}},
-                            {"bf16", {N, 0, Wire::kBFloat16}}};
+                            {"bf16", {N, 0, Wire::kBFloat16}},
+                            {"int8", {N, 0, Wire::kInt8}}};
   if (N > 2) {
     for (int r : {2, 8})
       for (int e : {11, 10})
@@ -77,6 +81,12 @@ std::vector<Named> choicesFor(int N) {
                        {r * N, std::ldexp(1.0, -e), Wire::kNone}});
   }
   return out;
+}
+
+bool selected(const Options& o, const std::string& name) {
+  if (o.choices.empty()) return true;
+  return std::any_of(o.choices.begin(), o.choices.end(),
+                     [&](const std::string& prefix) { return name.rfind(prefix, 0) == 0; });
 }
 
 ErrorChoice errorChoice(const Choice& c, int N) {
@@ -95,6 +105,7 @@ int main(int argc, char** argv) {
   std::printf("choice\tN\tkind\tlength\tbuffers\tq99.9\tmax\tstrict\tcalibrated\tover\n");
   for (int N : o.ranks) {
     for (const auto& named : choicesFor(N)) {
+      if (!selected(o, named.name)) continue;
       for (size_t n : o.lengths) {
         const ErrorChoice e = errorChoice(named.choice, N);
         const double strict = predictedError(e, N, n, ErrorBound::kStrict);

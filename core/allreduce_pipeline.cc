@@ -50,6 +50,10 @@ void HostPipelineMemory::pack(const std::vector<PipelinePart>& parts, std::byte*
     } else {
       copy(p.in, at, p.elements);
     }
+    if (p.residual != nullptr) {
+      float* values = reinterpret_cast<float*>(at);
+      for (size_t i = 0; i < p.elements; ++i) values[i] += p.residual[i];
+    }
   }
 }
 
@@ -67,6 +71,7 @@ RunStats HostPipelineMemory::reduce(std::byte* buffer, const PipelineJob& job) {
     return reducer_.adasum->run(*reducer_.transport, buffer, job.dtype, sizes_);
   }
   AllreduceOptions options = reducer_.options;
+  options.lost = job.lost;
   if (options.algorithm == Algorithm::kCerar) options.beyondCerarRange = beyond_;
   return reducer_.communicator->allreduce(buffer, job.total, job.dtype, options);
 }

@@ -27,6 +27,8 @@ struct PipelinePart {
   // Host memory: the producers' events, waited for before a device tensor is copied in (a
   // device queue's job owns its events instead).
   const std::vector<DeviceEvent>* ready = nullptr;
+  // Host float32 only: added to the packed values (error feedback, core/error_feedback.h).
+  const float* residual = nullptr;
 };
 
 struct PipelineJob {
@@ -38,6 +40,7 @@ struct PipelineJob {
   void* direct = nullptr;       // reduced in this output (the group's one tensor, its own)
   std::byte* input = nullptr;   // debug error mode: the packed buffer is copied here, ...
   std::byte* result = nullptr;  // ... and the reduced one here (host memory, total elements)
+  float* lost = nullptr;        // error feedback: the wire's losses (AllreduceOptions::lost)
 };
 
 class PipelineMemory {

@@ -47,6 +47,7 @@ Coordinator::Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport>
     table_ = std::make_unique<NegotiationTable>(transport_->size(), &sets_);
   }
   dispatcher_.setErrorBound(parseErrorBound(config.errorBound));
+  dispatcher_.setErrorFeedback(config.errorFeedback);
   tuning_.report(stats_.working());
   stats_.publish();
 }

@@ -44,6 +44,7 @@ std::string fallbackArgs(const RunStats& run) {
 // rank's share (the op's identity).
 struct Slot {
   Entry* entry;
+  const Response* unit;
   size_t tensor;
   size_t offset;    // elements
   size_t elements;
@@ -57,11 +58,17 @@ std::vector<Slot> fusionLayout(const std::vector<const Response*>& units,
   for (size_t u = 0; u < units.size(); ++u) {
     for (size_t k = 0; k < units[u]->description.shapes.size(); ++k) {
       const size_t n = shapeElements(units[u]->description.shapes[k]);
-      slots.push_back(Slot{entries[u], k, offset, n});
+      slots.push_back(Slot{entries[u], units[u], k, offset, n});
       offset += n;
     }
   }
   return slots;
+}
+
+// Error feedback's key of a unit's k-th tensor: its set and name (a grouped unit names each).
+std::string feedbackKey(int32_t set, const Response& unit, size_t k) {
+  const std::string& name = k < unit.names.size() ? unit.names[k] : unit.names.front();
+  return detail::concat(set, ":", name, k < unit.names.size() ? "" : detail::concat("#", k));
 }
 
 // One tensor of this rank alone: reduced in its output, saving the copy through the buffer.
@@ -295,6 +302,11 @@ DeviceUnit Dispatcher::allreduce(const std::vector<const Response*>& units,
   job.prescale = d.prescale;
   job.factor = d.postscale / (d.op == Op::kAverage ? double(N) : 1.0);
   std::vector<PipelinePart> parts;
+  // Error feedback: host float32 sums of the ring take their residuals; a CERAR buffer drops
+  // them (CERAR's error is not a wire's loss).
+  const bool feed = errorFeedback_ && !onDevice && !adasum && d.dtype == DType::kFloat32 &&
+                    op == ReduceOp::kSum;
+  std::vector<ErrorFeedback::Part> fed;
   if (reducesInPlace(units, entries) &&
       (onDevice || (entries[0]->inputs[0].device < 0 && entries[0]->outputs[0].device < 0))) {
     job.direct = entries[0]->outputs[0].data;
@@ -311,8 +323,18 @@ DeviceUnit Dispatcher::allreduce(const std::vector<const Response*>& units,
       part.inDevice = in.device;
       part.outDevice = out.device;
       if (slot.tensor == 0 && in.device >= 0) part.ready = &slot.entry->ready;
+      if (feed) {
+        fed.push_back({feedbackKey(set_->id, *slot.unit, slot.tensor), in.shape, slot.offset,
+                       slot.elements});
+        if (decision.algorithm == Algorithm::kRing)
+          part.residual = feedback_.residual(fed.back().key, in.shape);
+      }
     }
     parts.push_back(part);
+  }
+  if (feed && lossyWire) {
+    lost_.resize(total);
+    job.lost = lost_.data();
   }
   if (measure) {  // debug error mode: the input and the result, on the host
     exactCopy_.resize(total * elementSize);
@@ -378,6 +400,7 @@ DeviceUnit Dispatcher::allreduce(const std::vector<const Response*>& units,
     (std::string(done) == "pack" ? reduceStart : unpackStart) = Clock::now();
   });
   const auto end = Clock::now();
+  if (feed) feedback_.keep(fed, lossyWire && !run.wireFallback ? lost_.data() : nullptr);
   errorArgs += measured(run);
   record(units, kMemcpyInActivity, packStart, reduceStart);
   record(units, collectiveActivity(adasum ? "adasum" : algorithmName(decision.algorithm), d),

@@ -12,6 +12,7 @@
 
 #include "core/device.h"
 #include "core/error_calibration.h"
+#include "core/error_feedback.h"
 #include "core/operation.h"
 #include "core/process_sets.h"
 #include "core/runtime_stats.h"
@@ -56,6 +57,10 @@ class Dispatcher {
   void setPacing(const Pacing& pacing);
   // What budgeted decisions' predicted errors are (CERAR_ERROR_BOUND, job-wide).
   void setErrorBound(ErrorBound bound) { errorBound_ = bound; }
+  // Whether lossy wires' losses are fed back (CERAR_ERROR_FEEDBACK, job-wide).
+  void setErrorFeedback(bool on) { errorFeedback_ = on; }
+  // How many tensors hold a residual (error feedback).
+  size_t feedbackTensors() const { return feedback_.tensors(); }
 
  private:
   // The operation's timeline event on each tensor's row: from its response (a joined rank's
@@ -105,6 +110,9 @@ class Dispatcher {
   std::map<int32_t, std::unique_ptr<Group>> groups_;
   Pacing pacing_;
   ErrorBound errorBound_ = ErrorBound::kCalibrated;
+  bool errorFeedback_ = false;
+  ErrorFeedback feedback_;
+  std::vector<float> lost_;  // a buffer's losses, kept for feedback_
   Group* group_ = nullptr;        // the set of the group being run
   const ProcessSet* set_ = nullptr;
   AdasumRunner adasum_;

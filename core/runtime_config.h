@@ -46,6 +46,9 @@ struct RuntimeConfig {
   // CERAR_ERROR_BOUND: calibrated | strict, what CERAR_MAX_ERROR compares against: errors
   // measured under in 99.9 % of buffers, or the worst-case bounds (core/error_calibration.h).
   std::string errorBound = "calibrated";
+  // CERAR_ERROR_FEEDBACK: what a lossy wire lost of a tensor on this rank is added to the
+  // tensor's next all-reduce of the same name (core/error_feedback.h). Job-wide.
+  bool errorFeedback = false;
   // CERAR_DEBUG_ERROR: also reduce each CERAR or 16-bit-wire buffer with the exact float32
   // ring (doubles the traffic) and record the measured error. Job-wide (docs/settings.md).
   bool debugError = false;

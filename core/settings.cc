@@ -117,6 +117,10 @@ std::vector<Setting> makeSettings() {
        .why = "what CERAR_MAX_ERROR compares against: errors measured under in 99.9 % of "
               "buffers, or worst-case bounds (docs/wires.md); the coordinator rank decides",
        .choices = {"calibrated", "strict"}},
+      {.field = &C::errorFeedback, .attribute = "error_feedback",
+       .variable = "CERAR_ERROR_FEEDBACK", .kind = kJob,
+       .why = "whether a lossy wire's losses are added to the tensor's next all-reduce "
+              "(docs/wires.md); kept uniform so every rank compensates alike"},
 
       {.field = &C::rank, .attribute = "rank", .variable = "CERAR_RANK",
        .aliases = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}, .kind = kRank,

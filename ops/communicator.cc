@@ -1,5 +1,6 @@
 #include "ops/communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -121,7 +122,10 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
                                                                    count, N)) != 0;
     if (wireFallback) wire = Wire::kNone;
   }
-  const CodecParams params{dtype, options.op, eps, wire};
+  // Error feedback: an element no lossy encoding touched lost nothing.
+  if (options.lost != nullptr) std::fill(options.lost, options.lost + count, 0.0f);
+  const CodecParams params{dtype, options.op, eps, wire,
+                           wire == Wire::kNone ? nullptr : options.lost};
   RunStats stats;
   if (inBand) {
     stats = runner_->runUnlessAnyRank(planFor(Algorithm::kCerar, c, count), *transport_, data,

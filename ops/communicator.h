@@ -46,6 +46,9 @@ struct AllreduceOptions {
   // no partial sum overflows to inf and no buffer goes as subnormals (the error budget's
   // fp16 bound, core/error_budget.h). A one-byte exchange and a read of the buffer.
   bool fp16Guard = false;
+  // Error feedback (docs/wires.md): with a lossy wire on float32 host data, `count` floats where
+  // this rank's losses are written (ops/wire_run.h); zeros where no wire ran. Null: not kept.
+  float* lost = nullptr;
 };
 
 // One rank's handle on a group. Thread safety: one operation at a time.

@@ -89,7 +89,7 @@ RunStats Executor::runHost(const Plan& plan, Transport& transport, void* data,
                          dtypeName(params.dtype));
     // Segments of the same bytes on the wire as the float32 ring's.
     return runWireRing(plan, transport, static_cast<float*>(data), params.wire, wire_,
-                       pacing_.segmentBytes, pacing_.windowBytes);
+                       pacing_.segmentBytes, pacing_.windowBytes, params.lost);
   }
   HostCodec codec(params);
   return runPlan(plan, transport, data, dtypeSize(params.dtype), pacing_, codec,

@@ -17,6 +17,9 @@ struct CodecParams {
   double eps = 0;  // only used by CERAR's encode/decode actions
   // A 16-bit wire (ops/wire_run.h): the exact ring's sum of float32 data only.
   Wire wire = Wire::kNone;
+  // With a lossy wire, host memory only: where this rank writes, per element, what its own
+  // encodings lost (error feedback, docs/wires.md); null: not kept.
+  float* lost = nullptr;
 };
 
 struct RunStats {

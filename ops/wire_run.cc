@@ -12,7 +12,8 @@ namespace {
 // Messages live in the wire's buffers, never in the float32 data.
 class LossyCodec : public SegmentCodec {
  public:
-  explicit LossyCodec(std::vector<float>& scratch) : scratch_(scratch) {}
+  LossyCodec(WireBuffers& buffers, const float* data, float* lost)
+      : scratch_(buffers.scratch), decoded_(buffers.decoded), data_(data), lost_(lost) {}
 
   // The owner adds its own slice last, in float32 (PlanRun then encodes the sum and keeps it
   // as decoded).
@@ -29,25 +30,51 @@ class LossyCodec : public SegmentCodec {
     refuse(Action::kStoreAndEncode);
   }
 
+ protected:
+  // Error feedback: the loss of encoding x[0, n) (elements of the data) as msg.
+  void keepLoss(const float* x, const void* msg, size_t n) {
+    if (lost_ == nullptr) return;
+    decoded_.resize(n);
+    store(msg, decoded_.data(), n);
+    float* loss = lost_ + (x - data_);
+    for (size_t i = 0; i < n; ++i) loss[i] = x[i] - decoded_[i];
+  }
+  // The same for a hop's sum y's values + g, the sum computed again as the hop did.
+  void keepHopLoss(const void* y, const float* g, const void* msg, size_t n) {
+    if (lost_ == nullptr) return;
+    decoded_.resize(n);
+    store(y, decoded_.data(), n);
+    float* loss = lost_ + (g - data_);
+    for (size_t i = 0; i < n; ++i) loss[i] = decoded_[i] + g[i];
+    store(msg, decoded_.data(), n);
+    for (size_t i = 0; i < n; ++i) loss[i] -= decoded_[i];
+  }
+
  private:
   [[noreturn]] static void refuse(Action action) {
     CERAR_ENFORCE(false, "a lossy wire runs the exact ring only, not ", actionName(action));
     __builtin_unreachable();
   }
   std::vector<float>& scratch_;  // one segment's decoded message
+  std::vector<float>& decoded_;
+  const float* data_;
+  float* lost_;
 };
 
 class HalfCodec final : public LossyCodec {
  public:
-  HalfCodec(Wire wire, std::vector<float>& scratch) : LossyCodec(scratch), wire_(wire) {}
+  HalfCodec(Wire wire, WireBuffers& buffers, const float* data, float* lost)
+      : LossyCodec(buffers, data, lost), wire_(wire) {}
 
   size_t messageElementBytes() const override { return sizeof(uint16_t); }
   void encode(const void* x, void* msg, size_t n) override {
     codec::encodeWire(wire_, static_cast<const float*>(x), static_cast<uint16_t*>(msg), n);
+    keepLoss(static_cast<const float*>(x), msg, n);
   }
   void accumulate(const void* y, const void* g, void* msg, size_t n) override {
     codec::accumulateWire(wire_, static_cast<const uint16_t*>(y), static_cast<const float*>(g),
                           static_cast<uint16_t*>(msg), n);
+    keepHopLoss(y, static_cast<const float*>(g), msg, n);
   }
   void store(const void* y, void* out, size_t n) override {
     codec::decodeWire(wire_, static_cast<const uint16_t*>(y), static_cast<float*>(out), n);
@@ -69,10 +96,12 @@ class Int8Codec final : public LossyCodec {
   size_t blockElements() const override { return codec::kInt8Block; }
   void encode(const void* x, void* msg, size_t n) override {
     codec::encodeInt8(static_cast<const float*>(x), static_cast<std::byte*>(msg), n);
+    keepLoss(static_cast<const float*>(x), msg, n);
   }
   void accumulate(const void* y, const void* g, void* msg, size_t n) override {
     codec::accumulateInt8(static_cast<const std::byte*>(y), static_cast<const float*>(g),
                           static_cast<std::byte*>(msg), n);
+    keepHopLoss(y, static_cast<const float*>(g), msg, n);
   }
   void store(const void* y, void* out, size_t n) override {
     codec::decodeInt8(static_cast<const std::byte*>(y), static_cast<float*>(out), n);
@@ -82,12 +111,12 @@ class Int8Codec final : public LossyCodec {
 }  // namespace
 
 RunStats runWireRing(const Plan& plan, Transport& transport, float* data, Wire wire,
-                     WireBuffers& buffers, size_t segmentBytes, size_t windowBytes) {
+                     WireBuffers& buffers, size_t segmentBytes, size_t windowBytes, float* lost) {
   CERAR_ENFORCE(wire != Wire::kNone && !plan.accumulateFinal && plan.c == plan.N,
                 "a lossy wire runs the exact ring's all-reduce only");
   CERAR_ENFORCE(segmentBytes > 0, "segment size must be positive");
-  HalfCodec half(wire, buffers.scratch);
-  Int8Codec int8(buffers.scratch);
+  HalfCodec half(wire, buffers, data, lost);
+  Int8Codec int8(buffers, data, lost);
   SegmentCodec& codec = wire == Wire::kInt8 ? static_cast<SegmentCodec&>(int8) : half;
   const Pacing pacing{segmentBytes, windowBytes};
   return runPlan(plan, transport, data, sizeof(float), pacing, codec, [&](size_t bytes) {

@@ -20,7 +20,13 @@ namespace cerar {
 // floats at `data`, summing, in segments of about `segmentBytes` on the wire (whole int8
 // blocks), with the send window of ops/paced_link.h (0: none). bytesSent counts the wire's
 // bytes. A failure is rethrown with "in round t of L" added.
+// `lost` (plan.d floats, or null): for error feedback, each element's loss in the one encoding
+// this rank made of it (the value it encoded minus the value its message decodes to; every
+// element of the buffer is encoded by this rank exactly once: its first send, a hop's sum, or
+// the owner's total). Summed over ranks, the losses are the result's error, up to the float32
+// rounding of the hops' adds.
 RunStats runWireRing(const Plan& plan, Transport& transport, float* data, Wire wire,
-                     WireBuffers& buffers, size_t segmentBytes, size_t windowBytes = 0);
+                     WireBuffers& buffers, size_t segmentBytes, size_t windowBytes = 0,
+                     float* lost = nullptr);
 
 }  // namespace cerar

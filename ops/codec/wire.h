@@ -23,6 +23,7 @@ struct WireBuffers {
   std::vector<std::byte> send[2];
   std::vector<std::byte> recv[2];
   std::vector<float> scratch;
+  std::vector<float> decoded;  // error feedback: a segment's message as decoded
 };
 
 namespace codec {

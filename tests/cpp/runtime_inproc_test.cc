@@ -346,6 +346,61 @@ TEST(RuntimeInproc, JobWideCompressionHalvesFloat32Bytes) {
   for (const auto& r : results) EXPECT_EQ(r, results[0]);  // bit-identical on every rank
 }
 
+// CERAR_ERROR_FEEDBACK with the int8 wire: one gradient all-reduced K times. Rounding to
+// nearest loses about the same each step, so without feedback the summed results drift from
+// K exact sums by K steps' errors; with it by about one step's. A reshaped name starts afresh:
+// its first result is bit for bit the one without feedback.
+TEST(RuntimeInproc, ErrorFeedbackSendsWireLossesWithTheNextStep) {
+  constexpr int N = 3, K = 8;
+  std::vector<double> drift(2);
+  std::vector<std::string> reshaped(2);
+  for (bool feedback : {false, true}) {
+    const auto results = runThreads(N, [&](int rank, const Starter& start) {
+      RuntimeConfig config = testConfig();
+      config.algorithm = "ring";
+      config.compression = "int8";
+      config.errorFeedback = feedback;
+      auto rt = start(config);
+      std::vector<std::vector<float>> grads(N, std::vector<float>(3000));
+      for (int r = 0; r < N; ++r) {
+        std::mt19937 gen(r + 11);
+        std::normal_distribution<float> normal(0, 1);
+        for (auto& x : grads[r]) x = 0.5f + normal(gen);
+      }
+      std::vector<double> total(3000, 0.0);
+      double first = 0, scale = 0;
+      for (int k = 0; k < K; ++k) {
+        std::vector<float> data = grads[rank];
+        rt->allreduce("grad", f32(data), f32(data), Op::kSum).wait();
+        for (size_t i = 0; i < data.size(); ++i) {
+          total[i] += data[i];
+          const double exact = double(grads[0][i]) + grads[1][i] + grads[2][i];
+          if (k == 0) first = std::max(first, std::fabs(data[i] - exact));
+          scale = std::max(scale, std::fabs(exact));
+        }
+      }
+      double worst = 0;
+      for (size_t i = 0; i < total.size(); ++i) {
+        const double exact = double(grads[0][i]) + grads[1][i] + grads[2][i];
+        worst = std::max(worst, std::fabs(total[i] - K * exact));
+      }
+      check(first > 1e-3 * scale, "int8 should lose something: ", first / scale);
+      std::vector<float> smaller(grads[rank].begin(), grads[rank].begin() + 2000);
+      rt->allreduce("grad", f32(smaller), f32(smaller), Op::kSum).wait();
+      const RuntimeStats s = rt->stats();
+      check(s.wireBuffers == K + 1, "wire buffers ", s.wireBuffers);
+      return std::to_string(worst / first) + " " +
+             std::string(reinterpret_cast<const char*>(smaller.data()), smaller.size() * 4);
+    });
+    for (const auto& r : results) EXPECT_EQ(r, results[0]);  // identical on every rank
+    drift[feedback] = std::stod(results[0]);
+    reshaped[feedback] = results[0].substr(results[0].find(' '));
+  }
+  EXPECT_GT(drift[0], K / 2.0) << "K steps without feedback: " << drift[0] << " x one step's";
+  EXPECT_LT(drift[1], 2.0) << "K steps with feedback: " << drift[1] << " x one step's";
+  EXPECT_EQ(reshaped[0], reshaped[1]);
+}
+
 TEST(RuntimeInproc, DeadPeerFailsPendingAndLaterOperations) {
   InprocHub hub(3, 500ms);
   std::vector<std::string> errors(3), later(3);
