@@ -21,6 +21,7 @@
 #include "ops/codec/codec.h"
 #include "ops/codec/codec_simd.h"
 #include "ops/codec/half.h"
+#include "ops/codec/int8_wire.h"
 #include "ops/codec/wire.h"
 
 namespace cerar {
@@ -37,7 +38,8 @@ struct Settings {
 
 struct Buffers {
   explicit Buffers(size_t n) : y(n), g(n), previous(n), out(n), store(n), msg(n), half(n),
-                               wire(n) {
+                               wire(n), int8In(codec::int8MessageBytes(n)),
+                               int8Out(codec::int8MessageBytes(n)) {
     std::mt19937 rng(7);
     std::normal_distribution<float> normal(0, 1);
     for (size_t i = 0; i < n; ++i) {
@@ -48,9 +50,11 @@ struct Buffers {
       out[i] = normal(rng);
       half[i] = codec::fromFloat<codec::Half>(normal(rng)).bits;
     }
+    codec::encodeInt8(out.data(), int8In.data(), n);
   }
   std::vector<float> y, g, previous, out, store, msg;
   std::vector<uint16_t> half, wire;
+  std::vector<std::byte> int8In, int8Out;  // int8 messages of n elements
 };
 
 struct Routine {
@@ -91,6 +95,15 @@ void addRoutines(std::vector<Routine>& to, Buffers& b, const codec::Kernels* tab
         codec::accumulateWire(wire, b.half.data(), b.g.data(), b.wire.data(), n);
       }});
     }
+    to.push_back({name("encodeInt8"), [&b, n] {
+      codec::encodeInt8(b.g.data(), b.int8Out.data(), n);
+    }});
+    to.push_back({name("decodeInt8"), [&b, n] {
+      codec::decodeInt8(b.int8In.data(), b.msg.data(), n);
+    }});
+    to.push_back({name("accumulateInt8"), [&b, n] {
+      codec::accumulateInt8(b.int8In.data(), b.g.data(), b.int8Out.data(), n);
+    }});
     return;
   }
   const codec::Kernels& k = *table;

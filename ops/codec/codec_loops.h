@@ -13,6 +13,7 @@
 
 #include "ops/codec/codec_simd.h"
 #include "ops/codec/half.h"
+#include "ops/codec/int8_loops.h"
 
 namespace cerar::codec {
 namespace {
@@ -100,7 +101,8 @@ constexpr WireKernels wireLoops() {
 
 // The whole table built from the loops above; a variant may then replace entries.
 constexpr Kernels loopKernels() {
-  return {floatLoops<float>(), floatLoops<double>(), wireLoops<Half>(), wireLoops<BFloat16>()};
+  return {floatLoops<float>(), floatLoops<double>(), wireLoops<Half>(), wireLoops<BFloat16>(),
+          int8Loops()};
 }
 
 }  // namespace

@@ -28,11 +28,19 @@ struct WireKernels {
   void (*accumulate)(const uint16_t* y, const float* g, uint16_t* out, size_t n);
 };
 
+// The int8 wire's messages (the semantics of int8_wire.h).
+struct Int8Kernels {
+  void (*encode)(const float* x, std::byte* msg, size_t n);
+  void (*decode)(const std::byte* msg, float* out, size_t n);
+  void (*accumulate)(const std::byte* y, const float* g, std::byte* out, size_t n);
+};
+
 struct Kernels {
   FloatKernels<float> f32;
   FloatKernels<double> f64;
   WireKernels fp16;
   WireKernels bf16;
+  Int8Kernels int8;
 };
 
 enum class Isa : uint8_t { kBaseline, kAvx2, kAvx512 };
@@ -47,5 +55,6 @@ const Kernels& kernels();
 
 // The wide casts (codec_simd_avx2.cc, codec_simd_avx512.cc), for kernelsFor alone.
 extern const WireKernels kFp16Avx2, kBf16Avx2, kBf16Avx512;
+extern const Int8Kernels kInt8Avx2, kInt8Avx512;
 
 }  // namespace cerar::codec

@@ -1,7 +1,7 @@
-// The 16-bit wire casts built for AVX2 with F16C (the build gives this file -mavx2 -mf16c,
-// never -mfma: contraction stays off). bfloat16's are codec_loops.h's, twice as wide; fp16's
-// use F16C's conversions, which round as half.h does (nearest even, subnormals, overflow to
-// inf) and differ only on NaN, which is put right here.
+// The 16-bit wire casts and the int8 wire's loops built for AVX2 with F16C (the build gives
+// this file -mavx2 -mf16c, never -mfma: contraction stays off). int8's and bfloat16's are
+// codec_loops.h's, twice as wide; fp16's use F16C's conversions, which round as half.h does
+// (nearest even, subnormals, overflow to inf) and differ only on NaN, which is put right here.
 #include <immintrin.h>
 
 #include "ops/codec/codec_loops.h"
@@ -64,5 +64,6 @@ void accumulateHalf(const uint16_t* y, const float* g, uint16_t* out, size_t n) 
 
 constinit const WireKernels kFp16Avx2 = {encodeHalf, decodeHalf, accumulateHalf};
 constinit const WireKernels kBf16Avx2 = wireLoops<BFloat16>();
+constinit const Int8Kernels kInt8Avx2 = int8Loops();
 
 }  // namespace cerar::codec

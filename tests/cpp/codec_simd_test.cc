@@ -17,6 +17,7 @@
 #include "ops/codec/codec_simd.h"
 #include "ops/codec/half.h"
 #include "ops/codec/wire.h"
+#include "ops/codec/int8_wire.h"
 #include "ops/common/error.h"
 
 namespace cerar::codec {
@@ -251,6 +252,74 @@ TEST(CodecSimd, WireAccumulateMatchesHalfHOnEveryPattern) {
     }
     check(65536, 0);  // every pattern (40503 is odd: h * 40503 runs through all of them)
   });
+}
+
+// The int8 wire's messages as int8_wire.h specifies them, element by element: a block's scale
+// is its largest magnitude / 127 (NaN if it holds inf or NaN), a code nearest-even(x / scale)
+// within [-127, 127] (0 where the scale is 0 or NaN).
+std::vector<std::byte> int8Reference(const float* x, size_t n) {
+  const size_t blocks = (n + kInt8Block - 1) / kInt8Block;
+  std::vector<std::byte> msg(int8MessageBytes(n));
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t at = b * kInt8Block, m = std::min(kInt8Block, n - at);
+    float largest = 0;
+    bool finite = true;
+    for (size_t i = 0; i < m; ++i) {
+      finite = finite && std::isfinite(x[at + i]);
+      if (std::isfinite(x[at + i])) largest = std::max(largest, std::fabs(x[at + i]));
+    }
+    const float scale = finite ? largest / 127.0f : std::numeric_limits<float>::quiet_NaN();
+    std::memcpy(msg.data() + b * 4, &scale, 4);
+    for (size_t i = 0; i < m; ++i) {
+      const float q = finite && scale != 0 ? std::nearbyint(x[at + i] / scale) : 0.0f;
+      msg[blocks * 4 + at + i] = std::byte(uint8_t(int8_t(std::clamp(q, -127.0f, 127.0f))));
+    }
+  }
+  return msg;
+}
+
+// Every table's int8 loops give the reference's bytes, and decode and a hop (decode, add in
+// float32, encode) the reference's values, over blocks of ordinary, tiny, huge and special values.
+TEST(CodecSimd, Int8LoopsMatchTheReference) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0, 1);
+  std::uniform_int_distribution<int> scale(-140, 120), pick(0, 200);
+  const std::vector<float> special = specialValues<float>();
+  std::uniform_int_distribution<size_t> which(0, special.size() - 1);
+  for (Isa isa : kIsas) {
+    if (!isaSupported(isa)) continue;
+    SCOPED_TRACE(isaName(isa));
+    const Int8Kernels& k = kernelsFor(isa).int8;
+    for (size_t n : {size_t(0), size_t(1), size_t(17), size_t(1023), size_t(1024), size_t(1025),
+                     size_t(5000)}) {
+      std::vector<float> x(n), g(n);
+      const int blockScale = scale(rng);  // per case: from subnormal to near-overflow blocks
+      for (size_t i = 0; i < n; ++i) {
+        x[i] = pick(rng) == 0 ? special[which(rng)] : std::ldexp(normal(rng), blockScale);
+        g[i] = std::ldexp(normal(rng), blockScale);
+      }
+      const auto want = int8Reference(x.data(), n);
+      std::vector<std::byte> msg(want.size()), hop(want.size());
+      k.encode(x.data(), msg.data(), n);
+      ASSERT_EQ(0, std::memcmp(msg.data(), want.data(), want.size())) << "encode, n " << n;
+      std::vector<float> decoded(n), sum(n);
+      k.decode(msg.data(), decoded.data(), n);
+      for (size_t i = 0; i < n; ++i) {
+        const float s = std::bit_cast<float>(
+            std::to_integer<uint32_t>(want[i / kInt8Block * 4]) |
+            std::to_integer<uint32_t>(want[i / kInt8Block * 4 + 1]) << 8 |
+            std::to_integer<uint32_t>(want[i / kInt8Block * 4 + 2]) << 16 |
+            std::to_integer<uint32_t>(want[i / kInt8Block * 4 + 3]) << 24);
+        const size_t codes = (n + kInt8Block - 1) / kInt8Block * 4;
+        const float value = float(int8_t(std::to_integer<uint8_t>(want[codes + i]))) * s;
+        ASSERT_TRUE(agree(decoded[i], value, true)) << "decode, n " << n << " element " << i;
+        sum[i] = value + g[i];
+      }
+      k.accumulate(msg.data(), g.data(), hop.data(), n);
+      const auto hopWant = int8Reference(sum.data(), n);
+      ASSERT_EQ(0, std::memcmp(hop.data(), hopWant.data(), hopWant.size())) << "hop, n " << n;
+    }
+  }
 }
 
 TEST(CodecSimd, EntryPointsRunTheWidestSupportedTable) {

@@ -237,6 +237,7 @@ std::vector<std::pair<std::string, std::function<void(RuntimeConfig&)>>> variati
       {"CERAR_AUTOTUNE_STEPS_PER_SAMPLE", [](RuntimeConfig& c) { c.autotuneStepsPerSample = 1; }},
       {"CERAR_DYNAMIC_PROCESS_SETS", [](RuntimeConfig& c) { c.dynamicProcessSets = true; }},
       {"CERAR_ERROR_BOUND", [](RuntimeConfig& c) { c.errorBound = "strict"; }},
+      {"CERAR_ERROR_FEEDBACK", [](RuntimeConfig& c) { c.errorFeedback = true; }},
   };
 }
 
