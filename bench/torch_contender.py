@@ -15,7 +15,7 @@ CERAR_SIZE, CERAR_RENDEZVOUS_ADDR/PORT, CERAR_NETNS_IFACE). Rank 0 prints one JS
                                       compression hook, without its division by N)
   torch_contender.py --mode cerar-lossy --algorithm ring|cerar|auto [--max-error X]
                                       the same data through cerar's runtime; with ring also its
-                                      fp16/bf16 wires and the same casts done in Python
+                                      fp16/bf16/int8 wires and the 16-bit casts done in Python
 The lossy modes give every rank g = mu + noise (standard normal; mu shared, noise per rank) and
 measure each result against the float64 sum of every rank's float32 inputs.
 """
@@ -177,7 +177,7 @@ def mode_cerar_lossy(a):
         contenders = [("cerar-ring-f32", None, None), ("cerar-wire-fp16", hvd.Compression.fp16, None),
                       ("cerar-wire-bf16", hvd.Compression.bf16, None),
                       ("cerar-pycast-fp16", None, torch.float16),
-                      ("cerar-pycast-bf16", None, torch.bfloat16)]
+                      ("cerar-pycast-bf16", None, torch.bfloat16), ("cerar-wire-int8", "int8", None)]
     else:
         name = f"cerar-budget-{a.max_error:g}" if a.max_error else f"cerar-lossy-{a.algorithm}"
         contenders = [(name, None, None)]
@@ -191,6 +191,9 @@ def mode_cerar_lossy(a):
             def run():
                 if cast is not None:  # a cast in Python: the runtime sums 16-bit tensors
                     out[0] = hvd.allreduce(mine.to(cast), op=hvd.Sum, name=label).float()
+                elif compression == "int8":  # the runtime's int8 wire, asked for by name
+                    out[0] = hvd.synchronize(hvd.allreduce_async(mine, op=hvd.Sum, name=label,
+                                                                 wire="int8"))
                 else:
                     out[0] = hvd.allreduce(mine, op=hvd.Sum, name=label, compression=compression)
             times = timed(barrier, run, a.repeats)
@@ -200,7 +203,7 @@ def mode_cerar_lossy(a):
             extra = dict(data="gaussian", last_choice=s["last_choice"],
                          predicted_error=s["predicted_error_last"] if bounded else None)
             if compression is not None or cast is not None or s["last_choice"].startswith("ring-"):
-                extra["wire_bytes"] = 2
+                extra["wire_bytes"] = 1 if s["last_choice"] == "ring-int8" else 2
             if cast is not None:
                 extra["last_choice"] = f"ring of {str(cast)[6:]} tensors"
             # CERAR's limit follows the c the runtime ran.
