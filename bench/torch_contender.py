@@ -11,8 +11,10 @@ CERAR_SIZE, CERAR_RENDEZVOUS_ADDR/PORT, CERAR_NETNS_IFACE). Rank 0 prints one JS
   torch_contender.py --mode cerar --algorithm ring|cerar|auto --fusion on|off [--repeats R]
                                       the same gradients through cerar's runtime (cerar.torch)
   torch_contender.py --mode lossy [--sizes ...]   torch.distributed (gloo) on Gaussian data:
-                                      float32, and cast to half around the sum (as DDP's fp16
-                                      compression hook, without its division by N)
+                                      float32, cast to half around the sum (as DDP's fp16
+                                      compression hook, without its division by N), and DDP
+                                      itself with its fp16, bf16 (torch 2.x) and PowerSGD (rank
+                                      1, 4) hooks on the buffer as one bucket
   torch_contender.py --mode cerar-lossy --algorithm ring|cerar|auto [--max-error X]
                                       the same data through cerar's runtime; with ring also its
                                       fp16/bf16/int8 wires and the 16-bit casts done in Python
@@ -161,6 +163,56 @@ def mode_lossy(a):
         times = timed(dist.barrier, half, a.repeats)
         report("torch-gloo-fp16", nbytes, times, rel_err(out[0], ref), data="gaussian",
                wire_bytes=2)
+        for hook in ddp_hooks():
+            ddp_hook_contender(a, hook, nbytes, mine, ref)
+
+
+def ddp_hooks():
+    """DDP's own compression hooks that this torch's gloo can run (bf16 sums need torch 2.x)."""
+    hooks = ["fp16", "powersgd1", "powersgd4"]
+    if int(torch.__version__.split(".")[0]) >= 2:
+        hooks.insert(1, "bf16")
+    return hooks
+
+
+class OneGradient(torch.nn.Module):
+    """One parameter, a matrix (PowerSGD compresses matrices) of the buffer's n elements, whose
+    gradient from forward(g).backward() is g: the lossy data as DDP's one bucket."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1024, n // 1024))
+
+    def forward(self, g):
+        return (self.weight * g.view_as(self.weight)).sum()
+
+
+def ddp_hook_contender(a, hook, nbytes, mine, ref):
+    """DDP (one bucket holding the whole buffer) with its `hook`: the gradient it averages is
+    this rank's lossy input, so the sum is N times the result. PowerSGD (with its error
+    feedback, rank 1 or 4) runs 10 vanilla all-reduces first, as start_powerSGD_iter=10 says;
+    the timed steps come after them."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+    model = torch.nn.parallel.DistributedDataParallel(OneGradient(mine.numel()),
+                                                      bucket_cap_mb=nbytes / 2**20 + 1)
+    if hook in ("fp16", "bf16"):
+        model.register_comm_hook(None, getattr(default_hooks, f"{hook}_compress_hook"))
+    else:
+        state = powerSGD_hook.PowerSGDState(process_group=None, start_powerSGD_iter=10,
+                                            matrix_approximation_rank=int(hook[len("powersgd"):]))
+        model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+
+    def step():
+        model.zero_grad(set_to_none=False)
+        model(mine).backward()  # DDP waits for the bucket's all-reduce before it returns
+    for _ in range(11 if hook.startswith("powersgd") else 1):
+        step()
+    times = timed(dist.barrier, step, a.repeats)
+    out = model.module.weight.grad.reshape(-1) * SIZE
+    ran = (f"DDP, {hook} hook" if hook in ("fp16", "bf16") else
+           f"DDP, PowerSGD rank {hook[len('powersgd'):]}")
+    report(f"torch-ddp-{hook}-hook", nbytes, times, rel_err(out, ref), data="gaussian",
+           wire_bytes={"fp16": 2, "bf16": 2}.get(hook), last_choice=ran)
 
 
 def mode_cerar_lossy(a):

@@ -8,10 +8,14 @@ validation loss reaches --target-loss or the training clock reaches --max-second
 counts training steps only (validation is excluded, and costs every variant the same). Rank 0
 prints one "TTA {json}" line per validation and a final "TTA_RESULT {json}".
 
-Variants: ddp (torch DDP, gloo), ddp-fp16 (DDP with its fp16 compression hook), cerar-ring,
+Variants: ddp (torch DDP, gloo), ddp-fp16 and ddp-bf16 (DDP with its fp16 / bf16 compression
+hook; bf16 needs a torch whose gloo sums bfloat16, 2.x), ddp-powersgd1 and ddp-powersgd4 (DDP
+with its PowerSGD hook, rank 1 / 4, vanilla all-reduces for the first 10 steps), cerar-ring,
 cerar-auto, cerar-cerar (cerar.torch.DistributedOptimizer with that algorithm), cerar-budget
 (auto with the job-wide error budget CERAR_MAX_ERROR=--max-error and CERAR_COMPRESSION=allow:
-per buffer the fastest of the ring, CERAR and the 16-bit wires whose error bound fits).
+per buffer the fastest of the ring, CERAR and the 16-bit wires whose error bound fits),
+cerar-int8 and cerar-int8-ef (the exact ring with the int8 wire on every float32 buffer,
+CERAR_COMPRESSION=int8; -ef adds CERAR_ERROR_FEEDBACK=1).
 """
 import argparse, datetime, json, os, sys, time
 
@@ -23,7 +27,8 @@ RANK, SIZE = int(os.environ["CERAR_RANK"]), int(os.environ["CERAR_SIZE"])
 ADDR = os.environ.get("CERAR_RENDEZVOUS_ADDR", "127.0.0.1")
 PORT = int(os.environ.get("CERAR_RENDEZVOUS_PORT", "29500"))
 IFACE = os.environ.get("CERAR_NETNS_IFACE", "lo")
-VARIANTS = ["ddp", "ddp-fp16", "cerar-ring", "cerar-auto", "cerar-cerar", "cerar-budget"]
+VARIANTS = ["ddp", "ddp-fp16", "ddp-bf16", "ddp-powersgd1", "ddp-powersgd4", "cerar-ring",
+            "cerar-auto", "cerar-cerar", "cerar-budget", "cerar-int8", "cerar-int8-ef"]
 
 
 def tx_bytes():
@@ -41,13 +46,18 @@ class Ddp:
         os.environ["GLOO_SOCKET_IFNAME"] = IFACE
         dist.init_process_group("gloo", init_method=f"tcp://{ADDR}:{PORT}", rank=RANK,
                                 world_size=SIZE, timeout=datetime.timedelta(seconds=a.timeout))
-        self.fp16 = a.variant == "ddp-fp16"
+        self.hook = a.variant[len("ddp-"):] if a.variant != "ddp" else None
 
     def wrap(self, model, optimizer):
         ddp = torch.nn.parallel.DistributedDataParallel(model)  # broadcasts rank 0's weights
-        if self.fp16:
-            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-            ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+        if self.hook in ("fp16", "bf16"):
+            ddp.register_comm_hook(None, getattr(default_hooks, f"{self.hook}_compress_hook"))
+        elif self.hook:  # powersgdR: PowerSGD of rank R, after 10 vanilla steps
+            state = powerSGD_hook.PowerSGDState(
+                process_group=None, matrix_approximation_rank=int(self.hook[len("powersgd"):]),
+                start_powerSGD_iter=10)
+            ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
         return ddp, optimizer
 
     def broadcast(self, values):
@@ -69,9 +79,13 @@ class Cerar:
         if a.variant == "cerar-budget":
             os.environ["CERAR_MAX_ERROR"] = str(a.max_error)
             os.environ["CERAR_COMPRESSION"] = "allow"
+        if a.variant.startswith("cerar-int8"):
+            os.environ["CERAR_COMPRESSION"] = "int8"
+            os.environ["CERAR_ERROR_FEEDBACK"] = "1" if a.variant.endswith("-ef") else "0"
         import cerar.torch as hvd
         self.hvd = hvd
-        algorithm = "auto" if a.variant == "cerar-budget" else a.variant[len("cerar-"):]
+        algorithm = ("auto" if a.variant == "cerar-budget" else
+                     "ring" if a.variant.startswith("cerar-int8") else a.variant[len("cerar-"):])
         hvd.init(rendezvous_addr=ADDR, rendezvous_port=PORT, host_store=RANK == 0, iface=IFACE,
                  secret=os.environ["CERAR_SECRET"], algorithm=algorithm,
                  timeout_seconds=float(a.timeout))

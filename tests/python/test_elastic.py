@@ -247,7 +247,9 @@ def test_losing_rank_zeros_host_makes_the_lowest_survivor_rank_zero(hosts, jobs,
 
 
 def test_below_min_np_past_the_elastic_timeout_fails_the_job(hosts, jobs, tmp_path):
-    job = Job(hosts, tmp_path, [0, 1], ["-np", "4", "--min-np", "4", "--elastic-timeout", "3"])
+    # The timeout also bounds the first generation's start (4 workers on a loaded machine can
+    # take several seconds): 10 s, well inside the 60 s the failure is waited for.
+    job = Job(hosts, tmp_path, [0, 1], ["-np", "4", "--min-np", "4", "--elastic-timeout", "10"])
     jobs.append(job)
     job.wait_for(synced(job, 4), count=4, timeout=180)
     kill_workers(hosts, 1, count=1)
