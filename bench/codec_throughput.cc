@@ -128,6 +128,11 @@ void addRoutines(std::vector<Routine>& to, Buffers& b, const codec::Kernels* tab
       wire.accumulate(b.half.data(), b.g.data(), b.wire.data(), n);
     }});
   }
+  to.push_back({name("encodeInt8"), [&b, &k, n] { k.int8.encode(b.g.data(), b.int8Out.data(), n); }});
+  to.push_back({name("decodeInt8"), [&b, &k, n] { k.int8.decode(b.int8In.data(), b.msg.data(), n); }});
+  to.push_back({name("accumulateInt8"), [&b, &k, n] {
+    k.int8.accumulate(b.int8In.data(), b.g.data(), b.int8Out.data(), n);
+  }});
 }
 
 using bench::quantile;

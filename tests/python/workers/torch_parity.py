@@ -117,7 +117,7 @@ for compressor, unit in ((hvd.Compression.fp16, 2.0 ** -11), (hvd.Compression.bf
     u_pred = unit + (2.0 ** -15 if tag == "fp16" else 0)
     check(f"{tag} wire in the stats", s["last_choice"] == f"ring-{tag}" and s["budget_buffers"] == 0
           and abs(s["predicted_error_last"] - (n * u_pred + (n - 1) * 2.0 ** -24)) < 1e-12, str(s))
-# int8 (wire="int8"): a quarter of the bytes and a scale per 1024 elements, bit-identical on
+# int8 (wire="int8"): a quarter of the bytes and a scale per 256 elements, bit-identical on
 # every rank, within its bound relative to the largest sum of magnitudes (docs/wires.md)
 out, sent, wires = sent_by(lambda: hvd.synchronize(
     hvd.allreduce_async(g, op=hvd.Sum, name="wire.int8", wire="int8")))
