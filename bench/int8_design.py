@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The int8 wire's two free choices, measured (docs/wires.md, "The int8 wire"): the block
-length (elements per scale) and the rounding (to nearest, or stochastic), on the suite's data.
+"""The int8 wire's free choices, measured (docs/wires.md, "The int8 wire"): the block length
+(elements per scale), the rounding (to nearest, or stochastic) and the format (int8 codes, or
+fp8 e4m3 / e5m2 values under the same block scale), on the suite's data.
 
   .venv/bin/python bench/int8_design.py [--ranks 4,8,16] [--elements 262144] [--steps 50]
 
@@ -45,15 +46,36 @@ def decode(scale, codes):
     return (codes.astype(F) * scale[:, None]).reshape(-1)
 
 
-def ring(grads, block, rng=None, residuals=None):
+# fp8 formats (OCP): mantissa bits, smallest normal exponent, largest value.
+FP8 = {"e4m3": (3, -6, 448.0), "e5m2": (2, -14, 57344.0)}
+
+
+def fp8_values(x, block, fmt):
+    """x's values after an fp8 wire: each block scaled so its largest magnitude is the format's
+    largest value, each element rounded to nearest even on the format's grid (subnormals
+    included), scaled back."""
+    bits, emin, top = FP8[fmt]
+    b = x.reshape(-1, block).astype(np.float64)
+    scale = np.abs(b).max(axis=1) / top
+    safe = np.where(scale == 0, 1.0, scale)
+    y = b / safe[:, None]
+    exponent = np.maximum(np.floor(np.log2(np.maximum(np.abs(y), 2.0 ** emin))), emin)
+    step = 2.0 ** (exponent - bits)
+    q = np.clip(np.rint(y / step) * step, -top, top)
+    return (q * safe[:, None]).astype(F).reshape(-1)
+
+
+def ring(grads, block, rng=None, residuals=None, fmt="int8"):
     """Each element's N encodings in rank order; with residuals (per rank, error feedback)
     each rank adds its own and gets back what its encoding lost."""
     N = len(grads)
     g = [x + r for x, r in zip(grads, residuals)] if residuals is not None else grads
     partial = g[0]
     for k in range(1, N + 1):
-        scale, codes = encode(partial, block, rng)
-        value = decode(scale, codes)
+        if fmt == "int8":
+            value = decode(*encode(partial, block, rng))
+        else:
+            value = fp8_values(partial, block, fmt)
         if residuals is not None:
             residuals[k - 1] = (partial - value).astype(F)
         partial = (value + g[k]).astype(F) if k < N else value
@@ -90,11 +112,12 @@ def errors(grads, result):
 
 
 def block_table(a, rng):
-    print("| N | block B | wire bytes / element | max err / max sum|g| (worst kind) | "
-          "RMS err / RMS sum (worst kind) |\n|---|---|---|---|---|")
+    print("| N | format | block B | wire bytes / element | max err / max sum|g| (worst kind) | "
+          "RMS err / RMS sum (worst kind) |\n|---|---|---|---|---|---|")
     kinds = ["gaussian", "mean+noise", "heavy-tailed", "sparse", "gradients"]
+    cases = [("int8", b) for b in (256, 512, 1024, 2048, 4096)] + [("e4m3", 256), ("e5m2", 256)]
     for N in a.ranks:
-        for block in (256, 512, 1024, 2048, 4096):
+        for fmt, block in cases:
             worst_max = worst_rms = 0.0
             for kind in kinds:
                 for _ in range(a.buffers):
@@ -102,10 +125,10 @@ def block_table(a, rng):
                              else data(kind, N, a.elements, rng))
                     if grads[0].size % block:
                         grads = [x[:x.size - x.size % block] for x in grads]
-                    e_max, e_rms = errors(grads, ring(grads, block))
+                    e_max, e_rms = errors(grads, ring(grads, block, fmt=fmt))
                     worst_max, worst_rms = max(worst_max, e_max), max(worst_rms, e_rms)
-            print(f"| {N} | {block} | {1 + 4 / block:.4f} | {worst_max:.3g} | {worst_rms:.3g} |",
-                  flush=True)
+            print(f"| {N} | {fmt} | {block} | {1 + 4 / block:.4f} | {worst_max:.3g} | "
+                  f"{worst_rms:.3g} |", flush=True)
 
 
 def rounding_table(a, rng):
