@@ -99,8 +99,9 @@ EOF
   grep -q '"cerar-c7"' "$OUT" && bad "cerar-c7 ran at N = 2" || ok "no cerar-c7 at N = 2"
 }
 
-# The lossy contenders on 2 loopback ranks, 256 KiB: every row has a measured error, the
-# 16-bit ones within their bounds, and the report has its time-and-error table.
+# The lossy contenders on 2 loopback ranks, 256 KiB: every row has a measured error, cerar's
+# wires within their bounds, and the report has its time-and-error table. DDP's PowerSGD hooks
+# keep a low-rank part of Gaussian noise, which is almost none of it: their error is near 1.
 lossy_smoke() {
   echo "# lossy contenders, loopback smoke"
   if [ ! -x "$BENCH/../.venv/bin/python" ] || ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
@@ -113,15 +114,17 @@ import json, sys
 run = json.load(open(sys.argv[1] + "/n2-loopback.json"))
 rows = {r["contender"]: r for r in run["results"]}
 want = {"torch-gloo-f32", "torch-gloo-fp16", "cerar-ring-f32", "cerar-wire-fp16", "cerar-wire-bf16",
-        "cerar-pycast-fp16", "cerar-pycast-bf16", "cerar-lossy-cerar", "cerar-lossy-auto",
-        "cerar-budget-0.005"}
+        "cerar-wire-int8", "cerar-pycast-fp16", "cerar-pycast-bf16", "cerar-lossy-cerar",
+        "cerar-lossy-auto", "cerar-budget-0.005", "torch-ddp-fp16-hook",
+        "torch-ddp-powersgd1-hook", "torch-ddp-powersgd4-hook"}
 missing = want - set(rows)
 print("     ", {k: (r["max_rel_err"], r.get("predicted_error")) for k, r in rows.items()})
 assert not missing, missing
-assert all(0 <= r["max_rel_err"] < 0.1 for r in rows.values())
-for k in ("cerar-wire-fp16", "cerar-wire-bf16"):  # bounds relative to max sum|g|; kappa ~ 1 here
+assert all(0 <= r["max_rel_err"] < (2 if "powersgd" in k else 0.1) for k, r in rows.items())
+for k in ("cerar-wire-fp16", "cerar-wire-bf16", "cerar-wire-int8"):  # bounds of max sum|g|; kappa ~ 1
     assert rows[k]["max_rel_err"] <= rows[k]["predicted_error"], k
-assert rows["cerar-wire-fp16"]["wire_bytes"] == 2
+assert rows["cerar-wire-fp16"]["wire_bytes"] == 2 and rows["cerar-wire-int8"]["wire_bytes"] == 1
+assert rows["torch-ddp-fp16-hook"]["max_rel_err"] < 2e-3
 assert "time and error" in open(sys.argv[1] + "/results.md").read()
 EOF
 }
