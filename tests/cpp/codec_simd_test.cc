@@ -301,7 +301,7 @@ TEST(CodecSimd, Int8LoopsMatchTheReference) {
       const auto want = int8Reference(x.data(), n);
       std::vector<std::byte> msg(want.size()), hop(want.size());
       k.encode(x.data(), msg.data(), n);
-      ASSERT_EQ(0, std::memcmp(msg.data(), want.data(), want.size())) << "encode, n " << n;
+      ASSERT_TRUE(msg == want) << "encode, n " << n;
       std::vector<float> decoded(n), sum(n);
       k.decode(msg.data(), decoded.data(), n);
       for (size_t i = 0; i < n; ++i) {
@@ -317,7 +317,7 @@ TEST(CodecSimd, Int8LoopsMatchTheReference) {
       }
       k.accumulate(msg.data(), g.data(), hop.data(), n);
       const auto hopWant = int8Reference(sum.data(), n);
-      ASSERT_EQ(0, std::memcmp(hop.data(), hopWant.data(), hopWant.size())) << "hop, n " << n;
+      ASSERT_TRUE(hop == hopWant) << "hop, n " << n;
     }
   }
 }
