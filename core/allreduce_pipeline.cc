@@ -2,6 +2,7 @@
 
 #include "core/device_queue.h"
 #include "core/scaling.h"
+#include "ops/codec/codec.h"
 
 namespace cerar {
 
@@ -50,10 +51,9 @@ void HostPipelineMemory::pack(const std::vector<PipelinePart>& parts, std::byte*
     } else {
       copy(p.in, at, p.elements);
     }
-    if (p.residual != nullptr) {
-      float* values = reinterpret_cast<float*>(at);
-      for (size_t i = 0; i < p.elements; ++i) values[i] += p.residual[i];
-    }
+    // values = residual + values: the codec's vectorised in-place add
+    if (p.residual != nullptr)
+      codec::finishFirst(DType::kFloat32, ReduceOp::kSum, p.residual, at, p.elements);
   }
 }
 

@@ -59,8 +59,6 @@ class Dispatcher {
   void setErrorBound(ErrorBound bound) { errorBound_ = bound; }
   // Whether lossy wires' losses are fed back (CERAR_ERROR_FEEDBACK, job-wide).
   void setErrorFeedback(bool on) { errorFeedback_ = on; }
-  // How many tensors hold a residual (error feedback).
-  size_t feedbackTensors() const { return feedback_.tensors(); }
 
  private:
   // The operation's timeline event on each tensor's row: from its response (a joined rank's
