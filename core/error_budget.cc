@@ -54,7 +54,7 @@ double reportedError(const BudgetQuery& q, bool cerar, int c, double eps, Wire w
                      ErrorBound bound) {
   if (q.op != ReduceOp::kSum) return 0;  // min/max pick an input: exact
   const ErrorChoice choice = cerar                  ? ErrorChoice::cerar(c, eps, q.dtype)
-                             : wire != Wire::kNone ? ErrorChoice::wireRing(wire)
+                             : wire != Wire::kNone ? ErrorChoice::wireRing(wire, q.dtype)
                                                    : ErrorChoice::ring(q.dtype);
   return predictedError(choice, q.N, q.elements, bound);
 }
@@ -115,18 +115,21 @@ Selection selectWithinBudget(const BudgetQuery& q, const LinkModel& link,
       consider(cerar);
     }
   }
-  if (q.wireCapable && q.dtype == DType::kFloat32) {
+  const bool sixteenBit = q.dtype == DType::kFloat16 || q.dtype == DType::kBFloat16;
+  if (q.wireCapable && (q.dtype == DType::kFloat32 || sixteenBit)) {
     for (const Wire wire : {Wire::kFloat16, Wire::kBFloat16, Wire::kInt8}) {
       const bool allowed = wire == Wire::kFloat16  ? policy.allowFp16
                            : wire == Wire::kBFloat16 ? policy.allowBf16
                                                      : policy.allowInt8;
-      if (!allowed) continue;
-      const double seconds = wire == Wire::kInt8 ? int8RingSeconds(q.N, bytes, link)
+      // 16-bit data takes the int8 wire only (a 16-bit wire would send what its ring sends).
+      if (!allowed || (sixteenBit && wire != Wire::kInt8)) continue;
+      // The int8 wire's ring sends and casts the same whatever the data's width.
+      const double seconds = wire == Wire::kInt8 ? int8RingSeconds(q.N, 4.0 * q.elements, link)
                                                  : wireRingSeconds(q.N, bytes, link);
       Selection ring{Algorithm::kRing, q.N, 0, seconds};
       ring.wire = wire;
       ring.budgeted = true;
-      ring.predictedError = predicted(ErrorChoice::wireRing(wire));
+      ring.predictedError = predicted(ErrorChoice::wireRing(wire, q.dtype));
       consider(ring);
     }
   }

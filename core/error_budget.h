@@ -39,7 +39,8 @@ double wireRingSeconds(int N, double bytes, const LinkModel& link);
 // a scale per block), and the casts of all of them at the 16-bit casts' cost per element.
 double int8RingSeconds(int N, double bytes, const LinkModel& link);
 
-// What the budget may choose for one buffer. `wireCapable`: a float32 sum on the host.
+// What the budget may choose for one buffer. `wireCapable`: a float32, float16 or bfloat16 sum on
+// the host (16-bit data: the int8 wire only).
 struct BudgetQuery {
   int N = 1;
   DType dtype = DType::kFloat32;

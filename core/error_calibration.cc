@@ -69,6 +69,13 @@ ErrorBound parseErrorBound(const std::string& name) {
 }
 
 double predictedError(const ErrorChoice& choice, int N, size_t elements, ErrorBound bound) {
+  // 16-bit data on the int8 wire: the float32 run's error, and the result rounded once to the
+  // data's format (its unit roundoff relative to |sum| <= the sum of magnitudes).
+  if (choice.kind == ErrorChoice::Kind::kWire && choice.dtype != DType::kFloat32) {
+    const int bits = choice.dtype == DType::kBFloat16 ? 8 : 11;
+    return predictedError(ErrorChoice::wireRing(choice.wire), N, elements, bound) +
+           std::ldexp(1.0, -bits);
+  }
   const double strict = strictError(choice, N);
   // Only float32 was measured (the 16-bit wires carry float32 data): float64 keeps its bound.
   if (bound == ErrorBound::kStrict || N <= 1 || choice.dtype != DType::kFloat32) return strict;

@@ -24,7 +24,7 @@ const char* errorBoundName(ErrorBound bound);       // "calibrated" | "strict"
 ErrorBound parseErrorBound(const std::string& name);  // throws kInvalidArgument
 
 // One choice of the budget: the exact ring (of `dtype`), CERAR(c, eps) or the exact float32
-// ring with a 16-bit wire.
+// ring with a lossy wire.
 struct ErrorChoice {
   enum class Kind { kRing, kCerar, kWire } kind = Kind::kRing;
   DType dtype = DType::kFloat32;
@@ -36,7 +36,10 @@ struct ErrorChoice {
   static ErrorChoice cerar(int c, double eps, DType dtype) {
     return {Kind::kCerar, dtype, c, eps, Wire::kNone};
   }
-  static ErrorChoice wireRing(Wire wire) { return {Kind::kWire, DType::kFloat32, 0, 0, wire}; }
+  // `dtype`: the data's (float16/bfloat16 only with the int8 wire, over a float32 copy).
+  static ErrorChoice wireRing(Wire wire, DType dtype = DType::kFloat32) {
+    return {Kind::kWire, dtype, 0, 0, wire};
+  }
 };
 
 // The predicted max |result - sum| / max_e sum_i |g_i(e)| of a sum of `elements` elements

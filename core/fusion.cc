@@ -27,11 +27,13 @@ size_t fusedBytes(const Response& r) {
   return bytes;
 }
 
-// Whether a 16-bit wire can carry a unit: a float32 sum reduced on the host.
-bool wireFits(const Response& unit) {
+// Whether `wire` can carry a unit: a float32 sum reduced on the host (int8: also float16 and
+// bfloat16 sums, over a float32 copy).
+bool wireFits(const Response& unit, Wire wire) {
   const Description& d = unit.description;
-  return d.dtype == DType::kFloat32 && d.op != Op::kAdasum &&
-         reduceOpOf(d.op) == ReduceOp::kSum && !unit.reducedOnDevice();
+  const bool sixteenBit = d.dtype == DType::kFloat16 || d.dtype == DType::kBFloat16;
+  return (d.dtype == DType::kFloat32 || (sixteenBit && wire == Wire::kInt8)) &&
+         d.op != Op::kAdasum && reduceOpOf(d.op) == ReduceOp::kSum && !unit.reducedOnDevice();
 }
 
 // A unit's wire: its own request, else the job's forced one (no budget), where it fits.
@@ -39,7 +41,7 @@ Wire wireFor(const Response& unit, const SelectionPolicy& policy) {
   const Description& d = unit.description;
   const bool budget = policy.maxError > 0 && policy.algorithm == "auto";
   const Wire wire = d.wire != Wire::kNone ? d.wire : budget ? Wire::kNone : policy.wire;
-  return wireFits(unit) ? wire : Wire::kNone;
+  return wireFits(unit, wire) ? wire : Wire::kNone;
 }
 
 }  // namespace
@@ -123,7 +125,8 @@ std::vector<FusedGroup> decideGroups(const UnitRefs& units,
       }
       const Selection choice =
           policy.maxError > 0 && policy.algorithm == "auto"
-              ? selectWithinBudget({N, d.dtype, reduceOpOf(d.op), total, wireFits(first)},
+              ? selectWithinBudget({N, d.dtype, reduceOpOf(d.op), total,
+                                    wireFits(first, Wire::kInt8)},
                                    link, policy)
               : selectAlgorithm(N, d.dtype, reduceOpOf(d.op), total, link, policy);
       group.algorithm = choice.algorithm;

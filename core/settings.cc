@@ -35,8 +35,9 @@ std::vector<Setting> makeSettings() {
               "rule"},
       {.field = &C::compression, .attribute = "compression", .variable = "CERAR_COMPRESSION",
        .kind = kJob,
-       .why = "the lossy wire of float32 sums: fp16/bf16/int8 messages are not the bytes the "
-              "peer expects otherwise; every rank must send and decode the same format",
+       .why = "the lossy wire of float32 sums (int8: also float16/bfloat16 ones): fp16/bf16/int8 "
+              "messages are not the bytes the peer expects otherwise; every rank must send and "
+              "decode the same format",
        .choices = {"none", "fp16", "bf16", "int8", "allow"}, .list = true},
       {.field = &C::maxError, .attribute = "max_error", .variable = "CERAR_MAX_ERROR",
        .kind = kJob,

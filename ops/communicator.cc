@@ -70,11 +70,15 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
                                 ": eps must be positive and finite, got ", eps);
   }
   CERAR_CHECK_ARGUMENT(data != nullptr || count == 0, "rank ", rank(), ": null buffer");
+  const bool sixteenBit = dtype == DType::kFloat16 || dtype == DType::kBFloat16;
   if (options.wire != Wire::kNone) {
-    CERAR_CHECK_ARGUMENT(options.algorithm == Algorithm::kRing && dtype == DType::kFloat32 &&
+    CERAR_CHECK_ARGUMENT(options.algorithm == Algorithm::kRing &&
+                             (dtype == DType::kFloat32 ||
+                              (sixteenBit && options.wire == Wire::kInt8)) &&
                              options.op == ReduceOp::kSum && runner_->hostMemory(),
                          "rank ", rank(), ": a ", wireName(options.wire),
-                         " wire is the exact ring's sum of float32 host data, got ",
+                         " wire is the exact ring's sum of float32 host data (int8: also "
+                         "f16 and bf16), got ",
                          algorithmName(options.algorithm), " ", dtypeName(dtype), " ",
                          reduceOpName(options.op));
   }
@@ -110,6 +114,16 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
   }
   Wire wire = options.wire;
   bool wireFallback = false;
+  // 16-bit data rides the int8 wire as float32 (the wire adds in float32 anyway); where the
+  // wire falls back, the data's own exact ring runs instead.
+  void* const original = data;
+  const Wire cast = dtype == DType::kFloat16 ? Wire::kFloat16 : Wire::kBFloat16;
+  const bool widen = sixteenBit && wire == Wire::kInt8 && N > 1;
+  if (widen) {
+    widened_.resize(count);
+    codec::decodeWire(cast, static_cast<const uint16_t*>(data), widened_.data(), count);
+    data = widened_.data();
+  }
   if (wire == Wire::kFloat16 && options.fp16Guard && N > 1) {
     const uint8_t bits =
         orAcrossRanks(*transport_, codec::fp16GuardBits(static_cast<const float*>(data), count, N));
@@ -122,9 +136,12 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
                                                                    count, N)) != 0;
     if (wireFallback) wire = Wire::kNone;
   }
+  if (widen && wireFallback) data = original;
+  if (sixteenBit && data == original) wire = Wire::kNone;  // one rank, or the fallback
+  const DType runType = data == original ? dtype : DType::kFloat32;
   // Error feedback: an element no lossy encoding touched lost nothing.
   if (options.lost != nullptr) std::fill(options.lost, options.lost + count, 0.0f);
-  const CodecParams params{dtype, options.op, eps, wire,
+  const CodecParams params{runType, options.op, eps, wire,
                            wire == Wire::kNone ? nullptr : options.lost};
   RunStats stats;
   if (inBand) {
@@ -143,6 +160,9 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
                          *transport_, data, params);
     stats.bytesSent += stopped.bytesSent;
     stats.bytesReceived += stopped.bytesReceived;
+  }
+  if (data != original) {
+    codec::encodeWire(cast, widened_.data(), static_cast<uint16_t*>(original), count);
   }
   stats.nonFiniteFallback = fallback;
   stats.wireFallback = wireFallback;

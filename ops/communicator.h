@@ -65,7 +65,8 @@ class Communicator {
   // How later runs stream (Pacing); the host executor takes it, a device runner keeps its own.
   void setPacing(const Pacing& pacing) { runner_->setPacing(pacing); }
 
-  // Sums (or min/max with the ring) `count` elements at `data` across ranks, in place.
+  // Sums (or min/max with the ring) `count` elements at `data` across ranks, in place. An int8
+  // wire also carries float16/bfloat16 host sums: over a float32 copy, rounded back once.
   RunStats allreduce(void* data, size_t count, DType dtype, const AllreduceOptions& options);
   // The exact ring's reduce-scatter (makeReduceScatterPlan) on `data`, which holds
   // sum(chunks) elements, chunk i (chunks[i] elements, in rank order) for rank i; in place:
@@ -81,6 +82,7 @@ class Communicator {
   std::unique_ptr<PlanRunner> runner_;
   static constexpr size_t kMaxCachedPlans = 64;
   std::map<std::tuple<Algorithm, int, size_t>, Plan> plans_;  // cached per (algorithm, c, d)
+  std::vector<float> widened_;  // 16-bit data on the int8 wire, as float32
 };
 
 }  // namespace cerar

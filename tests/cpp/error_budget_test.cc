@@ -75,6 +75,36 @@ TEST(ErrorBudget, Int8WhereListedAndWithinTheBudget) {
   EXPECT_EQ(selectWithinBudget(f32Sum(8, k64MiB), link, p).wire, Wire::kFloat16);
 }
 
+// 16-bit data may take the int8 wire (over a float32 copy: its error plus one rounding to the
+// data's format), never a 16-bit wire; a unit's own int8 request on 16-bit data is kept.
+TEST(ErrorBudget, SixteenBitDataTakesOnlyTheInt8Wire) {
+  const LinkModel link = slowLink();
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    const BudgetQuery q{8, dtype, ReduceOp::kSum, k64MiB, true};
+    const double rounding = dtype == DType::kFloat16 ? 0x1p-11 : 0x1p-8;
+    SelectionPolicy p = budget(5e-2, true, true);
+    EXPECT_EQ(selectWithinBudget(q, link, p).wire, Wire::kNone);  // no 16-bit wire for it
+    p.allowInt8 = true;
+    const Selection s = selectWithinBudget(q, link, p);
+    EXPECT_EQ(s.wire, Wire::kInt8);
+    EXPECT_DOUBLE_EQ(s.predictedError, wireErrorBound(8, Wire::kInt8) + rounding);
+    EXPECT_DOUBLE_EQ(s.predictedSeconds, int8RingSeconds(8, 4.0 * k64MiB, link));
+    p.maxError = wireErrorBound(8, Wire::kInt8);  // the rounding does not fit
+    EXPECT_EQ(selectWithinBudget(q, link, p).wire, Wire::kNone);
+    Response unit{{"g"}, {}, {}, "", {}};
+    unit.description.kind = Kind::kAllreduce;
+    unit.description.dtype = dtype;
+    unit.description.op = Op::kSum;
+    unit.description.shapes = {{int64_t(k64MiB)}};
+    unit.description.wire = Wire::kInt8;
+    EXPECT_EQ(decideGroups({unit}, 8, 64u << 20, link, SelectionPolicy{}).at(0).wire,
+              Wire::kInt8);
+    unit.description.wire = Wire::kFloat16;
+    EXPECT_EQ(decideGroups({unit}, 8, 64u << 20, link, SelectionPolicy{}).at(0).wire,
+              Wire::kNone);
+  }
+}
+
 TEST(ErrorBudget, ChoicesOnAFixedModel) {
   const LinkModel link = slowLink();
   // N = 8, 64 MiB float32: ring 4.9 s, CERAR ~3.6 s (bound 1.34e-3), 16-bit ring 2.5 s

@@ -225,5 +225,64 @@ TEST(Int8Ring, WhatItCannotCarryTakesTheExactRingOnEveryRank) {
   EXPECT_THROW(testing::simulate(f64, int8Options()), Error);
 }
 
+// 16-bit data on the int8 wire runs over a float32 copy and is rounded back once: the float32
+// run's result in the data's format, bit for bit, on every rank, within the predicted error;
+// what the wire cannot carry takes the data's own exact ring; one rank leaves it as it is.
+TEST(Int8Ring, SixteenBitDataRidesAFloat32Copy) {
+  for (Wire format : {Wire::kFloat16, Wire::kBFloat16}) {
+    const DType dtype = format == Wire::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
+    for (int N : {1, 2, 3, 4, 7}) {
+      const size_t d = 3 * kInt8Block + 5 * N;
+      auto wide = testing::correlatedInputs<float>(N, d, 7 * N + 1);
+      std::vector<std::vector<uint16_t>> narrow(N, std::vector<uint16_t>(d));
+      for (int rank = 0; rank < N; ++rank) {  // the float32 inputs: the 16-bit values exactly
+        codec::encodeWire(format, wide[rank].data(), narrow[rank].data(), d);
+        codec::decodeWire(format, narrow[rank].data(), wide[rank].data(), d);
+      }
+      std::vector<testing::Reference> sum, magnitude;
+      testing::exactSums(wide, sum, magnitude);
+      testing::Reference largest = 0;
+      for (auto m : magnitude) largest = std::max(largest, m);
+      const auto inputs = narrow;
+      const auto f32 = testing::simulate(wide, int8Options());
+      const auto result =
+          testing::simulate(narrow, int8Options(), Executor::kDefaultSegmentBytes, dtype);
+      std::vector<uint16_t> expected(d);
+      codec::encodeWire(format, wide[0].data(), expected.data(), d);
+      const double bound =
+          1.01 * predictedError(ErrorChoice::wireRing(Wire::kInt8, dtype), N, d,
+                                ErrorBound::kStrict) * double(largest);
+      std::vector<float> back(d);
+      for (int rank = 0; rank < N; ++rank) {
+        ASSERT_EQ(narrow[rank], N == 1 ? inputs[0] : expected) << "N=" << N << " rank " << rank;
+        EXPECT_FALSE(result.stats[rank].wireFallback);
+        EXPECT_EQ(result.stats[rank].bytesSent, f32.stats[rank].bytesSent);
+        codec::decodeWire(format, narrow[rank].data(), back.data(), d);
+        for (size_t e = 0; e < d; ++e)
+          ASSERT_LE(std::abs(double(back[e] - sum[e])), bound) << "N=" << N << " e=" << e;
+      }
+    }
+    // An inf: the data's own exact ring on every rank, its bytes.
+    const int N = 3;
+    const size_t d = 2 * kInt8Block;
+    auto wide = testing::correlatedInputs<float>(N, d, 11);
+    wide[2][5] = std::numeric_limits<float>::infinity();
+    std::vector<std::vector<uint16_t>> narrow(N, std::vector<uint16_t>(d));
+    for (int rank = 0; rank < N; ++rank)
+      codec::encodeWire(format, wide[rank].data(), narrow[rank].data(), d);
+    auto exact = narrow;
+    AllreduceOptions plain;
+    plain.algorithm = Algorithm::kRing;
+    const auto ring = testing::simulate(exact, plain, Executor::kDefaultSegmentBytes, dtype);
+    const auto result =
+        testing::simulate(narrow, int8Options(), Executor::kDefaultSegmentBytes, dtype);
+    for (int rank = 0; rank < N; ++rank) {
+      EXPECT_TRUE(result.stats[rank].wireFallback);
+      EXPECT_EQ(result.stats[rank].bytesSent, ring.stats[rank].bytesSent);
+      EXPECT_EQ(narrow[rank], exact[rank]) << "rank " << rank;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cerar

@@ -78,7 +78,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                      postscale_factor=1.0, process_set=None, wire=None):
     """Reduces `tensor` in place across ranks; the Handle's result is `tensor`. `wire`:
     "fp16", "bf16" or "int8" sends a float32 CPU tensor in that format, adding in float32 at
-    every hop (docs/wires.md); every rank must ask the same."""
+    every hop (int8 also float16/bfloat16 tensors; docs/wires.md); every rank must ask the same."""
     if (average is None and (wire is None or wire == "none") and type(tensor) in _PLAIN
             and tensor.dtype in _LEAN_DTYPES and (process_set is None
                                                   or process_set is global_process_set)):
@@ -133,16 +133,17 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
 
 def _check_wire(wire, tensors, op):
     """The runtime's name of `wire` ("none" for None); a lossy wire carries float32 CPU sums
-    only (Sum or Average)."""
+    only (Sum or Average), the int8 wire also float16 and bfloat16 ones."""
     if wire is None or wire == "none":
         return "none"
     if wire not in ("fp16", "bf16", "int8"):
         raise ValueError(f"cerar.torch: wire must be None, 'fp16', 'bf16' or 'int8', got "
                          f"{wire!r}")
-    if op not in (Sum, Average) or any(t.dtype != torch.float32 or t.device.type != "cpu"
+    widths = (torch.float32, torch.float16, torch.bfloat16) if wire == "int8" else (torch.float32,)
+    if op not in (Sum, Average) or any(t.dtype not in widths or t.device.type != "cpu"
                                        for t in tensors):
-        raise TypeError(f"cerar.torch: a {wire} wire sums float32 CPU tensors only "
-                        "(Compression.fp16/bf16 cast others in Python)")
+        raise TypeError(f"cerar.torch: a {wire} wire sums float32 CPU tensors only (int8: also "
+                        "float16 and bfloat16; Compression.fp16/bf16 cast others in Python)")
     return wire
 
 

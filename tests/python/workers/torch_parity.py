@@ -132,6 +132,28 @@ check("int8 wire within bound of the fp64 sum",
       float(error.max()) <= 1.01 * (n * u8 + (n - 1) * 2.0 ** -24) * float(magnitude.max()),
       f"{float(error.max())} of {float(magnitude.max())}")
 check("int8 wire in the stats", cerar.stats()["last_choice"] == "ring-int8", str(cerar.stats()))
+# int8 also carries float16/bfloat16 tensors (over a float32 copy, rounded back once): the
+# same bytes as float32's int8 ring, the dtype kept, the int8 bound plus one rounding
+for dtype, unit in ((torch.float16, 2.0 ** -11), (torch.bfloat16, 2.0 ** -8)):
+    h = g.to(dtype)
+    inputs16 = hvd.allgather(h.double().unsqueeze(0), name=f"wire.int8.{dtype}.in")
+    exact16, magnitude16 = inputs16.sum(0), inputs16.abs().sum(0)
+    out16, sent16, _ = sent_by(lambda: hvd.synchronize(
+        hvd.allreduce_async(h, op=hvd.Sum, name=f"wire.int8.{dtype}", wire="int8")))
+    check(f"int8 wire on {dtype}: dtype and bytes", out16.dtype == dtype and sent16 == sent,
+          f"{out16.dtype}, {sent16} against {sent}")
+    rows = hvd.allgather(out16.unsqueeze(0), name=f"wire.int8.{dtype}.rows")
+    check(f"int8 wire on {dtype}: bit-identical on every rank",
+          all(torch.equal(rows[i], rows[0]) for i in range(n)), "ranks differ")
+    error = float((out16.double() - exact16).abs().max())
+    check(f"int8 wire on {dtype} within bound", error <= 1.01 * (
+        n * u8 + (n - 1) * 2.0 ** -24 + unit) * float(magnitude16.max()),
+        f"{error} of {float(magnitude16.max())}")
+try:
+    hvd.allreduce_async(g.double(), name="wire.f64", op=hvd.Sum, wire="int8")
+    check("int8 wire refuses float64", False, "no error")
+except TypeError as error:
+    check("int8 wire refuses float64", "float32" in str(error), str(error))
 avg = hvd.allreduce(g, name="wire.avg", compression=hvd.Compression.fp16)
 check_close("fp16 wire average", avg, (exact / n).float(), atol=0.01)
 # A wire asked for differently on one rank fails on every rank, and the runtime goes on.
