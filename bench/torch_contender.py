@@ -230,7 +230,10 @@ def mode_cerar_lossy(a):
         contenders = [("cerar-ring-f32", None, None), ("cerar-wire-fp16", hvd.Compression.fp16, None),
                       ("cerar-wire-bf16", hvd.Compression.bf16, None),
                       ("cerar-pycast-fp16", None, torch.float16),
-                      ("cerar-pycast-bf16", None, torch.bfloat16), ("cerar-wire-int8", "int8", None)]
+                      ("cerar-pycast-bf16", None, torch.bfloat16), ("cerar-wire-int8", "int8", None),
+                      # 16-bit tensors on the int8 wire (over a float32 copy): beside pycast's
+                      ("cerar-int8-of-fp16", "int8", torch.float16),
+                      ("cerar-int8-of-bf16", "int8", torch.bfloat16)]
     else:
         name = f"cerar-budget-{a.max_error:g}" if a.max_error else f"cerar-lossy-{a.algorithm}"
         contenders = [(name, None, None)]
@@ -242,11 +245,12 @@ def mode_cerar_lossy(a):
             label = f"lossy.{contender}.{nbytes}"
 
             def run():
-                if cast is not None:  # a cast in Python: the runtime sums 16-bit tensors
+                if compression == "int8":  # the runtime's int8 wire, asked for by name
+                    t = mine if cast is None else mine.to(cast)
+                    out[0] = hvd.synchronize(hvd.allreduce_async(t, op=hvd.Sum, name=label,
+                                                                 wire="int8")).float()
+                elif cast is not None:  # a cast in Python: the runtime sums 16-bit tensors
                     out[0] = hvd.allreduce(mine.to(cast), op=hvd.Sum, name=label).float()
-                elif compression == "int8":  # the runtime's int8 wire, asked for by name
-                    out[0] = hvd.synchronize(hvd.allreduce_async(mine, op=hvd.Sum, name=label,
-                                                                 wire="int8"))
                 else:
                     out[0] = hvd.allreduce(mine, op=hvd.Sum, name=label, compression=compression)
             times = timed(barrier, run, a.repeats)
@@ -258,7 +262,9 @@ def mode_cerar_lossy(a):
             if compression is not None or cast is not None or s["last_choice"].startswith("ring-"):
                 extra["wire_bytes"] = 1 if s["last_choice"] == "ring-int8" else 2
             if cast is not None:
-                extra["last_choice"] = f"ring of {str(cast)[6:]} tensors"
+                extra["last_choice"] = (f"int8 ring of {str(cast)[6:]} tensors"
+                                        if compression == "int8" else
+                                        f"ring of {str(cast)[6:]} tensors")
             # CERAR's limit follows the c the runtime ran.
             c = s["last_components"] if s["last_choice"] == "cerar" else None
             report(contender, nbytes, times, rel_err(out[0], ref), c=c, **extra)

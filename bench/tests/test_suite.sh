@@ -116,14 +116,17 @@ rows = {r["contender"]: r for r in run["results"]}
 want = {"torch-gloo-f32", "torch-gloo-fp16", "cerar-ring-f32", "cerar-wire-fp16", "cerar-wire-bf16",
         "cerar-wire-int8", "cerar-pycast-fp16", "cerar-pycast-bf16", "cerar-lossy-cerar",
         "cerar-lossy-auto", "cerar-budget-0.005", "torch-ddp-fp16-hook",
-        "torch-ddp-powersgd1-hook", "torch-ddp-powersgd4-hook"}
+        "torch-ddp-powersgd1-hook", "torch-ddp-powersgd4-hook", "cerar-int8-of-fp16",
+        "cerar-int8-of-bf16"}
 missing = want - set(rows)
 print("     ", {k: (r["max_rel_err"], r.get("predicted_error")) for k, r in rows.items()})
 assert not missing, missing
 assert all(0 <= r["max_rel_err"] < (2 if "powersgd" in k else 0.1) for k, r in rows.items())
-for k in ("cerar-wire-fp16", "cerar-wire-bf16", "cerar-wire-int8"):  # bounds of max sum|g|; kappa ~ 1
+for k in ("cerar-wire-fp16", "cerar-wire-bf16", "cerar-wire-int8", "cerar-int8-of-fp16",
+          "cerar-int8-of-bf16"):  # bounds of max sum|g|; kappa ~ 1
     assert rows[k]["max_rel_err"] <= rows[k]["predicted_error"], k
 assert rows["cerar-wire-fp16"]["wire_bytes"] == 2 and rows["cerar-wire-int8"]["wire_bytes"] == 1
+assert rows["cerar-int8-of-bf16"]["wire_bytes"] == 1
 assert rows["torch-ddp-fp16-hook"]["max_rel_err"] < 2e-3
 assert "time and error" in open(sys.argv[1] + "/results.md").read()
 EOF
