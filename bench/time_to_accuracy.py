@@ -146,7 +146,37 @@ def report(rows, runs, a):
         lines.append(f"| {r['variant']} | {r['seed']} | {fmt(r['to_target_s'], '.1f')} "
                      f"| {fmt(r['to_target_step'], 'd')} | {r['steps']} | {r['final_val_loss']:.4f} "
                      f"| {tx} | {bufs} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + loss_at_steps(runs, a.baseline)) + "\n"
+
+
+def loss_at_steps(runs, baseline):
+    """Validation loss after a fixed number of steps, the same for every variant of a seed: step
+    10 and the last validation step every run of that seed reached (runs stop at the target, so
+    time to it is steps x seconds per step only where the losses per step agree)."""
+    ok = [r for r in runs if "failed" not in r and r.get("log")]
+    seeds = sorted({r["seed"] for r in ok})
+    last = {s: min(r["log"][-1]["step"] for r in ok if r["seed"] == s) for s in seeds}
+    at = {s: sorted({k for k in (10, last[s]) if k <= last[s]}) for s in seeds}
+    cols = [(s, k) for s in seeds for k in at[s]]
+    if not cols:
+        return []
+
+    def loss(r, k):
+        return next((p["val_loss"] for p in r["log"] if p["step"] == k), None)
+    lines = ["", f"Validation loss after a fixed number of steps (seed: step; in brackets the "
+             f"difference to {baseline}'s run of the same seed):", "",
+             "| variant | " + " | ".join(f"seed {s}: step {k}" for s, k in cols) + " |",
+             "|---|" + "---|" * len(cols)]
+    base = {r["seed"]: r for r in ok if r["variant"] == baseline}
+    for variant in sorted({r["variant"] for r in ok}):
+        by_seed = {r["seed"]: r for r in ok if r["variant"] == variant}
+        cells = []
+        for s, k in cols:
+            v = loss(by_seed[s], k) if s in by_seed else None
+            b = loss(base[s], k) if s in base and variant != baseline else None
+            cells.append("-" if v is None else f"{v:.4f}" + ("" if b is None else f" ({v - b:+.4f})"))
+        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def plot(runs, path, target):
