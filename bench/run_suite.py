@@ -73,6 +73,9 @@ class Suite:
     def __init__(self, a, log):
         self.a, self.log, self.port = a, log, 29800
         self.notes = []
+        # torch's contenders on Debian's torch and cerar's from .venv, or both on --torch-python
+        self.torch_py = a.torch_python or "/usr/bin/python3"
+        self.cerar_py = a.torch_python or VENV_PY
 
     def say(self, msg):
         print(f"run_suite: {msg}", flush=True)
@@ -165,12 +168,12 @@ class Suite:
         cerar's runtime (its wires, Python casts, CERAR, auto, error budgets)."""
         a = self.a
         common = ["--sizes", sizes, "--repeats", str(a.repeats)]
-        rows = self.ranks(["/usr/bin/python3", os.path.join(HERE, "torch_contender.py"),
+        rows = self.ranks([self.torch_py, os.path.join(HERE, "torch_contender.py"),
                            "--mode", "lossy"] + common, cfg, a.timeout)
-        if subprocess.run([VENV_PY, "-c", "import cerar.torch"], capture_output=True).returncode:
+        if subprocess.run([self.cerar_py, "-c", "import cerar.torch"], capture_output=True).returncode:
             self.notes.append("cerar lossy contenders: `import cerar.torch` fails in .venv; skipped")
             return rows
-        cerar_py = [VENV_PY, os.path.join(HERE, "torch_contender.py"), "--mode", "cerar-lossy"] + common
+        cerar_py = [self.cerar_py, os.path.join(HERE, "torch_contender.py"), "--mode", "cerar-lossy"] + common
         for extra in [["--algorithm", "ring"], ["--algorithm", "cerar"], ["--algorithm", "auto"]] + [
                 ["--algorithm", "auto", "--max-error", str(x)] for x in a.max_errors]:
             rows += self.ranks(cerar_py + extra, cfg, a.timeout)
@@ -185,7 +188,7 @@ class Suite:
         try:
             cal = [self.calibrate(cfg)]
             sizes = ",".join(str(s) for s in a.sizes)
-            torch_py = ["/usr/bin/python3", os.path.join(HERE, "torch_contender.py")]
+            torch_py = [self.torch_py, os.path.join(HERE, "torch_contender.py")]
             if not a.lossy_only:
                 only = ["--only", a.only] if a.only else []
                 rows += self.ranks([a.bin, "--sizes", sizes, "--repeats", str(a.repeats),
@@ -199,15 +202,15 @@ class Suite:
                 for hook in ("none", "fp16"):
                     rows += self.ranks(torch_py + ["--mode", "ddp", "--hook", hook, "--repeats",
                                                    str(a.repeats)], cfg, a.timeout)
-                if subprocess.run([VENV_PY, "-c", "import cerar.torch"], capture_output=True).returncode:
+                if subprocess.run([self.cerar_py, "-c", "import cerar.torch"], capture_output=True).returncode:
                     self.notes.append("cerar runtime: `import cerar.torch` fails in .venv; skipped")
                 else:
                     for alg in ("ring", "cerar"):
-                        rows += self.ranks([VENV_PY, os.path.join(HERE, "torch_contender.py"),
+                        rows += self.ranks([self.cerar_py, os.path.join(HERE, "torch_contender.py"),
                                             "--mode", "ddp", "--hook", "cerar", "--algorithm",
                                             alg, "--repeats", str(a.repeats)], cfg, a.timeout)
                         for fusion in ("on", "off"):
-                            rows += self.ranks([VENV_PY, os.path.join(HERE, "torch_contender.py"),
+                            rows += self.ranks([self.cerar_py, os.path.join(HERE, "torch_contender.py"),
                                                 "--mode", "cerar", "--algorithm", alg, "--fusion",
                                                 fusion, "--repeats", str(a.repeats)], cfg, a.timeout)
             cal.append(self.calibrate(cfg))
@@ -249,6 +252,10 @@ def main(argv=None):
     p.add_argument("--bin", default=find_bin(), help="cerar-bench-net (default: %(default)s)")
     p.add_argument("--timeout", type=float,
                    help="seconds per launch (900, scaled with the largest size above 64 MiB)")
+    p.add_argument("--torch-python", help="the interpreter of every torch and cerar contender "
+                   "(default: Debian's torch for torch's, .venv for cerar's; e.g. "
+                   ".venv-torch2/bin/python of scripts/torch2-env.sh, whose torch 2.x gloo sums "
+                   "bfloat16: DDP's bf16 hook runs there)")
     p.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     a = p.parse_args(argv)
     a.repeats = a.repeats if a.repeats is not None else (2 if a.headline else 3)  # headline: < 10 min
