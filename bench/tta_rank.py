@@ -49,7 +49,12 @@ class Ddp:
         self.hook = a.variant[len("ddp-"):] if a.variant != "ddp" else None
 
     def wrap(self, model, optimizer):
-        ddp = torch.nn.parallel.DistributedDataParallel(model)  # broadcasts rank 0's weights
+        # PowerSGD gets one bucket: with several in flight, torch 2.x's hook over gloo issued
+        # its chained all-reduces in different orders on different ranks (gloo aborted on a
+        # size mismatch at the first compressed step).
+        one = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20 + 1
+        buckets = {"bucket_cap_mb": one} if self.hook and "powersgd" in self.hook else {}
+        ddp = torch.nn.parallel.DistributedDataParallel(model, **buckets)  # rank 0's weights
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
         if self.hook in ("fp16", "bf16"):
             ddp.register_comm_hook(None, getattr(default_hooks, f"{self.hook}_compress_hook"))
