@@ -8,20 +8,6 @@
 #include "ops/codec/int8_wire.h"
 
 namespace cerar {
-namespace {
-
-double unitRoundoff(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat64: return std::ldexp(1.0, -53);
-    case DType::kFloat32: return std::ldexp(1.0, -24);
-    case DType::kFloat16: return std::ldexp(1.0, -11);
-    case DType::kBFloat16: return std::ldexp(1.0, -8);
-    default: return 0;  // integers sum exactly (or wrap, as the ring would anyway)
-  }
-}
-
-}  // namespace
-
 double ringErrorBound(int N, DType dtype, ReduceOp op) {
   if (N <= 1 || op != ReduceOp::kSum) return 0;  // min/max pick an input: exact
   return (N - 1) * unitRoundoff(dtype);
@@ -115,7 +101,7 @@ Selection selectWithinBudget(const BudgetQuery& q, const LinkModel& link,
       consider(cerar);
     }
   }
-  const bool sixteenBit = q.dtype == DType::kFloat16 || q.dtype == DType::kBFloat16;
+  const bool sixteenBit = isSixteenBitFloat(q.dtype);
   if (q.wireCapable && (q.dtype == DType::kFloat32 || sixteenBit)) {
     for (const Wire wire : {Wire::kFloat16, Wire::kBFloat16, Wire::kInt8}) {
       const bool allowed = wire == Wire::kFloat16  ? policy.allowFp16

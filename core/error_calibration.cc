@@ -29,10 +29,6 @@ constexpr double kGrowthPerDoubling = 0.02;
 // 0.59 at 16, 0.37 at 32, lengths 1024-262144), so it is the strict bound below N = 7.
 constexpr double kInt8Rounding = 2.6;
 
-double unitRoundoff(DType dtype) {
-  return dtype == DType::kFloat64 ? std::ldexp(1.0, -53) : std::ldexp(1.0, -24);
-}
-
 double lengthGrowth(size_t elements) {
   return 1 + kGrowthPerDoubling * std::max(0.0, std::log2(double(elements) / kReferenceLength));
 }
@@ -57,6 +53,16 @@ double strictError(const ErrorChoice& choice, int N) {
 
 }  // namespace
 
+double unitRoundoff(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64: return std::ldexp(1.0, -53);
+    case DType::kFloat32: return std::ldexp(1.0, -24);
+    case DType::kFloat16: return std::ldexp(1.0, -11);
+    case DType::kBFloat16: return std::ldexp(1.0, -8);
+    default: return 0;  // integers sum exactly (or wrap, as the ring would anyway)
+  }
+}
+
 const char* errorBoundName(ErrorBound bound) {
   return bound == ErrorBound::kStrict ? "strict" : "calibrated";
 }
@@ -72,9 +78,8 @@ double predictedError(const ErrorChoice& choice, int N, size_t elements, ErrorBo
   // 16-bit data on the int8 wire: the float32 run's error, and the result rounded once to the
   // data's format (its unit roundoff relative to |sum| <= the sum of magnitudes).
   if (choice.kind == ErrorChoice::Kind::kWire && choice.dtype != DType::kFloat32) {
-    const int bits = choice.dtype == DType::kBFloat16 ? 8 : 11;
     return predictedError(ErrorChoice::wireRing(choice.wire), N, elements, bound) +
-           std::ldexp(1.0, -bits);
+           unitRoundoff(choice.dtype);
   }
   const double strict = strictError(choice, N);
   // Only float32 was measured (the 16-bit wires carry float32 data): float64 keeps its bound.

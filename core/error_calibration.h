@@ -19,6 +19,9 @@
 
 namespace cerar {
 
+// The dtype's unit roundoff (2^-24 for f32, 2^-11 f16, 2^-8 bf16, 2^-53 f64; 0 for integers).
+double unitRoundoff(DType dtype);
+
 enum class ErrorBound { kCalibrated, kStrict };
 const char* errorBoundName(ErrorBound bound);       // "calibrated" | "strict"
 ErrorBound parseErrorBound(const std::string& name);  // throws kInvalidArgument

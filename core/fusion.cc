@@ -31,8 +31,7 @@ size_t fusedBytes(const Response& r) {
 // bfloat16 sums, over a float32 copy).
 bool wireFits(const Response& unit, Wire wire) {
   const Description& d = unit.description;
-  const bool sixteenBit = d.dtype == DType::kFloat16 || d.dtype == DType::kBFloat16;
-  return (d.dtype == DType::kFloat32 || (sixteenBit && wire == Wire::kInt8)) &&
+  return (d.dtype == DType::kFloat32 || (isSixteenBitFloat(d.dtype) && wire == Wire::kInt8)) &&
          d.op != Op::kAdasum && reduceOpOf(d.op) == ReduceOp::kSum && !unit.reducedOnDevice();
 }
 

@@ -70,7 +70,7 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
                                 ": eps must be positive and finite, got ", eps);
   }
   CERAR_CHECK_ARGUMENT(data != nullptr || count == 0, "rank ", rank(), ": null buffer");
-  const bool sixteenBit = dtype == DType::kFloat16 || dtype == DType::kBFloat16;
+  const bool sixteenBit = isSixteenBitFloat(dtype);
   if (options.wire != Wire::kNone) {
     CERAR_CHECK_ARGUMENT(options.algorithm == Algorithm::kRing &&
                              (dtype == DType::kFloat32 ||

@@ -52,5 +52,8 @@ const char* reduceOpName(ReduceOp op) {
 }
 
 bool isCerarDType(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kFloat64; }
+bool isSixteenBitFloat(DType dtype) {
+  return dtype == DType::kFloat16 || dtype == DType::kBFloat16;
+}
 
 }  // namespace cerar

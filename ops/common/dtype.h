@@ -19,5 +19,7 @@ DType parseDType(const std::string& name);
 const char* reduceOpName(ReduceOp op);
 // True for f32 and f64, the types CERAR's linear codec supports.
 bool isCerarDType(DType dtype);
+// True for f16 and bf16 (the int8 wire carries them over a float32 copy).
+bool isSixteenBitFloat(DType dtype);
 
 }  // namespace cerar
