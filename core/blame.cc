@@ -193,6 +193,7 @@ Status verdict(const Status& observed, const std::vector<std::optional<Status>>&
 }  // namespace
 
 Status agreeOnFailure(const Status& observed, BlameBoard* board, const BlameOptions& o) {
+  const auto start = Clock::now();
   Status seen = observed;  // with the board's evidence, once read
   // What this rank alone can say, when it cannot learn more.
   std::function<Status(const std::string&)> ownView = [&](const std::string& why) {
@@ -310,13 +311,19 @@ Status agreeOnFailure(const Status& observed, BlameBoard* board, const BlameOpti
 
   // The board may end with rank 0's process once rank 0 reports its failure: so rank 0 holds
   // its report back until every other survivor has read the posts and said so (or a window).
+  // A survivor that did not post in the window (stopped, or starved on a loaded machine) fails
+  // at the latest a timeout after the loss: rank 0 waits that long for it, unless its process
+  // ended (its loss mark), lest it find the board closed on waking and name rank 0.
   try {
-    if (o.hostedByRankZero && o.rank == 0) deadline = Clock::now() + o.window;
+    const auto posted = Clock::now() + o.window;
+    const auto slow = std::max(posted, start + o.timeout + o.window);
     board->post(key("done", o.rank), "", limit());
     if (o.hostedByRankZero && o.rank == 0) {
       for (int r = 1; r < o.size; ++r) {
         if (result.peer == r && isLoss(result.code)) continue;  // the lost rank never will
+        deadline = reports[r] || !isLoss(observed.code) ? posted : slow;
         while (Clock::now() < deadline && !board->read(key("done", r), limit())) {
+          if (deadline == slow && board->read(lossMarkKey(o.scope, r), limit())) break;
           pause(deadline);
         }
       }

@@ -268,6 +268,48 @@ TEST(Blame, ASurvivorTooSlowToPostIsNotNamed) {
   }
 }
 
+// Rank 0 hosts the board (its process ends when it returns): rank 2 died, and rank 1 fails
+// only after rank 0's window and the one it waits for the others to read (a starved process).
+// Rank 0 holds back until rank 1 has read the posts, so rank 1 names rank 2, not rank 0; a
+// slow rank whose own process ended (its mark) is not waited for.
+TEST(Blame, RankZeroHostingTheBoardWaitsForASlowSurvivor) {
+  for (bool slowRankDies : {false, true}) {
+    MemoryBoard board;
+    leaveMarks(board, 4);
+    board.connectionClosed("test/gone/2");
+    if (slowRankDies) board.connectionClosed("test/gone/1");
+    auto options = [](int rank) {
+      BlameOptions o = optionsFor(rank, 4, /*rankZeroHosts=*/true, 200ms);
+      o.timeout = 1000ms;
+      return o;
+    };
+    board.post("test/failed/3", detail::concat(int(StatusCode::kPeerLost), " 2 recv from 2"), 0ms);
+    const auto start = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::duration zeroReturned{}, oneDone{};
+    std::thread zero([&] {
+      Status agreed = agreeOnFailure(Status(StatusCode::kPeerLost, "recv from 3", 3), &board,
+                                     options(0));
+      zeroReturned = std::chrono::steady_clock::now() - start;
+      EXPECT_EQ(agreed.peer, 2) << agreed.message;
+    });
+    if (!slowRankDies) {
+      std::this_thread::sleep_for(700ms);  // past rank 0's two windows, short of the timeout
+      Status agreed = agreeOnFailure(Status(StatusCode::kTimeout, "send to 2", 2), &board,
+                                     options(1));
+      oneDone = std::chrono::steady_clock::now() - start;
+      EXPECT_EQ(agreed.code, StatusCode::kPeerLost) << agreed.message;
+      EXPECT_EQ(agreed.peer, 2) << agreed.message;
+    }
+    zero.join();
+    if (slowRankDies) {
+      EXPECT_LT(zeroReturned, 600ms);  // two windows and slack, not the timeout
+    } else {
+      EXPECT_GE(zeroReturned, oneDone);
+      EXPECT_LT(zeroReturned, 1600ms);  // the timeout and a window, and slack
+    }
+  }
+}
+
 TEST(Blame, AReplySlowAtTheWindowsEndIsNotABoardFailure) {
   // Reads of 30 ms fit the quarter window that every call is given; reads of 150 ms do not,
   // and the one cut off past the window's end leaves the posts read so far to decide.
@@ -329,7 +371,7 @@ TEST(Blame, ErrorsThrowTheSubclassOfTheirCode) {
 // the silent rank, whatever it saw on waking; one stopped briefly names the peer as before, and
 // so does one stopped as long whose peers' posts name another rank (that one died meanwhile).
 TEST(Blame, AResumedFrozenRankNamesItself) {
-  for (const auto [stop, othersBlame] :
+  for (const auto& [stop, othersBlame] :
        {std::pair{800ms, -1}, std::pair{50ms, -1}, std::pair{800ms, 2}, std::pair{800ms, 0}}) {
     int pipes[2];
     ASSERT_EQ(pipe(pipes), 0);
