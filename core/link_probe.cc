@@ -32,6 +32,7 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kProbedWindows[] = {32u << 10, 64u << 10};
 constexpr double kWindowTolerance = 0.05;
 constexpr size_t kTrialBytes = 2u << 20;
+constexpr size_t kFirstRoundBytes = 1u << 10;
 constexpr size_t kLastRoundBytes = 1u << 20;
 constexpr double kBytesBound = 1.2;
 
@@ -188,6 +189,17 @@ std::string roundsText(const LinkModel& link) {
 
 }  // namespace
 
+std::vector<size_t> probeMessageSizes(size_t segmentBytes) {
+  std::vector<size_t> sizes;
+  for (size_t bytes = kFirstRoundBytes; bytes <= kLastRoundBytes; bytes *= 4)
+    sizes.push_back(bytes);
+  if (segmentBytes > kFirstRoundBytes && segmentBytes < kLastRoundBytes &&
+      !std::binary_search(sizes.begin(), sizes.end(), segmentBytes)) {
+    sizes.insert(std::upper_bound(sizes.begin(), sizes.end(), segmentBytes), segmentBytes);
+  }
+  return sizes;
+}
+
 std::vector<double> slowestOverRanks(Transport& t, std::vector<double> values) {
   std::vector<uint8_t> mine(values.size() * sizeof(double));
   std::memcpy(mine.data(), values.data(), mine.size());
@@ -234,11 +246,12 @@ LinkModel probeLink(Transport& t, double* ownRoundsSeconds, bool wires) {
   // CERAR rounds of 1 KiB messages up, as the runtime will stream them, until they cost no
   // more than 1.2 times their bytes at the long round's rate (beyond, the last point's rate
   // holds) or 1 MiB: where the per-round floor gives way to the bytes, c is best.
-  Executor executor(link.windowBytes > 0 ? pacingFor(size_t(link.windowBytes)) : Pacing{});
+  const Pacing pacing = pacingFor(size_t(link.windowBytes));
+  Executor executor(pacing);
   double choices = 0;  // seconds spent on the rings' own rounds
-  probePoint(t, executor, 1u << 10, wires, choices);  // warm-up: the executor's buffers
+  probePoint(t, executor, kFirstRoundBytes, wires, choices);  // warm-up: the executor's buffers
   choices = 0;
-  for (size_t bytes = 1u << 10; bytes <= kLastRoundBytes; bytes *= 4) {
+  for (size_t bytes : probeMessageSizes(pacing.segmentBytes)) {
     // The same messages on CERAR, the exact ring and the fp16 wire ring: each choice's own cost.
     const auto [cerar, ring, wire] = probePoint(t, executor, bytes, wires, choices);
     link.rounds.push_back({double(bytes), cerar});

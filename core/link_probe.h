@@ -24,6 +24,14 @@ namespace cerar {
 // no fp16 wire curve (wireRounds stays empty).
 LinkModel probeLink(Transport& transport, double* ownRoundsSeconds = nullptr, bool wires = true);
 
+// The message sizes the probe times, increasing: 1 KiB, 4 KiB, ... 1 MiB, and the executor's
+// segment (`segmentBytes`) where it falls between them. A round's cost is flat up to one segment
+// and climbs past it, so interpolating over a segment misprices the c whose messages are one
+// segment long, often the fastest (N=4 at 2.5 Gbit/s, 32 KiB segments: runs of 32 KiB messages
+// took 0.2 ms per round, interpolation between 16 and 64 KiB said 0.28 ms, and auto chose
+// 64 KiB messages, 1.2x slower).
+std::vector<size_t> probeMessageSizes(size_t segmentBytes);
+
 // Each figure's largest value over the ranks, on every rank: the slowest host bounds every
 // round of a ring, and all ranks must hold the same figures (selection agrees bit for bit).
 // Collective; every rank passes as many values.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/link_probe.h"
+#include "ops/paced_link.h"
 #include "ops/transport/inproc.h"
 
 namespace cerar {
@@ -22,11 +23,13 @@ TEST(LinkProbe, CerarRoundsAndOneSetOfFiguresOnEveryRank) {
   for (auto& thread : threads) thread.join();
 
   const LinkModel& link = links[0];
-  // 1 KiB, 4 KiB, ... until the rounds cost their bytes, at most 1 MiB.
+  // 1 KiB, 4 KiB, ... (and the segment of the window chosen) until the rounds cost their
+  // bytes, at most 1 MiB.
+  const auto sizes = probeMessageSizes(pacingFor(size_t(link.windowBytes)).segmentBytes);
   ASSERT_GE(link.rounds.size(), 1u);
-  ASSERT_LE(link.rounds.size(), 6u);
+  ASSERT_LE(link.rounds.size(), sizes.size());
   for (size_t i = 0; i < link.rounds.size(); ++i) {
-    EXPECT_EQ(link.rounds[i].bytes, double(1024u << (2 * i)));
+    EXPECT_EQ(link.rounds[i].bytes, double(sizes[i]));
     EXPECT_GT(link.rounds[i].seconds, 0);
     if (i) {
       EXPECT_GE(link.rounds[i].seconds, link.rounds[i - 1].seconds);
@@ -60,6 +63,18 @@ TEST(LinkProbe, CerarRoundsAndOneSetOfFiguresOnEveryRank) {
       EXPECT_EQ(other.wireRounds[i].seconds, link.wireRounds[i].seconds);
     }
   }
+}
+
+// The segment is probed where the powers of 4 from 1 KiB miss it (a round's cost bends there).
+TEST(LinkProbe, SizesIncludeTheSegment) {
+  const std::vector<size_t> plain = {1u << 10, 4u << 10, 16u << 10, 64u << 10, 256u << 10,
+                                     1u << 20};
+  EXPECT_EQ(probeMessageSizes(256u << 10), plain);  // no window: 256 KiB segments
+  EXPECT_EQ(probeMessageSizes(16u << 10), plain);   // a 32 KiB window
+  EXPECT_EQ(probeMessageSizes(32u << 10),           // a 64 KiB window
+            (std::vector<size_t>{1u << 10, 4u << 10, 16u << 10, 32u << 10, 64u << 10,
+                                 256u << 10, 1u << 20}));
+  EXPECT_EQ(probeMessageSizes(4u << 20), plain);  // past the last size: nothing to add
 }
 
 // Every rank ends with each figure's largest value, whichever rank measured it.
