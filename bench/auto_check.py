@@ -59,7 +59,29 @@ def report(outdir, tolerance):
             print(f"| {run['config']['name']} | {suite_report.size_text(d)} | {c} | {auto:.4f} | "
                   f"{name} | {floor:.4f} | {ratio:.3f} | {noise:.3f} | "
                   f"{'yes' if within else 'NO'} |")
+    twins = sorted(t for run in runs for t in twin_ratios(run))
+    if twins:
+        off = sorted(abs(t - 1) for t in twins)
+        print(f"\nThe floor of this run's noise: auto and the grid's run of the same c are one "
+              f"contender timed twice; per pass, auto ÷ same c, its median over the passes at "
+              f"{len(twins)} points: {twins[0]:.3f}-{twins[-1]:.3f}, |ratio - 1| median "
+              f"{off[len(off) // 2]:.3f}, {sum(o > tolerance for o in off)} of {len(off)} "
+              f"above {tolerance:.0%}.")
     return 0 if ok else 1
+
+
+def twin_ratios(run):
+    """Per size where the grid ran auto's c: the median over the interleaved passes of auto's
+    time ÷ that c's time in the same pass (two identical contenders: 1 without noise)."""
+    ratios = []
+    for _, table in sorted(suite_report.by_size(run).items()):
+        auto = table.get("cerar-auto")
+        same = next((r for r in suite_report.grid_rows(table)
+                     if auto and r["c"] == auto.get("c")), None)
+        if same and auto.get("runs_s") and same.get("runs_s"):
+            pairs = sorted(a / b for a, b in zip(auto["runs_s"], same["runs_s"]))
+            ratios.append(pairs[len(pairs) // 2])
+    return ratios
 
 
 def main(argv=None):
