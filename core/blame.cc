@@ -321,9 +321,10 @@ Status agreeOnFailure(const Status& observed, BlameBoard* board, const BlameOpti
     if (o.hostedByRankZero && o.rank == 0) {
       for (int r = 1; r < o.size; ++r) {
         if (result.peer == r && isLoss(result.code)) continue;  // the lost rank never will
-        deadline = reports[r] || !isLoss(observed.code) ? posted : slow;
+        const bool tooSlowToPost = isLoss(observed.code) && !reports[r];
+        deadline = tooSlowToPost ? slow : posted;
         while (Clock::now() < deadline && !board->read(key("done", r), limit())) {
-          if (deadline == slow && board->read(lossMarkKey(o.scope, r), limit())) break;
+          if (tooSlowToPost && board->read(lossMarkKey(o.scope, r), limit())) break;
           pause(deadline);
         }
       }

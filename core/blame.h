@@ -79,8 +79,9 @@ std::chrono::milliseconds recentStall(std::chrono::milliseconds recent);
 // The failure this rank reports, given what it `observed`: for a timeout or a lost peer, the
 // rank that every survivor names (with kTimeout if it went silent, kPeerLost if its links
 // closed or it failed on its own); any other failure is posted and returned unchanged.
-// Returns within 1.5 x options.window (rank 0 hosting the board: 3 x, or options.timeout +
-// 2.5 x when a survivor was too slow to post and is still alive); never throws.
+// Returns within 1.5 x options.window (rank 0 hosting the board: 3 x, and when a survivor was
+// too slow to post and is still alive, the larger of that and options.timeout + 1.5 x);
+// never throws.
 Status agreeOnFailure(const Status& observed, BlameBoard* board, const BlameOptions& options);
 
 // Leaves this rank's loss mark with the board (see above), once options.scope is agreed; gives
