@@ -24,6 +24,12 @@ CONFIGS = "lo4,lo8,4@1000,8@1000,4@2500,8@2500,4@5000,8@5000,4@10000,8@10000"
 SIZES = "4M,16M,64M,256M"
 
 
+def same_c(auto, grid):
+    """The grid's row of auto's c (the same contender as auto), or None (auto ran the ring or a
+    c off the grid)."""
+    return next((r for r in grid if r["c"] == auto.get("c")), None)
+
+
 def verdicts(run, tolerance):
     """One row per size: (size, auto c, auto s, floor name, floor s, ratio, noise, within)."""
     rows = []
@@ -33,7 +39,7 @@ def verdicts(run, tolerance):
         if not auto or not ring or not grid:
             continue
         best = min(grid, key=lambda r: r["median_s"])
-        same = next((r for r in grid if r["c"] == auto.get("c")), None)
+        same = same_c(auto, grid)
         chosen = (auto["median_s"] + same["median_s"]) / 2 if same else auto["median_s"]
         twin = abs(auto["median_s"] / same["median_s"] - 1) if same else 0
         floor = ring if ring["median_s"] <= best["median_s"] else best
@@ -76,8 +82,7 @@ def twin_ratios(run):
     ratios = []
     for _, table in sorted(suite_report.by_size(run).items()):
         auto = table.get("cerar-auto")
-        same = next((r for r in suite_report.grid_rows(table)
-                     if auto and r["c"] == auto.get("c")), None)
+        same = same_c(auto, suite_report.grid_rows(table)) if auto else None
         if same and auto.get("runs_s") and same.get("runs_s"):
             pairs = sorted(a / b for a, b in zip(auto["runs_s"], same["runs_s"]))
             ratios.append(pairs[len(pairs) // 2])

@@ -163,6 +163,15 @@ class Suite:
             self.notes.append(f"mpi: mpirun exit {p.returncode} (see the log)")
         return sink.rows
 
+    def cerar_torch_fails(self, what):
+        """Whether cerar's interpreter cannot import cerar.torch; if so, notes that `what` was
+        skipped."""
+        if subprocess.run([self.cerar_py, "-c", "import cerar.torch"],
+                          capture_output=True).returncode == 0:
+            return False
+        self.notes.append(f"{what}: `import cerar.torch` fails in {self.cerar_py}; skipped")
+        return True
+
     def lossy(self, cfg, sizes):
         """Time and error side by side on Gaussian data: torch-gloo (float32, fp16 cast) and
         cerar's runtime (its wires, Python casts, CERAR, auto, error budgets)."""
@@ -170,8 +179,7 @@ class Suite:
         common = ["--sizes", sizes, "--repeats", str(a.repeats)]
         rows = self.ranks([self.torch_py, os.path.join(HERE, "torch_contender.py"),
                            "--mode", "lossy"] + common, cfg, a.timeout)
-        if subprocess.run([self.cerar_py, "-c", "import cerar.torch"], capture_output=True).returncode:
-            self.notes.append("cerar lossy contenders: `import cerar.torch` fails in .venv; skipped")
+        if self.cerar_torch_fails("cerar lossy contenders"):
             return rows
         cerar_py = [self.cerar_py, os.path.join(HERE, "torch_contender.py"), "--mode", "cerar-lossy"] + common
         for extra in [["--algorithm", "ring"], ["--algorithm", "cerar"], ["--algorithm", "auto"]] + [
@@ -202,9 +210,7 @@ class Suite:
                 for hook in ("none", "fp16"):
                     rows += self.ranks(torch_py + ["--mode", "ddp", "--hook", hook, "--repeats",
                                                    str(a.repeats)], cfg, a.timeout)
-                if subprocess.run([self.cerar_py, "-c", "import cerar.torch"], capture_output=True).returncode:
-                    self.notes.append("cerar runtime: `import cerar.torch` fails in .venv; skipped")
-                else:
+                if not self.cerar_torch_fails("cerar runtime"):
                     for alg in ("ring", "cerar"):
                         rows += self.ranks([self.cerar_py, os.path.join(HERE, "torch_contender.py"),
                                             "--mode", "ddp", "--hook", "cerar", "--algorithm",
