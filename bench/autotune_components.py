@@ -6,7 +6,7 @@ One job of N ranks (one per namespace of the emulated cluster with --rate-mbit, 
 bench/autotune_resnet50.py; loopback without), a step = one all-reduce of a float32 tensor of
 --size-mib, waited for. In that job (the runtime restarted with init() overrides per setting):
 
-1. the sweep: every scale of c of the autotuner's grid (core/autotune.h) from fresh starts,
+1. the sweep: every scale of c of the autotuner's grid (core/policy/autotune.h) from fresh starts,
    the scales interleaved, --repeats passes, --warmup + --steps steps each (the step time of a
    start: the median of its steps);
 2. autotuning: CERAR_AUTOTUNE from the defaults until it freezes (steps counted), then

@@ -8,7 +8,7 @@ drawing `--steps-per-sample` of that point's measured steps (with replacement) a
 their median, so both optimisers see the noise this machine really had. Compared, over
 `--trials` replays:
 
-- walk: the runtime's coordinate descent (core/autotune.h): every threshold at the starting
+- walk: the runtime's coordinate descent (core/policy/autotune.h): every threshold at the starting
   cycle time, every cycle time at the best threshold, every threshold again at the best
   cycle time; 9 + 5 + 8 samples (fewer where points repeat). `--single-pass` drops the
   second threshold sweep.

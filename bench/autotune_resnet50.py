@@ -9,7 +9,7 @@ of the emulated cluster (bench/netem.sh: links shaped both ways; needs root); ev
 first as backward produces them, then waits for all. In that one job (the runtime restarted
 with init() overrides for each setting; a restart is a new rendezvous, not a new process):
 
-1. the sweep: every fusion threshold x cycle time of the autotuner's grid (core/autotune.h),
+1. the sweep: every fusion threshold x cycle time of the autotuner's grid (core/policy/autotune.h),
    then every scale of c at the best of those (CERAR_COMPONENTS_SCALE), `--steps` measured
    steps each after `--warmup`;
 2. autotuning: CERAR_AUTOTUNE from the default settings until it freezes (steps counted), then

@@ -1,5 +1,5 @@
 // Measures the error of every budget choice on the suite's data, the table the calibrated
-// predictions (core/error_calibration.h) come from, and checks them:
+// predictions (core/policy/error_calibration.h) come from, and checks them:
 //
 //   cerar-bench-error [--buffers B] [--ranks 2,4,8,16,32] [--lengths 1024]
 //                     [--gradients tests/data/gradients.npy] [--kinds gaussian,...]
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error_calibration.h"
+#include "core/policy/error_calibration.h"
 #include "tools/error_sample.h"
 
 using namespace cerar;

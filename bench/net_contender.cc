@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "core/link_probe.h"
-#include "core/rendezvous/tcp_store.h"
-#include "core/selection.h"
+#include "core/policy/link_probe.h"
+#include "rendezvous/tcp_store.h"
+#include "core/policy/selection.h"
 #include "bench/gloo_allreduce.h"
 #include "ops/communicator.h"
 #include "ops/paced_link.h"
@@ -251,7 +251,7 @@ int main(int argc, char** argv) {
     }
     // alpha, beta of small/large ring exchanges on these links, gamma of the codec (rank 0's).
     // --segment-bytes and --window-bytes set the executor's pacing, and the model charges its
-    // segments (core/selection.h, wholeSegmentBytes).
+    // segments (core/policy/selection.h, wholeSegmentBytes).
     const auto probeStart = Clock::now();
     double ownRounds = 0;  // of which the rings' own rounds (this rank's)
     // As the runtime probes without an error budget: cerar-auto chooses without one.

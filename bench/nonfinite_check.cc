@@ -1,7 +1,7 @@
 // cerar-bench-nonfinite: what CERAR's non-finite check costs on finite data
 // (cerar-protocol.md, "Non-finite and near-overflow inputs"), on N local ranks.
 //   runtime path: pack the gradient into the fusion buffer, then CERAR, as
-//     core/allreduce_pipeline.cc does: the range test fused into the packing copy and the
+//     core/execution/allreduce_pipeline.cc does: the range test fused into the packing copy and the
 //     verdict in band, vs the plain copy and no verdict; and each half alone, to show where a
 //     difference comes from;
 //   engine path: Communicator::allreduce with exactOnNonFinite on (it reads the buffer, and the
@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "bench/quantile.h"
-#include "core/scaling.h"
-#include "ops/common/error.h"
+#include "core/execution/scaling.h"
+#include "common/error.h"
 #include "ops/communicator.h"
 #include "tools/local_job.h"
 

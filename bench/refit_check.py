@@ -12,7 +12,7 @@ probe's model, E = observed - modelled, which cannot tell a per-round cost from 
 
 For each size of each run this prints auto's c, the per-round reading's c and the median time
 of the grid's c nearest to it (log scale), against auto's and the grid's best. It first checks
-that its copy of the model (core/selection.cc: the probe's rounds interpolated, a message
+that its copy of the model (core/policy/selection.cc: the probe's rounds interpolated, a message
 longer than a segment charged its segments whole, the fewest components within 0.5 % of the
 fastest) gives the c the run used; --partial-segments drops the whole-segment charge, as the
 model did before (the runs named *-selection and the headline).
@@ -22,12 +22,12 @@ import json, math, os, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from suite_report import by_size, grid_rows, load, size_text  # noqa: E402
 
-TOLERANCE = 0.005  # core/selection.h kComponentsTolerance
+TOLERANCE = 0.005  # core/policy/selection.h kComponentsTolerance
 MAX_COMPONENTS = 16384
 
 
 def round_seconds(m, probe, overhead=0.0, whole_segments=True):
-    """core/selection.cc transferSeconds + arithmetic, with measured rounds: a message longer
+    """core/policy/selection.cc transferSeconds + arithmetic, with measured rounds: a message longer
     than the run's segment is charged its segments whole (wholeSegmentBytes)."""
     points, s, codec_bytes = probe["rounds"], probe.get("segment_bytes") or 0, m
     if whole_segments and s and m > s:

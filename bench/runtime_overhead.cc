@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/runtime.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "ops/communicator.h"
 #include "tools/local_job.h"
 

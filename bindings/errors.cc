@@ -9,7 +9,7 @@
 #include <string>
 
 #include "bindings/tensors.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace py = pybind11;
 

@@ -10,12 +10,12 @@
 #include "bindings/settings.h"
 #include "bindings/store.h"
 #include "bindings/tensors.h"
-#include "core/message.h"
+#include "core/control/message.h"
 #include "core/runtime.h"
 #ifdef CERAR_HAVE_CUDA
-#include "core/cuda/cuda_device_ops.h"
+#include "core/device/cuda/cuda_device_ops.h"
 #endif
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace py = pybind11;
 using namespace cerar;

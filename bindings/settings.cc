@@ -2,7 +2,7 @@
 
 #include <pybind11/stl.h>
 
-#include "core/settings.h"
+#include "core/config/settings.h"
 
 namespace py = pybind11;
 
@@ -57,7 +57,7 @@ void registerSettings(py::module_& m) {
         for (const Setting& s : settings()) rows.append(rowDict(s));
         return rows;
       },
-      "The settings table (core/settings.h): one dict per setting, job-wide ones first.");
+      "The settings table (core/config/settings.h): one dict per setting, job-wide ones first.");
 }
 
 }  // namespace cerar::bindings

@@ -5,7 +5,7 @@
 
 namespace cerar::bindings {
 
-// Defines RuntimeConfig (one attribute per row of core/settings.h) and settings().
+// Defines RuntimeConfig (one attribute per row of core/config/settings.h) and settings().
 void registerSettings(pybind11::module_& m);
 
 }  // namespace cerar::bindings

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "bindings/store.h"
-#include "core/rendezvous/tcp_store.h"
-#include "ops/common/error.h"
+#include "rendezvous/tcp_store.h"
+#include "common/error.h"
 
 namespace py = pybind11;
 
@@ -65,7 +65,7 @@ void defineServer(py::module_& m) {
 void defineClient(py::module_& m) {
   using Client = std::shared_ptr<TcpStore>;
   py::class_<TcpStore, Client>(m, "StoreClient",
-                               "A connection to a rendezvous store (core/rendezvous/tcp_store.h).")
+                               "A connection to a rendezvous store (rendezvous/tcp_store.h).")
       .def(py::init([](const std::string& host, uint16_t port, const std::string& secret,
                        double timeoutSeconds) {
              const auto limit = millisecondsOf(timeoutSeconds);

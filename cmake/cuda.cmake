@@ -36,7 +36,7 @@ if(CERAR_HAVE_CUDA)
     ${PROJECT_SOURCE_DIR}/ops/transport/device_select.cc)
   target_include_directories(cerar_ops_cuda PUBLIC ${NCCL_INCLUDE_DIR})
   target_link_libraries(cerar_ops_cuda PUBLIC cerar_ops CUDA::cudart ${NCCL_LIBRARY})
-  add_library(cerar_cuda STATIC ${PROJECT_SOURCE_DIR}/core/cuda/cuda_device_ops.cc)
+  add_library(cerar_cuda STATIC ${PROJECT_SOURCE_DIR}/core/device/cuda/cuda_device_ops.cc)
   target_link_libraries(cerar_cuda PUBLIC cerar cerar_ops_cuda)
   # The directory's compile options are for the host compiler: hand them to nvcc through
   # -Xcompiler. No FMA contraction on the device either (cerar-protocol.md).

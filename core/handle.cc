@@ -2,8 +2,8 @@
 
 #include <mutex>
 
-#include "core/operation.h"
-#include "ops/common/error.h"
+#include "core/control/operation.h"
+#include "common/error.h"
 
 namespace cerar {
 

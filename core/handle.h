@@ -20,7 +20,7 @@ class Handle {
   // True once the operation has ended, successfully or not.
   bool poll() const;
   // Blocks until the operation ends; throws the cerar::Error subclass of its status's code
-  // (ops/common/error.h): TimeoutError, PeerLostError, MismatchError, ShutDownError, ...
+  // (common/error.h): TimeoutError, PeerLostError, MismatchError, ShutDownError, ...
   void wait() const;
   // Like wait() with a limit; returns false if the operation is still running.
   bool waitFor(std::chrono::milliseconds limit) const;

@@ -4,7 +4,7 @@
 #include <cctype>
 #include <cstdio>
 
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar {
 

@@ -1,19 +1,19 @@
-// The runtime's front end: each call checks its arguments (core/arguments.h) and enqueues
-// one unit for the coordinator thread (core/coordinator.h), which does everything else.
+// The runtime's front end: each call checks its arguments (core/control/arguments.h) and enqueues
+// one unit for the coordinator thread (core/control/coordinator.h), which does everything else.
 #include "core/runtime.h"
 
 #include <algorithm>
 #include <thread>
 
-#include "core/arguments.h"
-#include "core/bootstrap.h"
-#include "core/config.h"
-#include "core/coordinator.h"
-#include "core/device.h"
-#include "core/device_queue.h"
-#include "core/job_config.h"
+#include "core/control/arguments.h"
+#include "core/config/bootstrap.h"
+#include "core/config/config.h"
+#include "core/control/coordinator.h"
+#include "core/device/device.h"
+#include "core/device/device_queue.h"
+#include "core/config/job_config.h"
 #include "ops/collectives.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "ops/transport/inproc.h"
 
 namespace cerar {
@@ -208,7 +208,7 @@ class RuntimeImpl final : public Runtime {
   }
 
   // A process set change: negotiated in set 0 under one name, so every rank applies the same
-  // changes in the same order (core/process_sets.h).
+  // changes in the same order (core/control/process_sets.h).
   static std::unique_ptr<Entry> processSetChange() {
     auto entry = std::make_unique<Entry>();
     entry->request.names = {"cerar.process_set.change"};

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/handle.h"
-#include "core/runtime_config.h"
+#include "core/config/runtime_config.h"
 #include "core/runtime_stats.h"
 #include "core/types.h"
 #include "ops/codec/wire.h"

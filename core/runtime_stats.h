@@ -31,7 +31,7 @@ struct RuntimeStats {
   uint64_t tensorsScattered = 0;      // tensors they held
   // The error per fused buffer of CERAR, of a 16-bit wire, and of any buffer decided within a
   // budget (0 while none ran): the bound predicted by the spec's error terms, relative to
-  // max sum_i |g_i| (always; core/error_budget.h), and, with debugError, the measured
+  // max sum_i |g_i| (always; core/policy/error_budget.h), and, with debugError, the measured
   // max |result - exact float32 ring| / max |exact ring| over this rank's elements for CERAR
   // and 16-bit wire buffers (last buffer, worst, and the sum over measuredBuffers buffers).
   double predictedErrorMax = 0;

@@ -1,6 +1,6 @@
 #include "core/types.h"
 
-#include "core/message.h"
+#include "core/control/message.h"
 
 namespace cerar {
 

@@ -9,8 +9,8 @@
 #include <memory>
 #include <vector>
 
-#include "ops/common/dtype.h"
-#include "ops/common/status.h"
+#include "common/dtype.h"
+#include "common/status.h"
 
 namespace cerar {
 
@@ -19,7 +19,7 @@ class DeviceOps;
 struct DeviceSetup;
 
 // Makes the device side of a runtime for CUDA device `device` (-1: its own choice); set by
-// builds with CUDA (core/cuda/cuda_device_ops.h) and by tests. See core/device.h.
+// builds with CUDA (core/device/cuda/cuda_device_ops.h) and by tests. See core/device/device.h.
 using DeviceOpsFactory =
     std::function<std::unique_ptr<DeviceOps>(int device, const DeviceSetup& setup)>;
 

@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "ops/algorithms/adasum.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar {
 

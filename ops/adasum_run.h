@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "ops/common/dtype.h"
+#include "common/dtype.h"
 #include "ops/run_types.h"
 #include "ops/transport/transport.h"
 

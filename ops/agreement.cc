@@ -2,8 +2,8 @@
 
 #include <vector>
 
-#include "ops/common/dtype.h"
-#include "ops/common/error.h"
+#include "common/dtype.h"
+#include "common/error.h"
 #include "ops/communicator.h"
 
 namespace cerar {

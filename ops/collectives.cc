@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "ops/control_frame.h"
 
 namespace cerar {

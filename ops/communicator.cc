@@ -7,7 +7,7 @@
 #include "ops/agreement.h"
 #include "ops/algorithms/share_correction.h"
 #include "ops/codec/int8_wire.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar {
 

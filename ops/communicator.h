@@ -44,7 +44,7 @@ struct AllreduceOptions {
   // With an fp16 wire: ranks first OR codec::fp16GuardBits of their buffers, and unless the
   // guard passes every rank runs the float32 ring instead (RunStats::wireFallback), so that
   // no partial sum overflows to inf and no buffer goes as subnormals (the error budget's
-  // fp16 bound, core/error_budget.h). A one-byte exchange and a read of the buffer.
+  // fp16 bound, core/policy/error_budget.h). A one-byte exchange and a read of the buffer.
   bool fp16Guard = false;
   // Error feedback (docs/wires.md): with a lossy wire on float32 host data, `count` floats where
   // this rank's losses are written (ops/wire_run.h); zeros where no wire ran. Null: not kept.

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "ops/common/bytes.h"
-#include "ops/common/error.h"
+#include "common/bytes.h"
+#include "common/error.h"
 
 namespace cerar::control_frame {
 

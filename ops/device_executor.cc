@@ -10,7 +10,7 @@
 #include "ops/codec/range.h"
 #include "ops/collectives.h"
 #include "ops/codec/cuda/cuda_util.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "ops/plan_run.h"
 
 namespace cerar {

@@ -5,7 +5,7 @@
 #include "ops/agreement.h"
 #include "ops/codec/codec.h"
 #include "ops/codec/range.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "ops/plan_run.h"
 #include "ops/wire_run.h"
 

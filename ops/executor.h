@@ -8,7 +8,7 @@
 
 #include "ops/algorithms/plan.h"
 #include "ops/codec/wire.h"
-#include "ops/common/dtype.h"
+#include "common/dtype.h"
 #include "ops/run_types.h"
 #include "ops/transport/transport.h"
 

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "ops/codec/wire.h"
-#include "ops/common/dtype.h"
+#include "common/dtype.h"
 
 namespace cerar {
 

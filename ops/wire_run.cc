@@ -1,7 +1,7 @@
 #include "ops/wire_run.h"
 
 #include "ops/codec/int8_wire.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "ops/plan_run.h"
 
 namespace cerar {

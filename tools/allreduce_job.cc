@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar {
 

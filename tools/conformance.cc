@@ -9,7 +9,7 @@
 #include <map>
 #include <string>
 
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "tools/allreduce_job.h"
 
 namespace {

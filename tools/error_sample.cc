@@ -10,7 +10,7 @@
 #include "ops/algorithms/plan.h"
 #include "ops/codec/codec.h"
 #include "ops/codec/int8_wire.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar::errors {
 namespace {

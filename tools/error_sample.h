@@ -1,4 +1,4 @@
-// The measured error of each budget choice (core/error_calibration.h) on sampled data: all N
+// The measured error of each budget choice (core/policy/error_calibration.h) on sampled data: all N
 // ranks of CERAR or of the exact ring (float32, or with a 16-bit or int8 wire) run in lock
 // step in one thread with the codec's own arithmetic, so that thousands of buffers take seconds; the
 // result is bit-identical to the executor's (tests/cpp/error_calibration_test.cc checks it).

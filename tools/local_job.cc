@@ -10,8 +10,8 @@
 #include <random>
 #include <thread>
 
-#include "core/rendezvous/tcp_store.h"
-#include "ops/common/error.h"
+#include "rendezvous/tcp_store.h"
+#include "common/error.h"
 #include "ops/transport/gloo_tcp.h"
 #include "ops/transport/inproc.h"
 

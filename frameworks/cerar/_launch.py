@@ -44,7 +44,7 @@ def forwarded(environ):
 
 
 def _knob_settings():
-    """The settings that have a cerarrun flag, from the settings table (core/settings.cc)."""
+    """The settings that have a cerarrun flag, from the settings table (core/config/settings.cc)."""
     from cerar._cerar import settings
     return [row for row in settings() if row["flag"]]
 

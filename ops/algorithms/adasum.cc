@@ -6,7 +6,7 @@
 #include <type_traits>
 
 #include "ops/codec/half.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar {
 

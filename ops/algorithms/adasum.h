@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "ops/algorithms/plan.h"
-#include "ops/common/dtype.h"
-#include "ops/common/status.h"
+#include "common/dtype.h"
+#include "common/status.h"
 
 namespace cerar {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/common/status.h"
+#include "common/status.h"
 
 namespace cerar {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar {
 namespace {

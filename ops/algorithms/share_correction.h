@@ -12,7 +12,7 @@
 #include <cstddef>
 
 #include "ops/algorithms/plan.h"
-#include "ops/common/dtype.h"
+#include "common/dtype.h"
 
 namespace cerar {
 

@@ -7,7 +7,7 @@
 
 #include "ops/codec/codec_simd.h"
 #include "ops/codec/half.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar::codec {
 namespace {

@@ -7,7 +7,7 @@
 
 #include <cstddef>
 
-#include "ops/common/dtype.h"
+#include "common/dtype.h"
 
 namespace cerar::codec {
 

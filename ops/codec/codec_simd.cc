@@ -8,7 +8,7 @@
 
 #include "ops/codec/codec_loops.h"
 #include "ops/codec/wire.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar::codec {
 

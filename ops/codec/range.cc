@@ -1,6 +1,6 @@
 #include "ops/codec/range.h"
 
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar::codec {
 namespace {

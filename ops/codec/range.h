@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "ops/common/dtype.h"
+#include "common/dtype.h"
 
 namespace cerar::codec {
 
@@ -53,7 +53,7 @@ class RangeCheck {
 };
 
 // The test over n elements at `data` (f32 or f64). A read of the buffer; where a copy is made
-// anyway, fold RangeCheck into it instead (core/scaling.h).
+// anyway, fold RangeCheck into it instead (core/execution/scaling.h).
 bool beyondCerarRange(DType dtype, const void* data, size_t n, int N);
 
 }  // namespace cerar::codec

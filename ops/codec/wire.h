@@ -35,7 +35,7 @@ void decodeWire(Wire wire, const uint16_t* in, float* out, size_t n);
 // out[i] = cast(float(y[i]) + g[i]): one hop of the reduce-scatter, the add in float32.
 void accumulateWire(Wire wire, const uint16_t* y, const float* g, uint16_t* out, size_t n);
 
-// The guard of an fp16 wire chosen by the error budget (core/error_budget.h), from one rank's
+// The guard of an fp16 wire chosen by the error budget (core/policy/error_budget.h), from one rank's
 // buffer: bit 0, some |x| >= 2^15 / N or inf (N such values sum below 2^15, and N roundings
 // up by 1 + 2^-11 keep partial sums below fp16's 65504 for N < 1400: no overflow to inf);
 // bit 1, some |x| >= 2^-10 (not all in or near fp16's subnormal range, where a cast errs by

@@ -9,7 +9,7 @@
 
 #include "ops/codec/cuda/cuda_util.h"
 #include "ops/collectives.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 #ifndef CERAR_NO_NCCL
 #include "ops/transport/nccl.h"
 #endif

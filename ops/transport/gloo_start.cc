@@ -16,7 +16,7 @@
 #include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "ops/transport/gloo_message.h"
 #include "ops/transport/gloo_tcp.h"
 #include "ops/transport/link_auth.h"

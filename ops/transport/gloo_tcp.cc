@@ -5,7 +5,7 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "ops/transport/gloo_message.h"
 
 namespace cerar {

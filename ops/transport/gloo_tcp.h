@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/common/status.h"
+#include "common/status.h"
 #include "ops/transport/transport.h"
 
 namespace gloo {
@@ -38,7 +38,7 @@ struct GlooOptions {
   // of the proof up to it.
   std::chrono::milliseconds startLimit{1000};
   // Takes this rank's start-up outcome (ok, or the link that failed) and returns the job's,
-  // so that every rank fails alike (core/bootstrap.cc agrees through the store). Unset: this
+  // so that every rank fails alike (core/config/bootstrap.cc agrees through the store). Unset: this
   // rank's own outcome decides.
   std::function<Status(const Status&)> agreeOnStart;
 };

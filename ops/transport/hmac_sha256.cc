@@ -5,7 +5,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar {
 

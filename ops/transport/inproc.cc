@@ -7,7 +7,7 @@
 #include <mutex>
 #include <vector>
 
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar {
 

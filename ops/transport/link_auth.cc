@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "ops/transport/transport.h"
 
 namespace cerar {

@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "ops/common/status.h"
+#include "common/status.h"
 #include "ops/transport/hmac_sha256.h"
 
 namespace cerar {

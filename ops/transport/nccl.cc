@@ -12,7 +12,7 @@
 #include <gloo/rendezvous/store.h>
 #endif
 
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar {
 namespace {

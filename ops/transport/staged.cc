@@ -3,7 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "ops/codec/cuda/cuda_util.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar {
 

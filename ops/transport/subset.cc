@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar {
 

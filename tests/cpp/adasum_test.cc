@@ -11,7 +11,7 @@
 #include "ops/adasum_run.h"
 #include "ops/algorithms/adasum.h"
 #include "ops/codec/half.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "ops/transport/inproc.h"
 #include "adasum_reference.h"
 

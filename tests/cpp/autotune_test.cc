@@ -6,8 +6,8 @@
 #include <functional>
 #include <set>
 
-#include "core/autotune.h"
-#include "ops/common/error.h"
+#include "core/policy/autotune.h"
+#include "common/error.h"
 
 namespace cerar {
 namespace {

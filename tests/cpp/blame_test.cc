@@ -1,4 +1,4 @@
-// Agreement on a lost rank (core/blame.h), with ranks as threads over an in-memory board.
+// Agreement on a lost rank (core/control/blame.h), with ranks as threads over an in-memory board.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -9,8 +9,8 @@
 #include <set>
 #include <thread>
 
-#include "core/blame.h"
-#include "ops/common/error.h"
+#include "core/control/blame.h"
+#include "common/error.h"
 
 namespace cerar {
 namespace {

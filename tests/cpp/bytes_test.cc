@@ -4,8 +4,8 @@
 
 #include <cstring>
 
-#include "ops/common/bytes.h"
-#include "ops/common/error.h"
+#include "common/bytes.h"
+#include "common/error.h"
 
 namespace cerar {
 namespace {

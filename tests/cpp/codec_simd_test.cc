@@ -18,7 +18,7 @@
 #include "ops/codec/half.h"
 #include "ops/codec/wire.h"
 #include "ops/codec/int8_wire.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar::codec {
 namespace {

@@ -9,7 +9,7 @@
 #include <limits>
 #include <thread>
 
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "simulate.h"
 #include "tools/allreduce_job.h"
 #include "tools/local_job.h"

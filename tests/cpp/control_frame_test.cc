@@ -5,10 +5,10 @@
 #include <cstring>
 #include <thread>
 
-#include "core/dispatch.h"
-#include "core/negotiation.h"
+#include "core/execution/dispatch.h"
+#include "core/control/negotiation.h"
 #include "ops/collectives.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "ops/control_frame.h"
 #include "ops/transport/inproc.h"
 

@@ -1,8 +1,8 @@
 // The coordinator's parts beside its cycle: the published counters and the fusion parameters.
 #include <gtest/gtest.h>
 
-#include "core/coordinator_tuning.h"
-#include "core/stats_publisher.h"
+#include "core/policy/coordinator_tuning.h"
+#include "core/control/stats_publisher.h"
 
 namespace cerar {
 namespace {

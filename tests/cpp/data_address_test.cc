@@ -1,13 +1,13 @@
-// The data links' address (core/rendezvous/data_address.h), SLURM's host lists
-// (core/rendezvous/host_list.h) and the launchers' variables that name them.
+// The data links' address (rendezvous/data_address.h), SLURM's host lists
+// (rendezvous/host_list.h) and the launchers' variables that name them.
 #include <map>
 
 #include <gtest/gtest.h>
 
-#include "core/config.h"
-#include "core/rendezvous/data_address.h"
-#include "core/rendezvous/host_list.h"
-#include "ops/common/error.h"
+#include "core/config/config.h"
+#include "rendezvous/data_address.h"
+#include "rendezvous/host_list.h"
+#include "common/error.h"
 
 namespace cerar {
 namespace {

@@ -1,4 +1,4 @@
-// The error budget (core/error_budget.h): the selector's choices on a fixed cost model, the
+// The error budget (core/policy/error_budget.h): the selector's choices on a fixed cost model, the
 // fp16 guard, and a 4-process job whose ranks differ in their settings and link figures but
 // run rank 0's choices, each within its predicted error of an extended-precision sum.
 #include <gtest/gtest.h>
@@ -6,9 +6,9 @@
 #include <cmath>
 #include <random>
 
-#include "core/config.h"
-#include "core/error_budget.h"
-#include "core/fusion.h"
+#include "core/config/config.h"
+#include "core/policy/error_budget.h"
+#include "core/policy/fusion.h"
 #include "ops/algorithms/share_correction.h"
 #include "runtime_scenarios.h"
 #include "tools/local_job.h"

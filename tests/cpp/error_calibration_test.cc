@@ -1,4 +1,4 @@
-// The calibrated predictions of the error budget (core/error_calibration.h) against measured
+// The calibrated predictions of the error budget (core/policy/error_calibration.h) against measured
 // errors: over 1000 buffers per N = 2..16 and data kind, at most 0.1 % of buffers above the
 // calibrated prediction and none above the strict bound, for every choice; the length
 // dependence at a few lengths; the goal case of the selector (N = 8 at 200 Mbit/s, 64 MiB,
@@ -10,12 +10,12 @@
 #include <cmath>
 #include <filesystem>
 
-#include "core/config.h"
-#include "core/coordinator_tuning.h"
-#include "core/error_budget.h"
-#include "core/error_calibration.h"
+#include "core/config/config.h"
+#include "core/policy/coordinator_tuning.h"
+#include "core/policy/error_budget.h"
+#include "core/policy/error_calibration.h"
 #include "ops/algorithms/share_correction.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "simulate.h"
 #include "tools/error_sample.h"
 

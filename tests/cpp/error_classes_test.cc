@@ -2,9 +2,9 @@
 // what ranks disagree on MismatchError, cerar's own faults InternalError.
 #include <gtest/gtest.h>
 
-#include "core/dispatch.h"
+#include "core/execution/dispatch.h"
 #include "core/runtime.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "ops/transport/inproc.h"
 
 namespace cerar {

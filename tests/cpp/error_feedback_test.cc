@@ -1,4 +1,4 @@
-// Error feedback (core/error_feedback.h, ops/wire_run.h's `lost`): every rank's losses, summed,
+// Error feedback (core/execution/error_feedback.h, ops/wire_run.h's `lost`): every rank's losses, summed,
 // are the lossy wire's error on every element; where no wire ran nothing was lost; residuals
 // are kept per name and dropped when a name's shape changes or an exact run consumed them.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <limits>
 #include <thread>
 
-#include "core/error_feedback.h"
+#include "core/execution/error_feedback.h"
 #include "ops/communicator.h"
 #include "ops/transport/inproc.h"
 #include "simulate.h"

@@ -5,7 +5,7 @@
 #include <gloo/context.h>
 #include <gtest/gtest.h>
 
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "ops/communicator.h"
 #include "ops/transport/gloo_tcp.h"
 #include "tools/local_job.h"

@@ -1,4 +1,4 @@
-// Horovod's variables (core/settings.cc's aliases, core/variable_names.h): each alias read in
+// Horovod's variables (core/config/settings.cc's aliases, core/config/variable_names.h): each alias read in
 // its own units, the cerar variable winning with a warning, and no name without effect passed
 // over silently.
 #include <gtest/gtest.h>
@@ -9,11 +9,11 @@
 #include <set>
 #include <sstream>
 
-#include "core/config.h"
-#include "core/settings.h"
-#include "core/variable_names.h"
-#include "ops/common/env.h"
-#include "ops/common/error.h"
+#include "core/config/config.h"
+#include "core/config/settings.h"
+#include "core/config/variable_names.h"
+#include "common/env.h"
+#include "common/error.h"
 #include "variables.h"
 
 namespace cerar {

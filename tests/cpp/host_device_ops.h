@@ -10,9 +10,9 @@
 #include <cstring>
 #include <mutex>
 
-#include "core/device.h"
-#include "core/scaling.h"
-#include "ops/common/error.h"
+#include "core/device/device.h"
+#include "core/execution/scaling.h"
+#include "common/error.h"
 
 namespace cerar::testing {
 

@@ -8,11 +8,11 @@
 #include <limits>
 #include <random>
 
-#include "core/error_budget.h"
+#include "core/policy/error_budget.h"
 #include "ops/algorithms/plan.h"
 #include "ops/codec/int8_wire.h"
 #include "ops/codec/wire.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "simulate.h"
 
 namespace cerar {

@@ -1,4 +1,4 @@
-// Agree once, decide once: rank 0's job-wide settings are the job's (core/job_config.h), the
+// Agree once, decide once: rank 0's job-wide settings are the job's (core/config/job_config.h), the
 // coordinator rank decides every fusion group's layout and algorithm and the response carries
 // it, and a process can start and stop the runtime again and again.
 #include <gtest/gtest.h>
@@ -7,11 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/config.h"
-#include "core/fusion.h"
-#include "core/job_config.h"
-#include "core/negotiation.h"
-#include "core/rendezvous/tcp_store.h"
+#include "core/config/config.h"
+#include "core/policy/fusion.h"
+#include "core/config/job_config.h"
+#include "core/control/negotiation.h"
+#include "rendezvous/tcp_store.h"
 #include "ops/transport/inproc.h"
 #include "child_processes.h"
 #include "runtime_scenarios.h"

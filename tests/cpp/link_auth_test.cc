@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "ops/transport/hmac_sha256.h"
 #include "ops/transport/inproc.h"
 #include "ops/transport/link_auth.h"

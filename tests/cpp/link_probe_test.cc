@@ -6,7 +6,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/link_probe.h"
+#include "core/policy/link_probe.h"
 #include "ops/paced_link.h"
 #include "ops/transport/inproc.h"
 

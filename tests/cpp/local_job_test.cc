@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "tools/local_job.h"
 
 namespace cerar {

@@ -1,6 +1,6 @@
 // A rank killed in the middle of all-reduces, with ranks started as torchrun starts them (rank 0
 // hosts the store; no launcher ends the survivors): every survivor's handle throws
-// PeerLostError naming the killed rank (core/blame.h), soon after the kill. Also when no
+// PeerLostError naming the killed rank (core/control/blame.h), soon after the kill. Also when no
 // survivor can see its links close: then the store's evidence decides.
 #include <gtest/gtest.h>
 
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "core/runtime.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar {
 namespace {

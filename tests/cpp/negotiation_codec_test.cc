@@ -2,8 +2,8 @@
 // mismatch (ranks disagree on the bytes), as a corrupt control frame is.
 #include <gtest/gtest.h>
 
-#include "core/negotiation_codec.h"
-#include "ops/common/error.h"
+#include "core/control/negotiation_codec.h"
+#include "common/error.h"
 
 namespace cerar {
 namespace {

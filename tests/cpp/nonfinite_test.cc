@@ -12,7 +12,7 @@
 #include <random>
 #include <set>
 
-#include "core/scaling.h"
+#include "core/execution/scaling.h"
 #include "host_device_ops.h"
 #include "ops/algorithms/plan.h"
 #include "ops/algorithms/share_correction.h"
@@ -283,7 +283,7 @@ TEST(NonFinite, FiniteOutlierConfinedToCoupledElements) {
               d - coupled.size());
 }
 
-// Large packing copies take the streaming path (core/scaling.cc): the same bits and the same
+// Large packing copies take the streaming path (core/execution/scaling.cc): the same bits and the same
 // verdict wherever the value lies (head before alignment, vector body, tail).
 template <typename T>
 void streamingCopyExact() {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "ops/algorithms/plan.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar {
 namespace {

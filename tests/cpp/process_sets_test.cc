@@ -4,12 +4,12 @@
 
 #include <thread>
 
-#include "core/fusion.h"
+#include "core/policy/fusion.h"
 #include "runtime_scenarios.h"
-#include "core/negotiation.h"
-#include "core/process_sets.h"
+#include "core/control/negotiation.h"
+#include "core/control/process_sets.h"
 #include "ops/collectives.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "ops/transport/inproc.h"
 #include "ops/transport/subset.h"
 

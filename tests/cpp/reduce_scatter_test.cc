@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ops/algorithms/plan.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "ops/communicator.h"
 #include "ops/transport/inproc.h"
 #include "simulate.h"

@@ -8,7 +8,7 @@
 
 #include "adasum_reference.h"
 #include "core/runtime.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "ops/transport/inproc.h"
 
 namespace cerar {

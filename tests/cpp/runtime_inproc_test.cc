@@ -8,7 +8,7 @@
 #include <future>
 #include <unistd.h>
 
-#include "core/message.h"
+#include "core/control/message.h"
 #include "ops/control_frame.h"
 #include "ops/algorithms/plan.h"
 #include "ops/transport/inproc.h"

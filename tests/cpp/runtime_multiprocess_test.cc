@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/rendezvous/tcp_store.h"
+#include "rendezvous/tcp_store.h"
 #include "child_processes.h"
 #include "runtime_scenarios.h"
 #include "tools/local_job.h"

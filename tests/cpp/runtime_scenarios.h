@@ -16,7 +16,7 @@
 
 #include "core/runtime.h"
 #include "json_check.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar::scenarios {
 

@@ -6,14 +6,14 @@
 #include <limits>
 #include <map>
 
-#include "core/config.h"
-#include "core/fusion.h"
-#include "core/negotiation.h"
-#include "core/response_cache.h"
-#include "core/scaling.h"
-#include "core/selection.h"
-#include "core/stall_inspector.h"
-#include "ops/common/error.h"
+#include "core/config/config.h"
+#include "core/policy/fusion.h"
+#include "core/control/negotiation.h"
+#include "core/control/response_cache.h"
+#include "core/execution/scaling.h"
+#include "core/policy/selection.h"
+#include "core/control/stall_inspector.h"
+#include "common/error.h"
 
 namespace cerar {
 namespace {

@@ -19,9 +19,9 @@
 
 #include <gtest/gtest.h>
 
-#include "core/config.h"
-#include "core/rendezvous/tcp_store.h"
-#include "ops/common/error.h"
+#include "core/config/config.h"
+#include "rendezvous/tcp_store.h"
+#include "common/error.h"
 #include "runtime_scenarios.h"
 
 namespace cerar {

@@ -1,4 +1,4 @@
-// Algorithm selection (core/selection.h): the ring or CERAR per buffer, c from the cost model
+// Algorithm selection (core/policy/selection.h): the ring or CERAR per buffer, c from the cost model
 // (with and without the probe's CERAR rounds), each choice by its own cost, the autotuner's
 // scale of c, forced settings.
 #include <gtest/gtest.h>
@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/error_budget.h"
-#include "core/selection.h"
+#include "core/policy/error_budget.h"
+#include "core/policy/selection.h"
 
 namespace cerar {
 namespace {

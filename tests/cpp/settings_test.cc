@@ -1,4 +1,4 @@
-// The settings table (core/settings.h) and the environment parser (ops/common/env.h): the table
+// The settings table (core/config/settings.h) and the environment parser (common/env.h): the table
 // drives reading, the job-wide list and docs/settings.md, so they cannot disagree.
 #include <gtest/gtest.h>
 
@@ -10,12 +10,12 @@
 #include <set>
 #include <sstream>
 
-#include "core/config.h"
-#include "ops/common/env.h"
-#include "core/job_config.h"
-#include "core/rendezvous/tcp_store.h"
-#include "core/settings.h"
-#include "ops/common/error.h"
+#include "core/config/config.h"
+#include "common/env.h"
+#include "core/config/job_config.h"
+#include "rendezvous/tcp_store.h"
+#include "core/config/settings.h"
+#include "common/error.h"
 #include "variables.h"
 
 namespace cerar {
@@ -212,7 +212,7 @@ std::string docTable() {
 
 TEST(Settings, TheDocsTableIsTheSettingsTable) {
   EXPECT_EQ(docTable(), settingsMarkdown())
-      << "docs/settings.md disagrees with core/settings.cc; its table between the markers "
+      << "docs/settings.md disagrees with core/config/settings.cc; its table between the markers "
          "should read:\n"
       << settingsMarkdown();
 }

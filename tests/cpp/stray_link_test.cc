@@ -18,9 +18,9 @@
 
 #include <gtest/gtest.h>
 
-#include "core/bootstrap.h"
-#include "core/rendezvous/tcp_store.h"
-#include "ops/common/error.h"
+#include "core/config/bootstrap.h"
+#include "rendezvous/tcp_store.h"
+#include "common/error.h"
 #include "ops/transport/gloo_message.h"
 #include "ops/transport/gloo_tcp.h"
 #include "ops/transport/transport.h"

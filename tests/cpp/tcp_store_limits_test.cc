@@ -18,14 +18,14 @@
 #include <gloo/common/error.h>
 #include <gtest/gtest.h>
 
-#include "core/rendezvous/tcp_store.h"
-#include "core/rendezvous/wire.h"
+#include "rendezvous/tcp_store.h"
+#include "rendezvous/framing.h"
 
 namespace cerar {
 namespace {
 
 using namespace std::chrono_literals;
-using namespace rendezvous_wire;
+using namespace store_framing;
 
 std::vector<char> bytes(const std::string& s) { return std::vector<char>(s.begin(), s.end()); }
 

@@ -11,9 +11,9 @@
 #include <gloo/common/error.h>
 #include <gtest/gtest.h>
 
-#include "core/rendezvous/tcp_store.h"
-#include "core/rendezvous/wire.h"
-#include "ops/common/error.h"
+#include "rendezvous/tcp_store.h"
+#include "rendezvous/framing.h"
+#include "common/error.h"
 
 namespace cerar {
 namespace {
@@ -179,7 +179,7 @@ TEST(TcpStore, NoServerFailsWithinTheTimeoutNamingTheAddress) {
 // A client as a process that is killed: it says hello, leaves `key`, and its socket closes
 // (as the kernel closes a dead process's sockets), with no goodbye.
 void connectLeaveKeyAndDie(uint16_t port, const std::string& secret, const std::string& key) {
-  using namespace rendezvous_wire;
+  using namespace store_framing;
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(fd, 0);
   sockaddr_in addr{};
@@ -246,12 +246,12 @@ uint16_t fakeStore(std::thread& thread, std::vector<char> reply) {
     auto readFrame = [fd] {
       unsigned char header[4];
       if (recv(fd, header, 4, MSG_WAITALL) != 4) return;
-      std::vector<char> body(rendezvous_wire::decodeLength({header[0], header[1], header[2],
+      std::vector<char> body(store_framing::decodeLength({header[0], header[1], header[2],
                                                             header[3]}));
       recv(fd, body.data(), body.size(), MSG_WAITALL);
     };
     readFrame();  // the hello
-    const char ok[] = {1, 0, 0, 0, char(rendezvous_wire::ReplyStatus::kOk)};
+    const char ok[] = {1, 0, 0, 0, char(store_framing::ReplyStatus::kOk)};
     send(fd, ok, sizeof ok, MSG_NOSIGNAL);
     readFrame();
     send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
@@ -263,7 +263,7 @@ uint16_t fakeStore(std::thread& thread, std::vector<char> reply) {
 
 // A reply the protocol cannot hold is the store's internal error, not a Gloo or standard one.
 TEST(TcpStore, AMalformedReplyIsAnInternalError) {
-  const char ok = char(rendezvous_wire::ReplyStatus::kOk);
+  const char ok = char(store_framing::ReplyStatus::kOk);
   for (const std::vector<char>& reply :
        {std::vector<char>{3, 0, 0, 0, ok, 1, 2},  // add's counter cut to two bytes
         std::vector<char>{0, 0, 0, 0}}) {          // a frame of nothing
@@ -280,7 +280,7 @@ TEST(TcpStore, AnAddressNoSocketCanTakeIsAnInvalidArgument) {
 }
 
 TEST(TcpStore, CountersRefuseWithCerarErrors) {
-  using namespace rendezvous_wire;
+  using namespace store_framing;
   EXPECT_EQ(addCounter(parseCounter({'4', '1'}), 1), 42);
   EXPECT_THROW(parseCounter({'x'}), InvalidArgumentError);
   EXPECT_THROW(addCounter(INT64_MAX, 1), InvalidArgumentError);

@@ -1,4 +1,4 @@
-// The timeline's file (core/timeline.h): Horovod's activity names and layout, events nested by
+// The timeline's file (core/execution/timeline.h): Horovod's activity names and layout, events nested by
 // time, cycle marks when asked, valid JSON after stop() and after each flush(); and a 2-rank
 // runtime's file, written by rank 0 alone for a path without "{rank}".
 #include <gtest/gtest.h>
@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <thread>
 
-#include "core/settings.h"
-#include "core/timeline.h"
+#include "core/config/settings.h"
+#include "core/execution/timeline.h"
 #include "host_device_ops.h"
 #include "ops/transport/inproc.h"
 #include "runtime_scenarios.h"

@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "ops/common/env.h"
+#include "common/env.h"
 
 namespace cerar::testing {
 

@@ -10,7 +10,7 @@
 
 #include "ops/codec/half.h"
 #include "ops/codec/wire.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "simulate.h"
 
 namespace cerar {

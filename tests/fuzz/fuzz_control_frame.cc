@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "ops/control_frame.h"
 
 using namespace cerar::control_frame;

@@ -1,10 +1,10 @@
-// libFuzzer target: the negotiation decoders (core/negotiation_codec.cc). The first byte picks the
+// libFuzzer target: the negotiation decoders (core/control/negotiation_codec.cc). The first byte picks the
 // request or the response decoder; what decodes must have sizes that fit (checked shapes).
 #include <cstdint>
 #include <vector>
 
-#include "core/negotiation_codec.h"
-#include "ops/common/error.h"
+#include "core/control/negotiation_codec.h"
+#include "common/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

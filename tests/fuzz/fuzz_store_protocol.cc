@@ -1,4 +1,4 @@
-// libFuzzer target: the rendezvous store's server (core/rendezvous/tcp_store.cc,
+// libFuzzer target: the rendezvous store's server (rendezvous/tcp_store.cc,
 // store_session.cc, store_requests.cc) fed raw bytes over a Unix-domain socket. The first
 // byte's low bit sends the right hello first. After the input the client closes its sending
 // side; the server must then close the connection within seconds (no parked request, claimed
@@ -14,8 +14,8 @@
 #include <cstring>
 #include <string>
 
-#include "core/rendezvous/tcp_store.h"
-#include "core/rendezvous/wire.h"
+#include "rendezvous/tcp_store.h"
+#include "rendezvous/framing.h"
 
 namespace {
 const std::string& socketPath() {
@@ -57,9 +57,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   bool open = true;
   if (data[0] & 1) {
-    cerar::rendezvous_wire::Writer hello;
+    cerar::store_framing::Writer hello;
     hello.str("k");
-    open = sendAll(fd, cerar::rendezvous_wire::frame(1, hello.data).data(), 10);
+    open = sendAll(fd, cerar::store_framing::frame(1, hello.data).data(), 10);
   }
   if (open) sendAll(fd, data + 1, size - 1);
   shutdown(fd, SHUT_WR);

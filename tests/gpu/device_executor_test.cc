@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "tests/gpu/run_plans.h"
 
 namespace cerar {

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <numeric>
 
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "ops/transport/nccl.h"
 #include "tests/gpu/gpu_test_util.h"
 

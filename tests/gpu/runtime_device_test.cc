@@ -1,4 +1,4 @@
-// The runtime with CUDA tensors on a real device (core/cuda/cuda_device_ops.cc): ranks are
+// The runtime with CUDA tensors on a real device (core/device/cuda/cuda_device_ops.cc): ranks are
 // threads sharing one GPU over the in-process transport, so the device transport is Gloo-style
 // staging through pinned memory; NCCL is checked where one GPU allows (one rank, and the clear
 // refusal of two ranks on one GPU). Results equal the same runtime's host tensors bit for bit.
@@ -8,9 +8,9 @@
 #include <random>
 #include <thread>
 
-#include "core/cuda/cuda_device_ops.h"
+#include "core/device/cuda/cuda_device_ops.h"
 #include "core/runtime.h"
-#include "ops/common/error.h"
+#include "common/error.h"
 #include "ops/transport/inproc.h"
 #include "tests/gpu/gpu_test_util.h"
 

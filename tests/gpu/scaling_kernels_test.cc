@@ -1,11 +1,11 @@
 // The runtime's element-wise kernels (prescale/postscale/average, a joined rank's identity)
-// against the host's core/scaling.cc, bit for bit.
+// against the host's core/execution/scaling.cc, bit for bit.
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "core/scaling.h"
-#include "ops/common/error.h"
+#include "core/execution/scaling.h"
+#include "common/error.h"
 #include "ops/codec/half.h"
 #include "tests/gpu/gpu_test_util.h"
 

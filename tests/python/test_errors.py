@@ -134,7 +134,7 @@ def _assert_named(results, victim, expected):
 ])
 def test_every_survivor_names_the_lost_rank(victim, signal_, expected):
     """One rank killed or frozen mid-all-reduce: each survivor raises `expected`, naming the
-    victim, within the timeout plus the agreement window (core/blame.h) and some slack."""
+    victim, within the timeout plus the agreement window (core/control/blame.h) and some slack."""
     def strike(procs):
         procs[victim].send_signal(signal_)
         return time.time(), victim
@@ -167,7 +167,7 @@ def test_a_survivor_too_slow_to_post_is_not_named():
 
 def test_a_resumed_frozen_rank_names_itself():
     """Rank 2 frozen past the timeout, then resumed: the others name it, and it says that it
-    was the silent one (core/blame.h, the stall watch) instead of blaming a live peer whose
+    was the silent one (core/control/blame.h, the stall watch) instead of blaming a live peer whose
     links it finds closed on waking."""
     def strike(procs):
         procs[2].send_signal(signal.SIGSTOP)

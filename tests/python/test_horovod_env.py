@@ -1,4 +1,4 @@
-"""Horovod's variables in a cerarrun job (core/settings.cc's aliases, core/variable_names.h)."""
+"""Horovod's variables in a cerarrun job (core/config/settings.cc's aliases, core/config/variable_names.h)."""
 import pytest
 
 from conftest import run_job

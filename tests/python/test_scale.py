@@ -18,14 +18,14 @@ MAX_AVERAGE_MESSAGE_BYTES = 2048
 
 
 # The link start-up's agreement polls one counter every 10 ms until every rank has reported
-# (core/bootstrap.cc): none for the last to report, a few for the others; allowed up to 2 s.
+# (core/config/bootstrap.cc): none for the last to report, a few for the others; allowed up to 2 s.
 AGREEMENT_POLLS = 200
 
 
 def rendezvous_requests(n):
     """A rank's fewest requests to the store: hello, its start count, the job settings, its loss
     mark (4); the data links' start (ops/transport/gloo_start.cc): its address record (1) and a
-    wait and a get of every peer's (2 (n - 1)); the links' agreement (core/bootstrap.cc): its
+    wait and a get of every peer's (2 (n - 1)); the links' agreement (core/config/bootstrap.cc): its
     outcome and its count (2), then polls of the count (0 to AGREEMENT_POLLS more)."""
     return 4 + 1 + 2 * (n - 1) + 2
 

@@ -1,4 +1,4 @@
-"""The settings table as Python sees it (cerar._cerar.settings(), core/settings.cc): it makes
+"""The settings table as Python sees it (cerar._cerar.settings(), core/config/settings.cc): it makes
 RuntimeConfig's attributes and cerarrun's knob flags, so neither can miss a setting."""
 import pytest
 

@@ -9,7 +9,7 @@
 #include <limits>
 
 #include "ops/codec/cuda/codec_cuda.cuh"
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar::cuda {
 namespace {

@@ -11,7 +11,7 @@
 #include <cstddef>
 #include <string>
 
-#include "ops/common/dtype.h"
+#include "common/dtype.h"
 
 namespace cerar::cuda {
 
@@ -30,7 +30,7 @@ void storeAndEncode(DType dtype, double eps, const void* y, const void* g, size_
 // out = y.
 void store(DType dtype, const void* y, void* out, size_t n, void* stream);
 
-// data *= factor, in place, as the host's scaledCopy (core/scaling.h): f32/f64 in their own
+// data *= factor, in place, as the host's scaledCopy (core/execution/scaling.h): f32/f64 in their own
 // precision, f16/bf16 through float. factor 1 enqueues nothing; other dtypes throw.
 void scale(DType dtype, void* data, size_t n, double factor, void* stream);
 // data = the identity of `op` (0; +inf/-inf for min/max, the extremes for integers), as the

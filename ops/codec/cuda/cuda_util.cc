@@ -4,7 +4,7 @@
 
 #include <thread>
 
-#include "ops/common/error.h"
+#include "common/error.h"
 
 namespace cerar::cuda {
 

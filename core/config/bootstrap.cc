@@ -1,0 +1,254 @@
+#include "core/config/bootstrap.h"
+
+#include <gloo/common/error.h>
+
+#ifndef CERAR_NO_GLOO
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <optional>
+#include <thread>
+#include <string>
+#include <vector>
+
+#include "core/config/config.h"
+#include "core/config/job_config.h"
+#include "core/log.h"
+#include "rendezvous/data_address.h"
+#include "rendezvous/tcp_store.h"
+#include "common/error.h"
+#include "ops/transport/gloo_tcp.h"
+#include "ops/transport/link_auth.h"
+
+namespace cerar {
+namespace {
+
+// The address of this rank's data links (data_address.h), logged at info; NCCL's sockets, when
+// a device transport is built, follow the same choice unless NCCL_SOCKET_IFNAME is set.
+DataAddress dataAddressOf(const RuntimeConfig& config) {
+  DataAddressInputs inputs;
+  inputs.rank = config.rank;
+  inputs.iface = config.iface;
+  inputs.ifaceBy = config.ifaceVariable;
+  inputs.rendezvousAddr = config.rendezvousAddr;
+  inputs.peersRemote = config.localSize < config.size;
+  inputs.interfaces = localInterfaces();
+  DataAddress data = chooseDataAddress(inputs);
+  Logger(config.rank, parseLogLevel(config.logLevel), config.logSink)
+      .log(LogLevel::kInfo, "data links on " + data.reason);
+  if (config.deviceOps) {
+    const auto lookup = [](const std::string& name) -> std::optional<std::string> {
+      const char* value = std::getenv(name.c_str());
+      return value == nullptr ? std::nullopt : std::optional<std::string>(value);
+    };
+    for (const auto& [name, value] : ncclEnvironmentFor(data, lookup)) {
+      setenv(name.c_str(), value.c_str(), 0);  // before NCCL reads it at its first init
+    }
+  }
+  return data;
+}
+
+// Rank 0's bytes under `key` to every rank.
+std::vector<uint8_t> exchangeThroughStore(TcpStore& store, const std::string& key, int rank,
+                                          const std::vector<uint8_t>& mine) {
+  try {
+    if (rank == 0) {
+      store.set(key, std::vector<char>(mine.begin(), mine.end()));
+      return mine;
+    }
+    const std::vector<char> bytes = store.get(key);
+    return std::vector<uint8_t>(bytes.begin(), bytes.end());
+  } catch (const gloo::IoException& e) {  // the store lost or silent: rank 0 did not post
+    throw TimeoutError(detail::concat("cerar: rank ", rank, ": the job settings from rank 0 ('",
+                                      key, "' at ", store.address(), ") did not arrive: ",
+                                      e.what()),
+                       0);
+  }
+}
+
+// The rendezvous store as the board where failures are posted (core/control/blame.h).
+class StoreBoard final : public BlameBoard {
+ public:
+  explicit StoreBoard(std::shared_ptr<TcpStore> store) : store_(std::move(store)) {}
+  void post(const std::string& key, const std::string& value,
+            std::chrono::milliseconds limit) override {
+    store_->set(key, std::vector<char>(value.begin(), value.end()), limit);
+  }
+  std::optional<std::string> read(const std::string& key,
+                                  std::chrono::milliseconds limit) override {
+    if (!store_->check({key}, limit)) return std::nullopt;
+    auto value = store_->get(key, limit);
+    return std::string(value.begin(), value.end());
+  }
+  void postOnLoss(const std::string& key, std::chrono::milliseconds limit) override {
+    store_->setOnLoss(key, {}, limit);
+  }
+
+ private:
+  std::shared_ptr<TcpStore> store_;
+};
+
+// Members in this order: the store (a client) closes before rank 0's server.
+struct Rendezvous {
+  std::unique_ptr<TcpStoreServer> server;
+  std::shared_ptr<TcpStore> store;  // shared with the blame board
+};
+
+using std::chrono::milliseconds;
+
+// How long one data link may take to start (GlooOptions::startLimit): far above what a link
+// between live ranks needs, and short enough that a stray connection fails start-up in seconds.
+constexpr milliseconds kLinkStartLimit{1000};
+
+// The key the data links prove at start-up (link_auth.h): the job secret; without one (a
+// single-host job, whose store is a private Unix socket) 16 random bytes from rank 0 through
+// the store, fresh for each start.
+std::string linkKeyOf(TcpStore& store, const RuntimeConfig& config, const std::string& prefix) {
+  if (!config.secret.empty()) return config.secret;
+  std::vector<uint8_t> mine;
+  if (config.rank == 0) {
+    const LinkNonce random = freshLinkNonce();
+    mine.assign(random.begin(), random.end());
+  }
+  const auto key = exchangeThroughStore(store, prefix + "/link-key", config.rank, mine);
+  return std::string(key.begin(), key.end());
+}
+
+// The job's outcome of the links' start-up, the same on every rank: each rank posts its own
+// ("" for ok) and counts itself in one counter, a failure with kFailedReport added; the failure
+// of the lowest rank that posted one decides. Each rank polls the counter alone (one request per
+// poll, whatever the job's size) until every rank has reported, up to `limit`; once a failure
+// is counted, only `grace` more (the other ends of a failed link fail within their start limit).
+constexpr int64_t kFailedReport = int64_t(1) << 32;
+
+Status readLinkOutcomes(TcpStore& store, const std::string& prefix, int rank, int size,
+                        const Status& mine, milliseconds limit, milliseconds grace) {
+  using Clock = std::chrono::steady_clock;
+  auto key = [&](int r) { return detail::concat(prefix, "/links-started/", r); };
+  const std::string counter = prefix + "/links-reported";
+  store.set(key(rank), std::vector<char>(mine.message.begin(), mine.message.end()), limit);
+  int64_t count = store.add(counter, mine.ok() ? 1 : kFailedReport + 1);
+  auto deadline = Clock::now() + limit;
+  bool failed = false;
+  while (count % kFailedReport < size) {
+    if (!failed && count >= kFailedReport) {
+      failed = true;
+      deadline = std::min(deadline, Clock::now() + grace);
+    }
+    if (Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(milliseconds(10));
+    count = store.add(counter, 0);
+  }
+  if (count < kFailedReport && count % kFailedReport == size) return Status();
+  int missing = -1;
+  for (int r = 0; r < size; ++r) {
+    if (!store.check({key(r)}, limit)) {
+      if (missing < 0) missing = r;
+      continue;
+    }
+    const std::vector<char> text = store.get(key(r), limit);
+    if (!text.empty()) return Status(StatusCode::kPeerLost, std::string(text.begin(), text.end()));
+  }
+  return Status(StatusCode::kTimeout,
+                detail::concat("rank ", std::max(missing, 0), " did not report its data links' "
+                               "start-up within ", limit.count(), " ms"),
+                std::max(missing, 0));
+}
+
+Status agreeOnLinks(TcpStore& store, const std::string& prefix, int rank, int size,
+                    const Status& mine, milliseconds limit, milliseconds grace) {
+  try {
+    return readLinkOutcomes(store, prefix, rank, size, mine, limit, grace);
+  } catch (const std::exception& e) {
+    // The store is gone (its host failed: a rank that a stranger's message ended, say).
+    if (!mine.ok()) return mine;
+    return Status(StatusCode::kPeerLost,
+                  detail::concat("the rendezvous store failed while the ranks agreed on their "
+                                 "data links' start-up: ", e.what()));
+  }
+}
+
+GlooOptions glooOptionsOf(const DataAddress& data, const RuntimeConfig& agreed,
+                          const std::string& prefix) {
+  GlooOptions options;
+  if (data.named) {
+    options.iface = data.iface;
+  } else {
+    options.hostname = data.address;
+  }
+  options.timeout = timeoutOf(agreed);
+  options.prefix = prefix + "/links";
+  return options;
+}
+
+JobLinks connectLinks(const RuntimeConfig& config) {
+  CERAR_CHECK_ARGUMENT(config.rendezvousPort > 0, "cerar: rank ", config.rank, " of ",
+                       config.size, ": no rendezvous port (set CERAR_RENDEZVOUS_PORT)");
+  auto rendezvous = std::make_shared<Rendezvous>();
+  const StoreEndpoint endpoint = storeEndpointOf(config);  // the secret policy; may throw
+  // Before anything is connected: a rank that cannot publish a usable address fails at once.
+  const DataAddress data = dataAddressOf(config);
+  if (config.hostStore && config.rank == 0) {
+    rendezvous->server = std::make_unique<TcpStoreServer>(
+        endpoint.listen, uint16_t(config.rendezvousPort), config.secret,
+        StoreLimits::fromEnvironment());
+    rendezvous->server->start();
+  }
+  rendezvous->store = std::make_shared<TcpStore>(endpoint.connect,
+                                                 uint16_t(config.rendezvousPort), config.secret,
+                                                 rendezvousTimeoutOf(config));
+  TcpStore& store = *rendezvous->store;
+  // This process's n-th start on this store (under the scope, when given): every rank starts as
+  // often, so the count names this incarnation's keys on every rank, also on a store that
+  // outlives it (cerarrun's). An elastic generation's ranks agree on the scope instead.
+  const std::string scope = config.rendezvousScope.empty()
+                                ? std::string("cerar/runtime/")
+                                : detail::concat("cerar/runtime/", config.rendezvousScope, "/");
+  const int64_t epoch = store.add(detail::concat(scope, "starts/", config.rank), 1);
+  const std::string prefix = detail::concat(scope, epoch);
+  JobLinks links;
+  links.config = agreeJobConfig(config, [&](const std::vector<uint8_t>& mine) {
+    return exchangeThroughStore(store, prefix + "/job-settings", config.rank, mine);
+  });
+  GlooOptions gloo = glooOptionsOf(data, links.config, prefix);
+  gloo.linkKey = linkKeyOf(store, config, prefix);
+  gloo.startLimit = std::min(kLinkStartLimit, gloo.timeout);
+  // A rank posts once its connects (up to 2 start limits) and its proof (2) are done; once a
+  // failure is posted, the other end of its link fails within a start limit.
+  gloo.agreeOnStart = [&, limit = 6 * gloo.startLimit](const Status& mine) {
+    return agreeOnLinks(store, prefix, config.rank, config.size, mine, limit, gloo.startLimit);
+  };
+  links.transport = connectGloo(store, config.rank, config.size, gloo);
+  links.board = std::make_shared<StoreBoard>(rendezvous->store);
+  // Rank 0 closes the store it hosts before any rank leaves the shutdown handshake: a rank
+  // that starts again then reaches only the next incarnation's store.
+  Rendezvous* hosted = rendezvous.get();
+  links.beforeRelease = [hosted] { hosted->server.reset(); };
+  const TcpStore* client = rendezvous->store.get();  // lives as long as the runtime
+  links.storeTraffic = [client](RuntimeStats& stats) {
+    const TcpStore::Traffic traffic = client->traffic();
+    stats.rendezvousRequests = traffic.requests;
+    stats.rendezvousBytesSent = traffic.bytesSent;
+    stats.rendezvousBytesReceived = traffic.bytesReceived;
+  };
+  links.rendezvous = std::move(rendezvous);
+  return links;
+}
+
+}  // namespace
+
+JobLinks connectThroughStore(const RuntimeConfig& config) {
+  try {
+    return connectLinks(config);
+  } catch (const gloo::IoException& e) {
+    // The store client and Gloo's links fail with Gloo's type once their wait runs out (a store
+    // or peer that never answered): cerar's class for a silent peer, not Gloo's.
+    throw TimeoutError(detail::concat("cerar: rank ", config.rank, " of ", config.size,
+                                      ": the rendezvous did not complete: ", e.what()));
+  }
+}
+
+}  // namespace cerar
+
+#endif  // CERAR_NO_GLOO

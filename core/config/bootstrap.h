@@ -1,0 +1,34 @@
+// What a runtime starts from: its transport, the settings every rank agreed on, and, when
+// started through the rendezvous store, what the store serves it for the job (the failure
+// board, the counters). Runtime::start connects it (the store, Gloo's links, the data address);
+// Runtime::startWith wraps a caller's transport.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "core/control/blame.h"
+#include "core/config/runtime_config.h"
+#include "core/runtime_stats.h"
+
+namespace cerar {
+
+class Transport;
+
+struct JobLinks {
+  RuntimeConfig config;  // the job-wide settings every rank agreed on (core/config/job_config.h)
+  std::shared_ptr<Transport> transport;
+  std::shared_ptr<void> rendezvous;   // the store (and rank 0's server), kept for the job
+  std::shared_ptr<BlameBoard> board;  // where failures are posted; null: nowhere
+  // Runs on rank 0 before any rank leaves the shutdown handshake (closes the store it hosts).
+  std::function<void()> beforeRelease;
+  // Adds the store's counters to the stats; empty without a store.
+  std::function<void(RuntimeStats&)> storeTraffic;
+};
+
+// Connects `config`'s rank (of more than one) through the rendezvous store: the secret policy,
+// the data address (and NCCL's variables that follow it), rank 0's settings, Gloo's links.
+// Throws Error when a step fails; InvalidArgumentError when a setting forbids it.
+JobLinks connectThroughStore(const RuntimeConfig& config);
+
+}  // namespace cerar

@@ -1,0 +1,335 @@
+#include "core/control/coordinator.h"
+
+#include <algorithm>
+
+#include "core/config/config.h"
+#include "core/policy/fusion.h"
+#include "core/policy/link_probe.h"
+#include "ops/collectives.h"
+#include "common/error.h"
+
+namespace cerar {
+namespace {
+
+constexpr int kCoordinatorRank = 0;
+
+// Horovod's readiness ticks, on the coordinator rank's timeline: an instant named after `rank`
+// on the row of each tensor it asked for, at the cycle its request arrived (the ranks' requests
+// of a cycle arrive together, so a tick is as fine as the cycle).
+void recordReadiness(Timeline& timeline, const ResponseCache& cache, int rank,
+                     const RequestMessage& message, Clock::time_point arrived) {
+  const std::string tick = std::to_string(rank);
+  auto mark = [&](const Description& d, const std::vector<std::string>& names) {
+    for (const auto& name : names) timeline.record(tensorRow(d, name), tick, arrived, arrived);
+  };
+  for (const Request& request : message.requests) mark(request.description, request.names);
+  for (size_t slot : setBits(message.cacheBits)) {
+    const Response& cached = cache.at(slot);
+    mark(cached.description, cached.names);
+  }
+}
+
+}  // namespace
+
+Coordinator::Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport> transport,
+                         Queue& queue, Timeline& timeline, const Logger& logger,
+                         DeviceSlot& devices, ProcessSetTable& sets,
+                         std::function<void()> beforeRelease)
+    : config_(config), transport_(transport), queue_(queue), sets_(sets), timeline_(timeline),
+      logger_(logger), cache_(config.cacheCapacity), policy_(selectionPolicyOf(config)),
+      beforeRelease_(std::move(beforeRelease)),
+      stallInspector_(config.stallCheckSeconds, config.stallShutdownSeconds), devices_(devices),
+      dispatcher_(std::move(transport), timeline, devices), pending_(queue),
+      tuning_(config, transport_->size(), transport_->rank() == kCoordinatorRank, timeline,
+              logger),
+      finalizer_(timeoutOf(config)) {
+  if (transport_->rank() == kCoordinatorRank) {
+    table_ = std::make_unique<NegotiationTable>(transport_->size(), &sets_);
+  }
+  dispatcher_.setErrorBound(parseErrorBound(config.errorBound));
+  dispatcher_.setErrorFeedback(config.errorFeedback);
+  tuning_.report(stats_.working());
+  stats_.publish();
+}
+
+void Coordinator::probe() {
+  const LinkSetup setup = setUpLink(*transport_, config_, logger_);
+  link_ = setup.link;
+  dispatcher_.setPacing(setup.pacing);
+}
+
+void Coordinator::setBlameBoard(std::shared_ptr<BlameBoard> board, bool hostedByRankZero) {
+  board_ = std::move(board);
+  if (board_) blame_ = setUpBlame(*transport_, board_.get(), hostedByRankZero, timeoutOf(config_));
+}
+
+void Coordinator::run() {
+  auto next = Clock::now();
+  try {
+    while (true) {
+      queue_.sleepUntil(next);
+      timeline_.markCycle();
+      // The pace is the coordinator rank's last answer's (job-wide; it may be autotuned).
+      const auto cycle = std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double, std::milli>(tuning_.applied().cycleTimeMs));
+      next = std::max(next + cycle, Clock::now());  // a late cycle does not cause a burst
+      const ResponseMessage answer = negotiate(collectRequests());
+      ++stats_.working().cycles;
+      tuning_.apply(answer.tuning);
+      tuning_.report(stats_.working());
+      if (answer.shutdown) {
+        farewell();
+        finish(Status(StatusCode::kShutDown, "cerar has been shut down"));
+        return;
+      }
+      process(answer);
+      stats_.publish();
+      timeline_.flush();
+    }
+  } catch (const std::exception& e) {
+    const Status observed = statusOf(e);
+    const Status agreed = agreeOnFailure(observed, board_.get(), blame_);
+    const bool lost = agreed.code == StatusCode::kTimeout || agreed.code == StatusCode::kPeerLost;
+    finish(withContext(agreed, lost ? std::string("cerar: ")
+                                    : detail::concat("cerar: rank ", transport_->rank(),
+                                                     ": the runtime failed: "),
+                       ""));
+  }
+}
+
+RequestMessage Coordinator::collectRequests() {
+  RequestMessage message;
+  message.shutdown = queue_.shutdownRequested();
+  auto fresh = queue_.drain(message.join);
+  const auto now = Clock::now();
+  for (auto& entry : fresh) {
+    entry->requested = now;
+    const int32_t id = entry->request.description.processSet;
+    const auto set = sets_.find(id);
+    if (!set) {  // removed since it was enqueued: never sent
+      completeEntry(queue_, *entry,
+                    Status(StatusCode::kInvalidArgument,
+                           detail::concat("cerar: '", entry->request.names.front(),
+                                          "': process set ", id, " has been removed")));
+      continue;
+    }
+    const int64_t slot = cache_.capacity() > 0
+                             ? cache_.lookup(entry->request, entry->key,
+                                             set->rankOf(transport_->rank()))
+                             : -1;
+    if (slot >= 0) {
+      setBit(message.cacheBits, static_cast<size_t>(slot));
+      ++stats_.working().cacheHits;
+    } else {
+      message.requests.push_back(entry->request);
+      if (cache_.capacity() > 0) ++stats_.working().cacheMisses;
+    }
+    pending_.add(std::move(entry));
+  }
+  return message;
+}
+
+ResponseMessage Coordinator::negotiate(const RequestMessage& request) {
+  Transport& t = *transport_;
+  if (t.rank() != kCoordinatorRank) {
+    const std::vector<uint8_t> mine = encode(request);
+    gatherBytes(t, mine, kCoordinatorRank);
+    countControl(stats_.working(), mine.size(), true);
+    const std::vector<uint8_t> answer = broadcastBytes(t, {}, kCoordinatorRank);
+    countControl(stats_.working(), answer.size(), false);
+    return decodeResponseMessage(answer);
+  }
+  std::vector<uint8_t> answer;
+  try {
+    auto gathered = gatherBytes(t, encode(request), kCoordinatorRank);
+    const auto now = Clock::now();
+    for (int rank = 0; rank < t.size(); ++rank) {
+      if (rank != kCoordinatorRank) countControl(stats_.working(), gathered[rank].size(), false);
+      const RequestMessage message = decodeRequestMessage(gathered[rank]);
+      table_->receive(rank, message, cache_, now);  // checks the message first
+      if (timeline_.active()) recordReadiness(timeline_, cache_, rank, message, now);
+    }
+    // The table can be long; a stall is judged in seconds, so a glance every 50 ms suffices.
+    if (now - lastInspection_ >= std::chrono::milliseconds(50)) {
+      lastInspection_ = now;
+      auto report = stallInspector_.inspect(table_->waiting(), now);
+      if (!report.warning.empty()) logger_.log(LogLevel::kWarning, report.warning);
+      for (const auto& [key, error] : report.failures) {
+        logger_.log(LogLevel::kError, error.message);
+        table_->fail(key, error);
+      }
+    }
+    ResponseMessage decided = table_->decide(cache_);
+    decided.tuning = tuning_.decided();
+    SelectionPolicy policy = policy_;
+    policy.componentsScale = decided.tuning.point.componentsScale;
+    const auto setSize = [this](int32_t id) {
+      const auto set = sets_.find(id);
+      return set ? set->size() : 1;  // a removed set's units fail when processed
+    };
+    decided.groups = decideGroups(unitsOf(decided), setSize,
+                                  size_t(decided.tuning.point.thresholdBytes), link_, policy);
+    answer = encode(decided);
+  } catch (const TimeoutError&) {
+    throw;  // a silent peer: the others time out as well
+  } catch (const Error& e) {
+    // A corrupt or foreign message from some rank: every rank fails with the same reason
+    // instead of waiting out its timeout.
+    try {
+      broadcastAbort(t, e.what(), kCoordinatorRank);
+    } catch (const std::exception&) {
+      // Some rank is gone too; the original reason is the one to report.
+    }
+    throw;
+  }
+  broadcastBytes(t, answer, kCoordinatorRank);
+  for (int peer = 1; peer < t.size(); ++peer) {  // each but root
+    countControl(stats_.working(), answer.size(), true);
+  }
+  return decodeResponseMessage(answer);
+}
+
+UnitRefs Coordinator::unitsOf(const ResponseMessage& message) const {
+  UnitRefs units;
+  for (size_t slot : setBits(message.cacheBits)) units.push_back(&cache_.at(slot));
+  for (const Response& response : message.responses) units.push_back(&response);
+  return units;
+}
+
+void Coordinator::process(const ResponseMessage& message) {
+  // The same list on every rank (the caches agree). The units point into the cache: its puts
+  // (the same on every rank, in the same order) come last, once nothing reads them.
+  const UnitRefs units = unitsOf(message);
+
+  // Each unit's entry, looked up once (its key is built from its names).
+  std::vector<Entry*> entries;
+  entries.reserve(units.size());
+  for (const Response* unit : units) entries.push_back(pending_.find(unit->key()));
+  const auto responded = Clock::now();
+  for (size_t i = 0; i < units.size(); ++i) {
+    const Response& unit = *units[i];
+    Entry* entry = entries[i];
+    if (entry == nullptr) continue;
+    entry->responded = responded;
+    if (!timeline_.active()) continue;
+    const int32_t set = unit.description.processSet;
+    const std::string activity = negotiateActivity(unit.description);
+    for (const auto& name : unit.names) {
+      timeline_.record(tensorRow(unit.description, name), activity, entry->enqueued, responded,
+                       set == 0 ? "" : detail::concat("\"process_set\": ", set));
+    }
+  }
+
+  for (const FusedGroup& group : message.groups) runGroup(units, entries, group);
+
+  if (message.lastJoinedRank >= 0) {
+    if (auto join = queue_.takeJoin()) {
+      join->lastJoinedRank = message.lastJoinedRank;
+      join->complete({});
+    }
+  }
+  tuning_.feed(units, message.groups);
+  for (const Response* unit : units) cache_.put(*unit);
+}
+
+void Coordinator::runGroup(const UnitRefs& units,
+                           const std::vector<Entry*>& unitEntries, const FusedGroup& group) {
+  std::vector<const Response*> members;
+  std::vector<Entry*> entries;
+  CERAR_ENFORCE(!group.members.empty(), "malformed response: an empty fusion group");
+  for (uint32_t index : group.members) {
+    CERAR_ENFORCE(index < units.size(), "malformed response: fusion group member ", index,
+                  " of ", units.size(), " units");
+    members.push_back(units[index]);
+    entries.push_back(unitEntries[index]);
+  }
+  if (!members.front()->error.empty()) {  // errors are never fused
+    pending_.complete(members.front()->key(), members.front()->status());
+    return;
+  }
+  if (members.front()->description.kind == Kind::kProcessSet) {
+    changeSets(*members.front());
+    return;
+  }
+  const int32_t id = members.front()->description.processSet;
+  const auto set = sets_.find(id);
+  if (!set) {  // removed earlier in this answer: its members fail it alike
+    for (const Response* member : members) {
+      pending_.complete(member->key(), Status(StatusCode::kInvalidArgument,
+                                              detail::concat("cerar: '", member->names.front(),
+                                                             "': process set ", id,
+                                                             " has been removed")));
+    }
+    return;
+  }
+  if (!set->contains(transport_->rank())) return;  // another set's work
+  const auto dispatched = Clock::now();
+  for (size_t i = 0; i < members.size() && timeline_.active(); ++i) {
+    if (entries[i] == nullptr) continue;
+    for (const auto& name : members[i]->names) {
+      timeline_.record(tensorRow(members[i]->description, name), kQueueActivity,
+                       entries[i]->responded, dispatched);
+    }
+  }
+  DeviceUnit unit = dispatcher_.run(members, entries, group, stats_.working(), *set);
+  // Before any handle of the group completes: a caller that has waited sees the operation's
+  // effects in stats() (runtime.h).
+  stats_.publish();
+  if (!unit.mark) {
+    pending_.complete(entries, {});
+    return;
+  }
+  // A joined rank (no entries) counts its run too.
+  auto finish = std::move(unit.finish);
+  pending_.completeOnDevice(members, finalizer_, devices_.get(-1), std::move(unit.mark),
+                            [this, finish](const Status& status) {
+                              if (status.ok() && finish) stats_.countLate(finish);
+                            });
+}
+
+void Coordinator::changeSets(const Response& unit) {
+  const Description& d = unit.description;
+  const SetChange change =
+      applySetChange(sets_, d.root, std::vector<int>(d.splits.begin(), d.splits.end()));
+  if (change.removed) {
+    dispatcher_.forget(change.id);
+    if (table_) table_->dropSet(change.id);
+    // Operations of the set still pending here can no longer run.
+    pending_.completeSet(change.id, Status(StatusCode::kInvalidArgument,
+                                           detail::concat("cerar: process set ", change.id,
+                                                          " was removed while this operation "
+                                                          "waited")));
+  }
+  Entry* entry = pending_.find(unit.key());
+  if (entry != nullptr && change.outcome.ok()) entry->state->processSetId = change.id;
+  pending_.complete(unit.key(), change.outcome);
+}
+
+void Coordinator::farewell() {
+  // Nobody closes its links before everyone has the shutdown answer: a link closed early
+  // could reset a peer's last transfer.
+  try {
+    gatherBytes(*transport_, {}, kCoordinatorRank);
+    if (transport_->rank() == kCoordinatorRank && beforeRelease_) beforeRelease_();
+    broadcastBytes(*transport_, {}, kCoordinatorRank);
+  } catch (const std::exception& e) {
+    logger_.log(LogLevel::kDebug, std::string("shutdown handshake: ") + e.what());
+  }
+}
+
+void Coordinator::finish(const Status& why) {
+  // Device work already dispatched runs to its end (no device work touches a tensor after
+  // shutdown) and completes with its own outcome.
+  devices_.drain();
+  finalizer_.drain();
+  logger_.log(why.code == StatusCode::kShutDown ? LogLevel::kDebug : LogLevel::kError,
+              why.message);
+  std::shared_ptr<OperationState> join;
+  auto undrained = queue_.close(why, join);
+  pending_.completeAll(why);
+  for (auto& entry : undrained) entry->state->complete(why);
+  if (join) join->complete(why);
+  stats_.publish();
+}
+
+}  // namespace cerar

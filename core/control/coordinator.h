@@ -1,0 +1,89 @@
+// The coordinator thread's work, every cycle on every rank: report newly ready units to the
+// coordinator rank (0), receive one ordered answer, and run it — so every rank runs the same
+// collectives in the same order, whatever order and threads they were enqueued from.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/control/blame.h"
+#include "core/policy/coordinator_tuning.h"
+#include "core/execution/dispatch.h"
+#include "core/device/finalizer.h"
+#include "core/log.h"
+#include "core/control/negotiation.h"
+#include "core/control/operation.h"
+#include "core/control/pending.h"
+#include "core/control/response_cache.h"
+#include "core/config/runtime_config.h"
+#include "core/runtime_stats.h"
+#include "core/control/stall_inspector.h"
+#include "core/control/stats_publisher.h"
+
+namespace cerar {
+
+class Coordinator {
+ public:
+  // `beforeRelease` runs on the coordinator rank once every rank has asked to shut down and
+  // before any rank is let go (e.g. closing a rendezvous store it hosts, so that a rank that
+  // starts again cannot reach the old one).
+  // `sets`: this rank's process sets, changed here as negotiated changes are processed.
+  Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport> transport, Queue& queue,
+              Timeline& timeline, const Logger& logger, DeviceSlot& devices,
+              ProcessSetTable& sets, std::function<void()> beforeRelease = {});
+
+  // Measures the links for the cost model (all ranks together). Call before run().
+  void probe();
+  // Where a failure is posted so that survivors agree on a lost rank (core/control/blame.h). Every
+  // rank calls it before run(), all with a board or all without: rank 0 picks the scope.
+  void setBlameBoard(std::shared_ptr<BlameBoard> board, bool hostedByRankZero);
+  // Runs cycles until a rank asks to shut down or the transport fails; then every operation
+  // still pending on this rank fails with the reason, and later enqueues are refused.
+  void run();
+  // A copy of the counters; any thread.
+  RuntimeStats stats() const { return stats_.published(); }
+  // True on the thread that completes device operations (and runs their callbacks).
+  bool onFinalizerThread() { return finalizer_.onThread(); }
+
+ private:
+  RequestMessage collectRequests();
+  // The cycle's units: the cached ones in slot order, then the full responses.
+  // The cycle's units, by reference into the cache and `message`: valid until the next put.
+  UnitRefs unitsOf(const ResponseMessage& message) const;
+  ResponseMessage negotiate(const RequestMessage& request);
+  void process(const ResponseMessage& message);
+  // Runs one fusion group of the cycle's units.
+  // `entries`: this rank's entry of each unit (null where it has joined).
+  void runGroup(const UnitRefs& units, const std::vector<Entry*>& entries,
+                const FusedGroup& group);
+  // Adds or removes a process set as `unit` says, alike on every rank (same order, same ids).
+  void changeSets(const Response& unit);
+  void farewell();
+  void finish(const Status& why);
+
+  RuntimeConfig config_;
+  std::shared_ptr<Transport> transport_;
+  Queue& queue_;
+  ProcessSetTable& sets_;
+  Timeline& timeline_;
+  const Logger& logger_;
+  ResponseCache cache_;
+  SelectionPolicy policy_;
+  LinkModel link_;  // used on the coordinator rank only: it decides for every rank
+  std::function<void()> beforeRelease_;
+  std::unique_ptr<NegotiationTable> table_;  // rank 0 only
+  StallInspector stallInspector_;
+  Clock::time_point lastInspection_{};
+  DeviceSlot& devices_;
+  Dispatcher dispatcher_;
+  PendingUnits pending_;
+  StatsPublisher stats_;
+  FusionTuning tuning_;
+  std::shared_ptr<BlameBoard> board_;
+  BlameOptions blame_;
+  Finalizer finalizer_;  // last: its thread may still complete entries while members go
+};
+
+}  // namespace cerar

@@ -1,0 +1,136 @@
+#include "core/control/operation.h"
+
+namespace cerar {
+
+void OperationState::complete(const Status& outcome) {
+  Callback run;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (done.load(std::memory_order_relaxed)) return;
+    status = outcome;
+    done.store(true, std::memory_order_release);
+    run = std::move(callback);
+  }
+  ended.notify_all();
+  if (run) run(outcome);
+}
+
+namespace {
+// A name is in flight per process set (as in Horovod, where each set has its own queue).
+// The key is Request::key()'s for one name: a one-name unit's is its Entry::key, made at
+// enqueue outside the lock that every enqueue takes.
+std::string inFlightKey(const std::string& name, int32_t set) {
+  if (set == 0) return name;
+  std::string key = "\x1f";
+  key += std::to_string(set);
+  key += '\x1f';
+  key += name;
+  return key;
+}
+
+Status inFlightRefusal(const std::string& name) {
+  return Status(StatusCode::kInvalidArgument,
+                "cerar: a collective named '" + name +
+                    "' is already in flight on this rank; names must be unique until it "
+                    "completes");
+}
+}  // namespace
+
+Status Queue::push(std::unique_ptr<Entry> entry) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!closed_.ok()) return closed_;
+  const int32_t set = entry->request.description.processSet;
+  // One name: its in-flight key is the unit's key, made at enqueue.
+  if (entry->request.names.size() == 1 && !entry->key.empty()) {
+    if (!inFlight_.insert(entry->key).second) return inFlightRefusal(entry->request.names[0]);
+    incoming_.push_back(std::move(entry));
+    return {};
+  }
+  for (const auto& name : entry->request.names) {
+    if (inFlight_.count(inFlightKey(name, set))) return inFlightRefusal(name);
+  }
+  // Names repeated within one group are caught by enqueue's validation.
+  for (const auto& name : entry->request.names) inFlight_.insert(inFlightKey(name, set));
+  incoming_.push_back(std::move(entry));
+  return {};
+}
+
+Status Queue::pushJoin(std::shared_ptr<OperationState> state) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!closed_.ok()) return closed_;
+  if (join_) {
+    return Status(StatusCode::kInvalidArgument,
+                  "cerar: this rank has already joined; wait for that join to complete");
+  }
+  join_ = std::move(state);
+  joinNew_ = true;
+  return {};
+}
+
+std::vector<std::unique_ptr<Entry>> Queue::drain(bool& join) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::unique_ptr<Entry>> out;
+  out.reserve(incoming_.size());
+  for (auto& entry : incoming_) out.push_back(std::move(entry));
+  incoming_.clear();
+  join = joinNew_;
+  joinNew_ = false;
+  return out;
+}
+
+std::shared_ptr<OperationState> Queue::takeJoin() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::move(join_);
+}
+
+void Queue::release(const Request& request) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  forget(request, "");
+}
+
+void Queue::release(const std::vector<std::unique_ptr<Entry>>& entries) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& entry : entries) forget(entry->request, entry->key);
+}
+
+void Queue::forget(const Request& request, const std::string& key) {
+  if (request.names.size() == 1 && !key.empty()) {
+    inFlight_.erase(key);
+    return;
+  }
+  for (const auto& name : request.names) {
+    inFlight_.erase(inFlightKey(name, request.description.processSet));
+  }
+}
+
+void Queue::requestShutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    shutdown_ = true;
+  }
+  wake_.notify_all();
+}
+
+bool Queue::shutdownRequested() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return shutdown_;
+}
+
+void Queue::sleepUntil(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  wake_.wait_until(lock, deadline, [&] { return shutdown_; });
+}
+
+std::vector<std::unique_ptr<Entry>> Queue::close(const Status& why,
+                                                 std::shared_ptr<OperationState>& join) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (closed_.ok()) closed_ = why;
+  std::vector<std::unique_ptr<Entry>> out;
+  for (auto& entry : incoming_) out.push_back(std::move(entry));
+  incoming_.clear();
+  inFlight_.clear();
+  join = std::move(join_);
+  return out;
+}
+
+}  // namespace cerar

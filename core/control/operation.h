@@ -1,0 +1,96 @@
+// The state shared between the threads that enqueue operations and the coordinator thread:
+// one OperationState per handle, one Entry per negotiated unit, and the queue between them.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "core/device/device.h"
+#include "core/control/message.h"
+#include "core/types.h"
+
+namespace cerar {
+
+using Clock = std::chrono::steady_clock;
+
+// What a Handle observes. complete() runs once; later calls are ignored.
+struct OperationState {
+  std::mutex mutex;
+  std::condition_variable ended;
+  // Set once, under the lock, after `status`: a reader that sees it true (acquire) reads the
+  // outcome without the lock, as most waits of a step do (their operations ended already).
+  std::atomic<bool> done{false};
+  Status status;  // the outcome, once done
+  Callback callback;
+  // Written by the coordinator before complete(); read by the caller after wait().
+  std::vector<std::byte> output;
+  std::vector<int64_t> outputShape;
+  std::vector<int64_t> receivedSplits;  // alltoall: rows received from each rank
+  int lastJoinedRank = -1;
+  int32_t processSetId = -1;  // a process set change: the set's id
+
+  // Marks the operation ended, wakes waiters, then runs the callback (outside the lock, on
+  // the calling thread).
+  void complete(const Status& outcome);
+};
+
+// One unit (a tensor, or a grouped allreduce) of this rank, from enqueue to completion.
+struct Entry {
+  Request request;
+  std::string key;  // request.key(), made once (at enqueue, off the coordinator thread)
+  std::vector<Tensor> inputs;
+  std::vector<Tensor> outputs;
+  // Device tensors: events after the work that produced them (one per stream given).
+  std::vector<DeviceEvent> ready;
+  std::shared_ptr<OperationState> state;
+  Clock::time_point enqueued, requested, responded;
+};
+
+// Entries waiting for the coordinator. Thread safety: every member may be called from any
+// thread.
+class Queue {
+ public:
+  // Accepts the entry (ok), or returns why not (a name in flight, or the queue is closed).
+  Status push(std::unique_ptr<Entry> entry);
+  // Accepts a join (ok), or returns why not.
+  Status pushJoin(std::shared_ptr<OperationState> state);
+  // Takes what was pushed since the last call; `join` is set when a join is new.
+  std::vector<std::unique_ptr<Entry>> drain(bool& join);
+  // The join being negotiated (null if none); clears it.
+  std::shared_ptr<OperationState> takeJoin();
+  // The request's names (in its process set) are no longer in flight (may be enqueued again).
+  void release(const Request& request);
+  // The same for several entries under one lock (a fused group's, as it completes).
+  void release(const std::vector<std::unique_ptr<Entry>>& entries);
+
+  void requestShutdown();
+  bool shutdownRequested();
+  // Sleeps until `deadline` or a shutdown request.
+  void sleepUntil(Clock::time_point deadline);
+  // Refuses every later push with `why`; returns the entries and join not yet drained.
+  std::vector<std::unique_ptr<Entry>> close(const Status& why,
+                                            std::shared_ptr<OperationState>& join);
+
+ private:
+  // Under mutex_: the request's names leave the in-flight set; `key` is its Entry::key ("" if
+  // not at hand), the in-flight key of a one-name unit.
+  void forget(const Request& request, const std::string& key);
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::unique_ptr<Entry>> incoming_;
+  std::unordered_set<std::string> inFlight_;
+  std::shared_ptr<OperationState> join_;
+  bool joinNew_ = false;
+  bool shutdown_ = false;
+  Status closed_;  // ok while open
+};
+
+}  // namespace cerar

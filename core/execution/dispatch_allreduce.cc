@@ -1,0 +1,290 @@
+// The dispatcher's fused all-reduce (core/execution/dispatch.h): the group's layout in the fusion buffer,
+// the pipeline that packs, reduces and unpacks it on the host or a device, error feedback,
+// debug error measurement and the stats of what ran.
+#include <algorithm>
+#include <cmath>
+
+#include "core/execution/allreduce_pipeline.h"
+#include "core/device/device_queue.h"
+#include "core/execution/dispatch.h"
+#include "core/policy/error_budget.h"
+#include "common/error.h"
+
+namespace cerar {
+
+namespace {
+
+// max |a - b| / max |b| over n elements of an f32 or f64 buffer (0 when b is all zero).
+template <typename T>
+double maxRelativeDifference(const T* a, const T* b, size_t n) {
+  double difference = 0, scale = 0;
+  for (size_t e = 0; e < n; ++e) {
+    difference = std::max(difference, std::abs(double(a[e]) - double(b[e])));
+    scale = std::max(scale, std::abs(double(b[e])));
+  }
+  return scale > 0 ? difference / scale : difference;
+}
+
+double maxRelativeDifference(DType dtype, const std::byte* a, const std::byte* b, size_t n) {
+  if (dtype == DType::kFloat64) {
+    return maxRelativeDifference(reinterpret_cast<const double*>(a),
+                                 reinterpret_cast<const double*>(b), n);
+  }
+  return maxRelativeDifference(reinterpret_cast<const float*>(a),
+                               reinterpret_cast<const float*>(b), n);
+}
+
+// Timeline arguments of a CERAR buffer that took the exact ring (non-finite input).
+std::string fallbackArgs(const RunStats& run) {
+  return run.nonFiniteFallback ? ", \"non_finite_fallback\": true" : "";
+}
+
+// Where one tensor of a fusion group lies in the fusion buffer; entry is null for a joined
+// rank's share (the op's identity).
+struct Slot {
+  Entry* entry;
+  const Response* unit;
+  size_t tensor;
+  size_t offset;    // elements
+  size_t elements;
+};
+
+// The group's tensors in order, packed back to back.
+std::vector<Slot> fusionLayout(const std::vector<const Response*>& units,
+                               const std::vector<Entry*>& entries) {
+  std::vector<Slot> slots;
+  size_t offset = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (size_t k = 0; k < units[u]->description.shapes.size(); ++k) {
+      const size_t n = shapeElements(units[u]->description.shapes[k]);
+      slots.push_back(Slot{entries[u], units[u], k, offset, n});
+      offset += n;
+    }
+  }
+  return slots;
+}
+
+// Error feedback's key of a unit's k-th tensor: its set and name (a grouped unit names each).
+std::string feedbackKey(int32_t set, const Response& unit, size_t k) {
+  const std::string& name = k < unit.names.size() ? unit.names[k] : unit.names.front();
+  return detail::concat(set, ":", name, k < unit.names.size() ? "" : detail::concat("#", k));
+}
+
+// One tensor of this rank alone: reduced in its output, saving the copy through the buffer.
+bool reducesInPlace(const std::vector<const Response*>& units,
+                    const std::vector<Entry*>& entries) {
+  return units.size() == 1 && entries[0] != nullptr && entries[0]->inputs.size() == 1;
+}
+
+
+// What one fused all-reduce adds to the stats. What ran: a CERAR decision that fell back on
+// non-finite input ran the exact ring.
+void countAllreduce(RuntimeStats& stats, const RunStats& run, const FusedGroup& decision,
+                    Wire wire, bool adasum, int N, size_t tensors) {
+  stats.fusedBuffers += 1;
+  stats.tensorsReduced += tensors;
+  stats.bytesSent += run.bytesSent;
+  const bool ranCerar = decision.algorithm == Algorithm::kCerar && !adasum &&
+                        !run.nonFiniteFallback;
+  if (!adasum) (ranCerar ? stats.cerarBuffers : stats.ringBuffers) += 1;
+  const Wire ranWire = run.wireFallback ? Wire::kNone : wire;
+  if (ranWire != Wire::kNone) stats.wireBuffers += 1;
+  stats.wireFallbacks += run.wireFallback ? 1 : 0;
+  stats.budgetBuffers += decision.budgeted ? 1 : 0;
+  if (!adasum) {
+    stats.lastChoice = ranCerar ? "cerar"
+                       : ranWire != Wire::kNone ? std::string("ring-") + wireName(ranWire)
+                                                : "ring";
+  }
+  stats.nonFiniteFallbacks += run.nonFiniteFallback ? 1 : 0;
+  stats.lastComponents = ranCerar ? decision.components : N;
+}
+
+}  // namespace
+
+std::string Dispatcher::measureError(const std::byte* result, size_t total, DType dtype,
+                                     const AllreduceOptions& options, RuntimeStats& stats) {
+  // Every rank runs the same extra ring (the knob is the same everywhere), so it pairs up.
+  AllreduceOptions exact = options;
+  exact.algorithm = Algorithm::kRing;
+  exact.wire = Wire::kNone;
+  exact.fp16Guard = false;
+  group_->communicator.allreduce(exactCopy_.data(), total, dtype, exact);
+  const double error = maxRelativeDifference(dtype, result, exactCopy_.data(), total);
+  stats.measuredErrorLast = error;
+  stats.measuredErrorMax = std::max(stats.measuredErrorMax, error);
+  stats.measuredErrorSum += error;
+  stats.measuredBuffers += 1;
+  return detail::concat(", \"measured_error\": ", error);
+}
+
+DeviceUnit Dispatcher::allreduce(const std::vector<const Response*>& units,
+                                 const std::vector<Entry*>& entries,
+                                 const FusedGroup& decision, RuntimeStats& stats,
+                                 OperationRows rows) {
+  const Description& d = units.front()->description;
+  const size_t elementSize = dtypeSize(d.dtype);
+  const ReduceOp op = reduceOpOf(d.op);
+  size_t total = 0;
+  for (const Response* unit : units) total += unit->description.elements();
+
+  const int N = group_->transport->size();
+  // Everything below comes from the coordinator rank's decision, the same on every rank, and
+  // negotiation agreed on the tensors: parameter agreement would only repeat it.
+  AllreduceOptions options;
+  options.algorithm = decision.algorithm;
+  options.components = decision.components;
+  options.eps = decision.eps;
+  options.op = op;
+  options.verifyParameters = false;
+  options.shareCorrection = decision.shareCorrection;
+  // Adasum runs on the host: device tensors are copied in and out like a mixed unit's.
+  const bool adasum = d.op == Op::kAdasum;
+  options.wire = adasum ? Wire::kNone : decision.wire;
+  const bool onDevice = units.front()->reducedOnDevice() && !adasum;
+  const bool cerar = decision.algorithm == Algorithm::kCerar && !adasum;
+  options.fp16Guard = decision.budgeted && options.wire == Wire::kFloat16;
+  const bool lossyWire = options.wire != Wire::kNone;
+  std::string errorArgs;
+  // The predicted error of what was decided (relative to max sum_i |g_i|): CERAR's and a
+  // 16-bit wire's always, the exact ring's under an error budget.
+  if (cerar || lossyWire || decision.budgeted) {
+    const double bound = reportedError({N, d.dtype, op, total, false}, cerar, decision.components,
+                                       decision.eps, options.wire,
+                                       decision.budgeted ? errorBound_ : ErrorBound::kStrict);
+    stats.predictedErrorMax = std::max(stats.predictedErrorMax, bound);
+    stats.predictedErrorLast = bound;
+    errorArgs = detail::concat(", \"predicted_error\": ", bound,
+                               decision.budgeted ? ", \"budgeted\": true" : "");
+  }
+  const bool measure = (cerar || lossyWire) && decision.measureError;
+  const std::string args = detail::concat(
+      "\"algorithm\": \"", adasum ? "adasum" : algorithmName(decision.algorithm), "\", \"c\": ",
+      decision.components, ", \"eps\": ", decision.eps, ", \"bytes\": ", total * elementSize,
+      ", \"tensors\": ", units.size(),
+      options.wire == Wire::kNone ? "" : ", \"wire\": \"",
+      options.wire == Wire::kNone ? "" : wireName(options.wire),
+      options.wire == Wire::kNone ? "" : "\"");
+
+  size_t tensors = 0;
+  for (Entry* e : entries) tensors += e ? e->inputs.size() : 0;
+  // The group's layout and steps, the same wherever it is reduced.
+  PipelineJob job;
+  job.dtype = d.dtype;
+  job.op = op;
+  job.total = total;
+  job.prescale = d.prescale;
+  job.factor = d.postscale / (d.op == Op::kAverage ? double(N) : 1.0);
+  std::vector<PipelinePart> parts;
+  // Error feedback: host float32 sums of the ring take their residuals; a CERAR buffer drops
+  // them (CERAR's error is not a wire's loss).
+  const bool feed = errorFeedback_ && !onDevice && !adasum && d.dtype == DType::kFloat32 &&
+                    op == ReduceOp::kSum;
+  std::vector<ErrorFeedback::Part> fed;
+  if (reducesInPlace(units, entries) &&
+      (onDevice || (entries[0]->inputs[0].device < 0 && entries[0]->outputs[0].device < 0))) {
+    job.direct = entries[0]->outputs[0].data;
+  }
+  for (const Slot& slot : fusionLayout(units, entries)) {
+    PipelinePart part;
+    part.offset = slot.offset;
+    part.elements = slot.elements;
+    if (slot.entry != nullptr) {
+      const Tensor& in = slot.entry->inputs[slot.tensor];
+      const Tensor& out = slot.entry->outputs[slot.tensor];
+      part.in = in.data;
+      part.out = out.data;
+      part.inDevice = in.device;
+      part.outDevice = out.device;
+      if (slot.tensor == 0 && in.device >= 0) part.ready = &slot.entry->ready;
+      if (feed) {
+        fed.push_back({feedbackKey(set_->id, *slot.unit, slot.tensor), in.shape, slot.offset,
+                       slot.elements});
+        if (decision.algorithm == Algorithm::kRing)
+          part.residual = feedback_.residual(fed.back().key, in.shape);
+      }
+    }
+    parts.push_back(part);
+  }
+  if (feed && lossyWire) {
+    lost_.resize(total);
+    job.lost = lost_.data();
+  }
+  if (measure) {  // debug error mode: the input and the result, on the host
+    exactCopy_.resize(total * elementSize);
+    staged_.resize(total * elementSize);
+    job.input = exactCopy_.data();
+    job.result = staged_.data();
+  }
+  // The exact ring over the input, compared with the result.
+  auto measured = [&](const RunStats& run) {
+    return measure && !run.nonFiniteFallback && !run.wireFallback
+               ? measureError(staged_.data(), total, d.dtype, options, stats)
+               : std::string();
+  };
+
+  if (onDevice) {
+    const auto start = Clock::now();
+    int device = -1;  // -1 for a joined rank without tensors of its own
+    for (const PipelinePart& p : parts) device = p.in ? p.inDevice : device;
+    DeviceQueue& queue = devices_.get(device);
+    // The job owns what it waits for: a unit that timed out completes (and frees its entries)
+    // while its work may still run.
+    std::vector<DeviceEvent> ready;
+    for (PipelinePart& p : parts) {
+      if (p.ready) ready.insert(ready.end(), p.ready->begin(), p.ready->end());
+      p.ready = nullptr;
+    }
+    auto ran = std::make_shared<RunStats>();
+    queue.enqueue([ran, ready = std::move(ready), parts = std::move(parts), job,
+                   options](DeviceOps& ops) {
+      for (const DeviceEvent& event : ready) ops.after(event);  // the producers' kernels
+      DevicePipelineMemory memory(ops, options);
+      *ran = runPipeline(memory, parts, job);
+    });
+    if (measure) {
+      queue.run([](DeviceOps&) {});  // debug error mode waits for the downloads
+      errorArgs += measured(*ran);
+    }
+    DeviceUnit unit;
+    unit.mark = queue.record();
+    // The run's figures are there once the mark is reached: counted then, before the handles
+    // complete, with the timeline's events: the collective from dispatch to completion.
+    const Wire wire = options.wire;
+    unit.finish = [this, ran, rows = std::move(rows), start, decision, wire, N, tensors,
+                   collective = collectiveActivity(algorithmName(decision.algorithm), d),
+                   args = args + ", \"device\": true" + errorArgs](RuntimeStats& s) {
+      const auto end = Clock::now();
+      for (const auto& row : rows.starts) timeline_.record(row.first, collective, start, end);
+      recordOperation(rows, end, args + fallbackArgs(*ran));
+      countAllreduce(s, *ran, decision, wire, false, N, tensors);
+    };
+    return unit;
+  }
+
+  HostPipelineMemory::Reducer reducer{&group_->communicator, options, N};
+  if (adasum) {
+    reducer.adasum = &adasum_;
+    reducer.transport = group_->transport.get();
+  }
+  HostPipelineMemory memory(fusion_, devices_, reducer);
+  const auto packStart = Clock::now();
+  Clock::time_point reduceStart, unpackStart;
+  const RunStats run = runPipeline(memory, parts, job, [&](const char* done) {
+    (std::string(done) == "pack" ? reduceStart : unpackStart) = Clock::now();
+  });
+  const auto end = Clock::now();
+  if (feed) feedback_.keep(fed, lossyWire && !run.wireFallback ? lost_.data() : nullptr);
+  errorArgs += measured(run);
+  record(units, kMemcpyInActivity, packStart, reduceStart);
+  record(units, collectiveActivity(adasum ? "adasum" : algorithmName(decision.algorithm), d),
+         reduceStart, unpackStart);
+  record(units, kMemcpyOutActivity, unpackStart, end);
+  recordOperation(rows, end, args + errorArgs + fallbackArgs(run) +
+                                 (run.wireFallback ? ", \"wire_fallback\": true" : ""));
+  countAllreduce(stats, run, decision, options.wire, adasum, N, tensors);
+  return {};
+}
+
+
+}  // namespace cerar

@@ -1,0 +1,146 @@
+#include "core/policy/fusion.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "core/execution/dispatch.h"
+#include "core/control/process_sets.h"
+#include "core/policy/error_budget.h"
+
+namespace cerar {
+
+namespace {
+
+// The bytes a unit occupies in a fusion buffer: an allgather's is what it gathers.
+size_t fusedBytes(const Response& r) {
+  const Description& d = r.description;
+  if (d.kind != Kind::kAllgather || d.shapes.empty()) return d.bytes();
+  const size_t tensors = d.shapes.size();
+  size_t bytes = 0;
+  for (size_t i = 0; i < r.firstDims.size(); ++i) {
+    std::vector<int64_t> row = d.shapes[i % tensors];
+    if (row.empty()) continue;
+    row[0] = r.firstDims[i];
+    bytes += shapeElements(row) * dtypeSize(d.dtype);
+  }
+  return bytes;
+}
+
+// Whether `wire` can carry a unit: a float32 sum reduced on the host (int8: also float16 and
+// bfloat16 sums, over a float32 copy).
+bool wireFits(const Response& unit, Wire wire) {
+  const Description& d = unit.description;
+  return (d.dtype == DType::kFloat32 || (isSixteenBitFloat(d.dtype) && wire == Wire::kInt8)) &&
+         d.op != Op::kAdasum && reduceOpOf(d.op) == ReduceOp::kSum && !unit.reducedOnDevice();
+}
+
+// A unit's wire: its own request, else the job's forced one (no budget), where it fits.
+Wire wireFor(const Response& unit, const SelectionPolicy& policy) {
+  const Description& d = unit.description;
+  const bool budget = policy.maxError > 0 && policy.algorithm == "auto";
+  const Wire wire = d.wire != Wire::kNone ? d.wire : budget ? Wire::kNone : policy.wire;
+  return wireFits(unit, wire) ? wire : Wire::kNone;
+}
+
+}  // namespace
+
+UnitRefs unitRefs(const std::vector<Response>& responses) {
+  UnitRefs refs;
+  refs.reserve(responses.size());
+  for (const Response& r : responses) refs.push_back(&r);
+  return refs;
+}
+
+std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& responses,
+                                            size_t thresholdBytes) {
+  return planFusion(unitRefs(responses), thresholdBytes);
+}
+
+std::vector<std::vector<size_t>> planFusion(const UnitRefs& responses, size_t thresholdBytes) {
+  using Key = std::tuple<Kind, DType, Op, bool, double, double, Wire, int32_t>;
+  struct Open {
+    size_t group;
+    size_t bytes;
+  };
+  std::vector<std::vector<size_t>> groups;
+  std::map<Key, Open> open;  // the group of each key still being filled
+  for (size_t i = 0; i < responses.size(); ++i) {
+    const Response& r = *responses[i];
+    const Description& d = r.description;
+    const size_t bytes = fusedBytes(r);
+    const bool reduces = d.kind == Kind::kAllreduce || d.kind == Kind::kReducescatter ||
+                         d.kind == Kind::kAllgather;
+    const bool fusible = thresholdBytes > 0 && r.error.empty() && reduces &&
+                         bytes <= thresholdBytes;
+    if (!fusible) {
+      groups.push_back({i});
+      continue;
+    }
+    const Key key{d.kind,      d.dtype,     d.op,   r.reducedOnDevice(),
+                  d.prescale,  d.postscale, d.wire, d.processSet};
+    auto it = open.find(key);
+    if (it != open.end() && it->second.bytes + bytes <= thresholdBytes) {
+      groups[it->second.group].push_back(i);
+      it->second.bytes += bytes;
+    } else {
+      open[key] = Open{groups.size(), bytes};
+      groups.push_back({i});
+    }
+  }
+  return groups;  // already ordered by first index: groups are opened in response order
+}
+
+std::vector<FusedGroup> decideGroups(const std::vector<Response>& units, int N,
+                                     size_t thresholdBytes, const LinkModel& link,
+                                     const SelectionPolicy& policy) {
+  return decideGroups(unitRefs(units), [N](int32_t) { return N; }, thresholdBytes, link, policy);
+}
+
+std::vector<FusedGroup> decideGroups(const UnitRefs& units,
+                                     const std::function<int(int32_t set)>& setSize,
+                                     size_t thresholdBytes, const LinkModel& link,
+                                     const SelectionPolicy& jobPolicy) {
+  std::vector<FusedGroup> decided;
+  for (const auto& members : planFusion(units, thresholdBytes)) {
+    const Response& first = *units[members.front()];
+    const Description& d = first.description;
+    const int N = setSize(d.processSet);
+    SelectionPolicy policy = jobPolicy;
+    policy.components = componentsForSet(jobPolicy.components, N);
+    FusedGroup group;
+    group.algorithm = Algorithm::kRing;
+    group.components = N;
+    for (size_t index : members) group.members.push_back(static_cast<uint32_t>(index));
+    // Adasum has its own schedule (ops/algorithms/adasum.h): no ring or CERAR to select.
+    if (first.error.empty() && d.kind == Kind::kAllreduce && d.op != Op::kAdasum) {
+      size_t total = 0;
+      for (size_t index : members) total += units[index]->description.elements();
+      const Wire wire = wireFor(first, policy);
+      if (wire != Wire::kNone) {
+        group.wire = wire;  // the exact ring, as set above
+        decided.push_back(std::move(group));
+        continue;
+      }
+      const Selection choice =
+          policy.maxError > 0 && policy.algorithm == "auto"
+              ? selectWithinBudget({N, d.dtype, reduceOpOf(d.op), total,
+                                    wireFits(first, Wire::kInt8)},
+                                   link, policy)
+              : selectAlgorithm(N, d.dtype, reduceOpOf(d.op), total, link, policy);
+      group.algorithm = choice.algorithm;
+      group.components = choice.components;
+      group.eps = choice.eps;
+      group.wire = choice.wire;
+      group.budgeted = choice.budgeted;
+      const bool cerar = choice.algorithm == Algorithm::kCerar;
+      // Share correction is a host pass over the decoded buffer; device buffers skip it.
+      group.shareCorrection = cerar && policy.shareCorrection && !first.reducedOnDevice();
+      group.measureError = (cerar || choice.wire != Wire::kNone) && policy.measureError;
+    }
+    decided.push_back(std::move(group));
+  }
+  return decided;
+}
+
+}  // namespace cerar

@@ -1,0 +1,317 @@
+#include "core/policy/link_probe.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <iterator>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ops/codec/codec.h"
+#include "ops/codec/wire.h"
+#include "ops/algorithms/plan.h"
+#include "ops/collectives.h"
+#include "common/error.h"
+#include "ops/communicator.h"
+#include "ops/executor.h"
+#include "ops/paced_link.h"
+
+namespace cerar {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Windows tried against the free stream. 32-64 KiB keep a ring link's traffic within a few
+// milliseconds' queue at 100-200 Mbit/s. The fastest window is kept unless it streams
+// measurably slower than none: a free stream's losses grow with its length beyond what a short
+// trial shows (N=8 at 200 Mbit/s: 2 MiB trials within 3 %, 64 MiB runs 20-30 % slower free;
+// with a 2 % tolerance one runtime probe in three kept none), while a window too small for the
+// links shows at once (on loopback none was kept at 5 %).
+constexpr size_t kProbedWindows[] = {32u << 10, 64u << 10};
+constexpr double kWindowTolerance = 0.05;
+constexpr size_t kTrialBytes = 2u << 20;
+constexpr size_t kFirstRoundBytes = 1u << 10;
+constexpr size_t kLastRoundBytes = 1u << 20;
+constexpr double kBytesBound = 1.2;
+
+// One ring round of out.size() bytes: receive from prev while sending to next, as the plans
+// do. Whole (the default) or as the executor streams it: in segments, through the window.
+double rawRoundSeconds(Transport& t, std::vector<std::byte>& out, std::vector<std::byte>& in,
+                       const Pacing& pacing = {~size_t(0), 0}) {
+  const size_t bytes = out.size(), segment = std::min(pacing.segmentBytes, bytes);
+  const size_t segments = (bytes + segment - 1) / segment;
+  PacedLink link(t, pacing.windowBytes);
+  const auto start = Clock::now();
+  for (size_t k = 0; k < segments; ++k)
+    link.postRecv(in.data() + k * segment, std::min(segment, bytes - k * segment));
+  for (size_t k = 0; k < segments; ++k)
+    link.postSend(out.data() + k * segment, std::min(segment, bytes - k * segment));
+  for (size_t k = 0; k < segments; ++k) link.waitRecv();
+  for (size_t k = 0; k < segments; ++k) link.waitSend();
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The fastest of a few rounds: the others are delayed by scheduling noise, not the link.
+double fastestRound(Transport& t, size_t bytes, int repeats) {
+  std::vector<std::byte> out(bytes), in(bytes);
+  rawRoundSeconds(t, out, in);  // warm-up: connections, allocations
+  double best = 1e30;
+  for (int i = 0; i < repeats; ++i) best = std::min(best, rawRoundSeconds(t, out, in));
+  return best;
+}
+
+// One choice's runs at a probe point: `runs` runs of `plan` back to back per timing.
+struct Trial {
+  Plan plan;
+  CodecParams params;
+  std::vector<float> data;
+  int runs = 1;
+  int rounds = 1;  // per run
+  double best = 1e30;  // seconds per round, the fastest timing
+};
+
+void timeTrial(Transport& t, Executor& executor, Trial& trial) {
+  std::fill(trial.data.begin(), trial.data.end(), 0.0f);
+  const auto start = Clock::now();
+  for (int run = 0; run < trial.runs; ++run)
+    executor.run(trial.plan, t, trial.data.data(), trial.params);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  trial.best = std::min(trial.best, seconds / (trial.runs * trial.rounds));
+}
+
+// CERAR's trial of `bytes`-byte messages: c + N - 2 rounds, c = rN, r from 2 to 64/N (about
+// 1 MiB of data). Round t+1 of a segment waits for its round t only, so a stream of short
+// messages costs a per-round floor that one lock-step round does not show (N=4 and 8 on 2
+// cores at 200 Mbit/s: 200-430 us per round up to 4 KiB messages, against 60-145 us for an
+// 8-byte lock-step round; with that alpha, auto chose c = 344 for 64 MiB at N=8 where 1024 was
+// faster).
+Trial cerarTrial(int N, int rank, size_t bytes) {
+  const int r = std::clamp(int((size_t(1) << 20) / (bytes * N)), 2, std::max(2, 64 / N));
+  const int c = r * N;
+  const size_t elements = bytes / sizeof(float) * c;
+  return {makeCerarPlan(N, c, elements, rank),
+          {DType::kFloat32, ReduceOp::kSum, defaultEps(DType::kFloat32)},
+          std::vector<float>(elements), 1, c + N - 2};
+}
+
+// The exact ring's trial of `bytes`-byte messages (float32, or fp16 on the wire: then `bytes`
+// is the 16-bit message): its adds, casts and packing as they run, runs of 2(N-1) rounds back
+// to back, as many as fit in `rounds` (CERAR's trial's), at least one: short messages then see
+// the machine about as long as CERAR's trial, and long ones send no more than it (matching
+// its rounds instead took 7 of a 10.7 s probe at N=8 on loaded 1 Gbit/s links).
+Trial ringTrial(int N, int rank, size_t bytes, Wire wire, int rounds) {
+  const size_t elements = bytes / (wire == Wire::kNone ? sizeof(float) : 2) * size_t(N);
+  const int perRun = 2 * (N - 1);
+  return {makeRingPlan(N, elements, rank), {DType::kFloat32, ReduceOp::kSum, 0, wire},
+          std::vector<float>(elements), std::max(1, rounds / perRun), perRun};
+}
+
+// Times CERAR's trial twice back to back (so that CERAR's points, c and where the sizes stop
+// do not depend on the rings' trials), then each ring's (the fp16 wire's only with `wires`)
+// twice; the fastest of each. Interleaving them instead left each
+// CERAR timing behind a ring's, slower than back to back: on loaded 1 Gbit/s links at N=8
+// the sizes ran on to 1 MiB where they had stopped at 16 KiB. `ringTime` adds the rings'
+// share of the time.
+void timeTrials(Transport& t, Executor& executor, Trial (&trials)[3], bool wires,
+                double& ringTime) {
+  for (int rep = 0; rep < 2; ++rep) timeTrial(t, executor, trials[0]);
+  const auto start = Clock::now();
+  for (int k = 1; k < (wires ? 3 : 2); ++k)
+    for (int rep = 0; rep < 2; ++rep) timeTrial(t, executor, trials[k]);
+  ringTime += std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Seconds per round of CERAR, the exact ring and the fp16 wire ring (with `wires`, else 0) at
+// one message size.
+std::array<double, 3> probePoint(Transport& t, Executor& executor, size_t bytes, bool wires,
+                                 double& ringTime) {
+  const int N = t.size();
+  Trial trials[3] = {cerarTrial(N, t.rank(), bytes), {}, {}};
+  trials[1] = ringTrial(N, t.rank(), bytes, Wire::kNone, trials[0].rounds);
+  if (wires) trials[2] = ringTrial(N, t.rank(), bytes, Wire::kFloat16, trials[0].rounds);
+  timeTrials(t, executor, trials, wires, ringTime);
+  return {trials[0].best, trials[1].best, wires ? trials[2].best : 0};
+}
+
+// A shorter message never costs more, and noise only adds time: a point above a later one
+// was delayed, and takes the later one's time.
+void makeMonotone(std::vector<LinkModel::RoundPoint>& points) {
+  for (size_t i = points.size(); i-- > 1;)
+    points[i - 1].seconds = std::min(points[i - 1].seconds, points[i].seconds);
+}
+
+// Rank 0's choice, on every rank: all take the same branch.
+uint8_t rankZeroChoice(Transport& t, uint8_t mine) {
+  return broadcastBytes(t, {mine}, 0).at(0);
+}
+
+double codecSecondsPerByte() {
+  constexpr size_t kElements = 1 << 18;  // 1 MiB of f32
+  std::vector<float> y(kElements, 1.0f), g(kElements, 2.0f), msg(kElements);
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    const auto start = Clock::now();
+    codec::accumulate(DType::kFloat32, ReduceOp::kSum, y.data(), g.data(), msg.data(), kElements);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return best / (kElements * sizeof(float));
+}
+
+// A 16-bit wire hop per float32 byte: decode, add, encode (ops/codec/wire.h).
+double wireSecondsPerByte() {
+  constexpr size_t kElements = 1 << 18;
+  std::vector<uint16_t> y(kElements, 0x3c00), out(kElements);
+  std::vector<float> g(kElements, 2.0f);
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    const auto start = Clock::now();
+    codec::accumulateWire(Wire::kFloat16, y.data(), g.data(), out.data(), kElements);
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return best / (kElements * sizeof(float));
+}
+
+// The measured curves for the log: "cerar|ring|fp16 [bytes: us, ...]".
+std::string roundsText(const LinkModel& link) {
+  std::string text;
+  const std::pair<const char*, const std::vector<LinkModel::RoundPoint>*> curves[] = {
+      {"cerar", &link.rounds}, {"ring", &link.ringRounds}, {"fp16 ring", &link.wireRounds}};
+  for (const auto& [name, points] : curves) {
+    if (points->empty()) continue;  // not probed
+    text += detail::concat(text.empty() ? "" : "; ", name, " us per round");
+    for (const auto& point : *points)
+      text += detail::concat(" ", point.bytes / 1024, "K:", point.seconds * 1e6);
+  }
+  return text;
+}
+
+}  // namespace
+
+std::vector<size_t> probeMessageSizes(size_t segmentBytes) {
+  std::vector<size_t> sizes;
+  for (size_t bytes = kFirstRoundBytes; bytes <= kLastRoundBytes; bytes *= 4)
+    sizes.push_back(bytes);
+  if (segmentBytes > kFirstRoundBytes && segmentBytes < kLastRoundBytes &&
+      !std::binary_search(sizes.begin(), sizes.end(), segmentBytes)) {
+    sizes.insert(std::upper_bound(sizes.begin(), sizes.end(), segmentBytes), segmentBytes);
+  }
+  return sizes;
+}
+
+std::vector<double> slowestOverRanks(Transport& t, std::vector<double> values) {
+  std::vector<uint8_t> mine(values.size() * sizeof(double));
+  std::memcpy(mine.data(), values.data(), mine.size());
+  const auto all = gatherBytes(t, mine, 0);
+  if (t.rank() == 0) {
+    for (const auto& theirs : all) {
+      CERAR_ENFORCE(theirs.size() == mine.size(), "link probe: ranks disagree on the figures");
+      for (size_t i = 0; i < values.size(); ++i) {
+        double value;
+        std::memcpy(&value, theirs.data() + i * sizeof(double), sizeof(double));
+        values[i] = std::max(values[i], value);
+      }
+    }
+    std::memcpy(mine.data(), values.data(), mine.size());
+  }
+  mine = broadcastBytes(t, mine, 0);
+  std::memcpy(values.data(), mine.data(), mine.size());
+  return values;
+}
+
+LinkModel probeLink(Transport& t, double* ownRoundsSeconds, bool wires) {
+  LinkModel link;
+  if (t.size() == 1) return link;
+  link.alpha = std::max(fastestRound(t, 8, 16), 1e-7);
+  // A long round as the executor streams it, free and paced by each candidate window,
+  // interleaved twice; the fastest of each. On links whose queues a free stream overfills, a
+  // window streams faster (docs/pacing.md).
+  constexpr size_t kWindows = std::size(kProbedWindows);
+  double trial[kWindows + 1];
+  std::fill(std::begin(trial), std::end(trial), 1e30);
+  std::vector<std::byte> out(kTrialBytes), in(kTrialBytes);
+  for (int rep = 0; rep < 2; ++rep) {
+    for (size_t i = 0; i <= kWindows; ++i) {
+      const Pacing pacing = i == 0 ? Pacing{} : pacingFor(kProbedWindows[i - 1]);
+      trial[i] = std::min(trial[i], rawRoundSeconds(t, out, in, pacing));
+    }
+  }
+  size_t fastest = size_t(std::min_element(trial + 1, trial + kWindows + 1) - trial);
+  if (trial[fastest] > (1 + kWindowTolerance) * trial[0]) fastest = 0;  // none
+  fastest = rankZeroChoice(t, uint8_t(fastest));
+  const double longRound = trial[fastest];
+  if (fastest > 0) link.windowBytes = double(kProbedWindows[fastest - 1]);
+  link.beta = std::max((longRound - link.alpha) / kTrialBytes, 1e-12);
+  // CERAR rounds of 1 KiB messages up, as the runtime will stream them, until they cost no
+  // more than 1.2 times their bytes at the long round's rate (beyond, the last point's rate
+  // holds) or 1 MiB: where the per-round floor gives way to the bytes, c is best.
+  const Pacing pacing = pacingFor(size_t(link.windowBytes));
+  Executor executor(pacing);
+  double choices = 0;  // seconds spent on the rings' own rounds
+  probePoint(t, executor, kFirstRoundBytes, wires, choices);  // warm-up: the executor's buffers
+  choices = 0;
+  for (size_t bytes : probeMessageSizes(pacing.segmentBytes)) {
+    // The same messages on CERAR, the exact ring and the fp16 wire ring: each choice's own cost.
+    const auto [cerar, ring, wire] = probePoint(t, executor, bytes, wires, choices);
+    link.rounds.push_back({double(bytes), cerar});
+    link.ringRounds.push_back({double(bytes), ring});
+    if (wires) link.wireRounds.push_back({double(bytes), wire});
+    if (rankZeroChoice(t, cerar <= kBytesBound * bytes * link.beta)) break;
+  }
+  link.gamma = codecSecondsPerByte();
+  link.gammaWire = wireSecondsPerByte();
+
+  // Every rank adopts the slowest rank's figures (rank 0's window).
+  std::vector<double> values = {link.alpha, link.beta, link.gamma, link.gammaWire};
+  for (const auto* curve : {&link.rounds, &link.ringRounds, &link.wireRounds})
+    for (const auto& point : *curve) values.push_back(point.seconds);
+  values = slowestOverRanks(t, values);
+  link.alpha = values[0];
+  link.beta = values[1];
+  link.gamma = values[2];
+  link.gammaWire = values[3];
+  size_t next = 4;
+  for (auto* curve : {&link.rounds, &link.ringRounds, &link.wireRounds}) {
+    for (auto& point : *curve) point.seconds = values[next++];
+    makeMonotone(*curve);
+  }
+  if (ownRoundsSeconds) *ownRoundsSeconds = choices;
+  return link;
+}
+
+
+LinkSetup setUpLink(Transport& transport, const RuntimeConfig& config, const Logger& logger) {
+  LinkSetup setup;
+  LinkModel& link = setup.link;
+  double probeSeconds = 0, ownRounds = 0;
+  if (config.measureLink) {
+    const auto start = Clock::now();
+    // The 16-bit wires are chosen only within an error budget: their curve only then.
+    link = probeLink(transport, &ownRounds, config.maxError > 0);
+    probeSeconds = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  if (const auto& figures = config.linkFigures) {  // a test's figures decide alone
+    const double window = link.windowBytes;
+    link = LinkModel{(*figures)[0], (*figures)[1], (*figures)[2]};
+    link.windowBytes = window;
+    if (const auto& compute = config.computeFigures) {
+      link.gammaRing = (*compute)[0];
+      link.gammaWire = (*compute)[1];
+    }
+  }
+  // The model charges rounds by the segments the executor will stream.
+  setup.pacing = pacingFor(size_t(link.windowBytes));
+  link.segmentBytes = double(setup.pacing.segmentBytes);
+  logger.log(LogLevel::kInfo, detail::concat("link model: alpha ", link.alpha * 1e6,
+                                             " us, beta ", link.beta * 1e9, " ns/B, gamma ",
+                                             link.gamma * 1e9, " ns/B, 16-bit wire ",
+                                             link.gammaWire * 1e9, " ns/B, send window ",
+                                             link.windowBytes / 1024, " KiB"));
+  logger.log(LogLevel::kInfo, detail::concat("link probe: ", probeSeconds * 1e3, " ms, of which ",
+                                             ownRounds * 1e3, " ms the rings' own rounds; ",
+                                             roundsText(link)));
+  return setup;
+}
+
+}  // namespace cerar

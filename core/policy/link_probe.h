@@ -1,0 +1,52 @@
+// Measures the link figures of the cost model at start: a lock-step round's latency (alpha);
+// a 2 MiB round as the executor streams it, free and through each candidate send window
+// (windowBytes; beta from the fastest); the time per round of CERAR runs, of exact ring runs
+// and of fp16 wire ring runs streamed with that window, from 1 KiB messages up to where
+// CERAR's cost their bytes (LinkModel::rounds, ringRounds, wireRounds: each choice's own
+// cost); and the codec's per-byte times (gamma, gammaWire).
+#pragma once
+
+#include <vector>
+
+#include "core/log.h"
+#include "core/config/runtime_config.h"
+#include "core/policy/selection.h"
+#include "ops/executor.h"
+#include "ops/transport/transport.h"
+
+namespace cerar {
+
+// Every rank must call it at the same point. Each rank sends about 16 MiB in all: tens of ms
+// at 10 Gbit/s, about 1 s at 200 Mbit/s. Every rank returns the same figures: each the
+// slowest rank's (the window rank 0's), so that all ranks select the same algorithm for a
+// buffer and stream it alike. `ownRoundsSeconds`, if given, receives this rank's seconds spent
+// on the rings' rounds (what each choice's own curve adds to the start-up). Without `wires`
+// no fp16 wire curve (wireRounds stays empty).
+LinkModel probeLink(Transport& transport, double* ownRoundsSeconds = nullptr, bool wires = true);
+
+// The message sizes the probe times, increasing: 1 KiB, 4 KiB, ... 1 MiB, and the executor's
+// segment (`segmentBytes`) where it falls between them. A round's cost is flat up to one segment
+// and climbs past it, so interpolating over a segment misprices the c whose messages are one
+// segment long, often the fastest (N=4 at 2.5 Gbit/s, 32 KiB segments: runs of 32 KiB messages
+// took 0.2 ms per round, interpolation between 16 and 64 KiB said 0.28 ms, and auto chose
+// 64 KiB messages, 1.2x slower).
+std::vector<size_t> probeMessageSizes(size_t segmentBytes);
+
+// Each figure's largest value over the ranks, on every rank: the slowest host bounds every
+// round of a ring, and all ranks must hold the same figures (selection agrees bit for bit).
+// Collective; every rank passes as many values.
+std::vector<double> slowestOverRanks(Transport& transport, std::vector<double> values);
+
+// The coordinator's link model and the executor's pacing that goes with it.
+struct LinkSetup {
+  LinkModel link;
+  Pacing pacing;
+};
+// Probed (RuntimeConfig::measureLink) or LinkModel's defaults; a test's figures where given
+// replace them (measured curves included). Rounds are charged by the segments of the pacing
+// the executor streams with. Logged at info, with the probe's time. The fp16 wire's curve is
+// probed only with an error budget (RuntimeConfig::maxError, job-wide). Every rank calls it
+// at start, as probeLink.
+LinkSetup setUpLink(Transport& transport, const RuntimeConfig& config, const Logger& logger);
+
+}  // namespace cerar
