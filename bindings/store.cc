@@ -1,6 +1,6 @@
 // The rendezvous store in cerar._cerar: its server (cerarrun, cerar.ray's driver and the torch
 // backend host it) and a client (cerarrun's elastic driver and its workers speak through it,
-// frameworks/cerar/_elastic_protocol.py).
+// frameworks/cerar/elastic/protocol.py).
 #include <gloo/common/error.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

@@ -38,7 +38,7 @@ class Runtime {
 
   // Every operation is matched across ranks by name; a name may be in flight only once.
   // `output` may alias `input` (in place).
-  // `wire`: fp16 or bf16 asks for that 16-bit wire on the exact ring for a float32 sum on the
+  // `wire`: fp16, bf16 or int8 asks for that lossy wire on the exact ring for a sum on the
   // host (docs/wires.md); kNone leaves it to the job (CERAR_COMPRESSION). Negotiated: ranks
   // asking differently fail with a mismatch.
   virtual Handle allreduce(const std::string& name, Tensor input, Tensor output, Op op,

@@ -16,7 +16,7 @@ struct RuntimeStats {
   uint64_t bytesSent = 0;
   uint64_t ringBuffers = 0;
   uint64_t cerarBuffers = 0;
-  uint64_t wireBuffers = 0;       // of ringBuffers, those sent with a 16-bit wire
+  uint64_t wireBuffers = 0;       // of ringBuffers, those sent with a lossy wire
   // Budget-chosen fp16 buffers whose guard refused the wire: sent by the float32 ring.
   uint64_t wireFallbacks = 0;
   uint64_t budgetBuffers = 0;     // allreduce buffers decided within CERAR_MAX_ERROR
@@ -29,11 +29,11 @@ struct RuntimeStats {
   uint64_t allgatherBuffers = 0;      // fused buffers dispatched for allgather
   uint64_t reducescatterBuffers = 0;  // fused buffers dispatched for reducescatter
   uint64_t tensorsScattered = 0;      // tensors they held
-  // The error per fused buffer of CERAR, of a 16-bit wire, and of any buffer decided within a
+  // The error per fused buffer of CERAR, of a lossy wire, and of any buffer decided within a
   // budget (0 while none ran): the bound predicted by the spec's error terms, relative to
   // max sum_i |g_i| (always; core/policy/error_budget.h), and, with debugError, the measured
   // max |result - exact float32 ring| / max |exact ring| over this rank's elements for CERAR
-  // and 16-bit wire buffers (last buffer, worst, and the sum over measuredBuffers buffers).
+  // and lossy wire buffers (last buffer, worst, and the sum over measuredBuffers buffers).
   double predictedErrorMax = 0;
   double predictedErrorLast = 0;
   double measuredErrorLast = 0;

@@ -27,7 +27,7 @@ class SegmentCodec {
                               void* msg, size_t n) = 0;
   virtual void store(const void* y, void* out, size_t n) = 0;
 
-  // A codec whose messages are not the data's own bytes (a 16-bit wire of float32 data) gives
+  // A codec whose messages are not the data's own bytes (a lossy wire) gives
   // their element size, and encode() makes a message of data. Its messages are then never
   // sent from nor received into the data: each is encoded into the send buffer, and one that
   // a rank keeps (the finished chunk of finishFirst) is stored back from what was sent.

@@ -15,7 +15,7 @@ struct CodecParams {
   DType dtype = DType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   double eps = 0;  // only used by CERAR's encode/decode actions
-  // A 16-bit wire (ops/wire_run.h): the exact ring's sum of float32 data only.
+  // A lossy wire (ops/wire_run.h): the exact ring's sum only.
   Wire wire = Wire::kNone;
   // With a lossy wire, host memory only: where this rank writes, per element, what its own
   // encodings lost (error feedback, docs/wires.md); null: not kept.

@@ -40,7 +40,7 @@ struct RuntimeConfig {
   // none themselves (docs/wires.md). Job-wide.
   std::string compression = "none";
   // CERAR_MAX_ERROR: an error budget relative to max |sum|; > 0 makes auto choose per buffer
-  // the fastest of the exact ring, CERAR and, as CERAR_COMPRESSION allows, 16-bit wires,
+  // the fastest of the exact ring, CERAR and, as CERAR_COMPRESSION allows, lossy wires,
   // among those predicted to fit (docs/wires.md, "Error budget"). 0: unset. Job-wide.
   double maxError = 0;
   // CERAR_ERROR_BOUND: calibrated | strict, what CERAR_MAX_ERROR compares against: errors

@@ -1,7 +1,7 @@
 // The settings table: one row per RuntimeConfig setting that has a variable or a Python
 // attribute. It is the one list behind reading the environment (core/config/config.cc), the job-wide
 // agreement (core/config/job_config.cc), RuntimeConfig's Python attributes (bindings/settings.cc),
-// cerarrun's knob flags (frameworks/cerar/run.py) and the table of docs/settings.md (checked
+// cerarrun's knob flags (frameworks/cerar/runner/cli.py) and the table of docs/settings.md (checked
 // by tests/cpp/settings_test.cc).
 #pragma once
 

@@ -15,7 +15,7 @@ const std::vector<const char*>& otherCerarVariables() {
       "CERAR_STORE_MAX_CONNECTIONS", "CERAR_STORE_HELLO_TIMEOUT_SECONDS",
       "CERAR_STORE_CONNECTION_QUOTA_BYTES", "CERAR_STORE_MAX_KEY_BYTES",
       "CERAR_STORE_MAX_VALUE_BYTES", "CERAR_DRIFT_CHECK_EVERY", "CERAR_DRIFT_TOLERANCE",
-      // What cerarrun's elastic driver tells its workers (frameworks/cerar/_elastic_protocol.py).
+      // What cerarrun's elastic driver tells its workers (frameworks/cerar/elastic/protocol.py).
       "CERAR_ELASTIC_ID", "CERAR_ELASTIC_GENERATION", "CERAR_ELASTIC_TIMEOUT",
       // The build's options, the launchers' and the test and benchmark scripts'.
       "CERAR_WITH_CUDA", "CERAR_BUILD_PYTHON", "CERAR_BUILD_TESTS", "CERAR_BUILD_DIR",

@@ -49,7 +49,7 @@ struct Description {
   double postscale = 1.0;
   std::vector<std::vector<int64_t>> shapes;  // one per tensor of the unit
   std::vector<int64_t> splits;  // alltoall: rows this rank sends to each rank, in rank order
-  // allreduce: the 16-bit wire asked for (kNone: the job's, CERAR_COMPRESSION); the
+  // allreduce: the lossy wire (fp16, bf16, int8) asked for (kNone: the job's, CERAR_COMPRESSION); the
   // coordinator rank decides whether it applies (FusedGroup::wire).
   Wire wire = Wire::kNone;
   // The process set the unit runs in (0: every rank). Part of the key: one name may be in
@@ -135,7 +135,7 @@ struct FusedGroup {
   double eps = 0;                 // 0 for the ring
   bool shareCorrection = false;   // share-corrected decoding of a CERAR host buffer
   bool measureError = false;      // debug error mode: also the exact ring on a copy
-  Wire wire = Wire::kNone;        // a 16-bit wire on the exact ring (float32 sums on the host)
+  Wire wire = Wire::kNone;        // a lossy wire on the exact ring (sums on the host)
   // Chosen within the error budget (CERAR_MAX_ERROR). A budgeted fp16 wire is guarded: the
   // float32 ring runs instead where its data could overflow or underflow fp16
   // (core/policy/error_budget.h, wireGuardVerdict).

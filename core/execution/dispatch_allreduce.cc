@@ -147,7 +147,7 @@ DeviceUnit Dispatcher::allreduce(const std::vector<const Response*>& units,
   const bool lossyWire = options.wire != Wire::kNone;
   std::string errorArgs;
   // The predicted error of what was decided (relative to max sum_i |g_i|): CERAR's and a
-  // 16-bit wire's always, the exact ring's under an error budget.
+  // lossy wire's always, the exact ring's under an error budget.
   if (cerar || lossyWire || decision.budgeted) {
     const double bound = reportedError({N, d.dtype, op, total, false}, cerar, decision.components,
                                        decision.eps, options.wire,

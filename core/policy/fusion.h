@@ -27,10 +27,10 @@ std::vector<std::vector<size_t>> planFusion(const std::vector<Response>& respons
 
 // The coordinator rank's decisions for one cycle's units: planFusion's groups and, per
 // allreduce group, the algorithm, c, eps and decoding from the cost model (`link`, the
-// coordinator rank's probe) and the job's policy. A float32 sum on the host with a 16-bit wire
+// coordinator rank's probe) and the job's policy. A sum on the host with a lossy wire
 // (the unit's request, else policy.wire) takes the exact ring with that wire. With an error
 // budget (policy.maxError > 0 under auto) the rest is selectWithinBudget's choice, which may
-// be a 16-bit wire the policy allows. Error units and other kinds carry no reduction decision.
+// be a lossy wire the policy allows. Error units and other kinds carry no reduction decision.
 // N is the size of each unit's process set (`setSize(id)`); a forced c is rounded up to a
 // multiple of it (componentsForSet).
 std::vector<FusedGroup> decideGroups(const UnitRefs& units,

@@ -61,7 +61,7 @@ struct SelectionPolicy {
   double minGain = 0.10;
   // Not selection but how a CERAR buffer is decoded and checked, carried with the policy to
   // the dispatcher: share-corrected decoding (CERAR_SHARE_CORRECTION), and a debug mode that
-  // also runs the exact ring on a copy and records the measured error of CERAR and 16-bit wires.
+  // also runs the exact ring on a copy and records the measured error of CERAR and lossy wires.
   bool shareCorrection = false;
   bool measureError = false;
   // The lossy wire of float32 host sums that ask for none (CERAR_COMPRESSION=fp16|bf16|int8
@@ -81,7 +81,7 @@ struct Selection {
   int components = 0;  // c (N for the ring)
   double eps = 0;      // 0 for the ring
   double predictedSeconds = 0;
-  Wire wire = Wire::kNone;  // a 16-bit wire on the ring (the error budget's choice)
+  Wire wire = Wire::kNone;  // a lossy wire on the ring (the error budget's choice)
   bool budgeted = false;    // chosen within CERAR_MAX_ERROR
   double predictedError = 0;  // the bound of the choice (error budget only)
 };

@@ -147,7 +147,8 @@ def init(process_sets=None, **overrides):
     or "dynamic" to allow add_process_set/remove_process_set (docs/process-sets.md).
     Raises CerarError when a setting is bad or the other ranks cannot be reached.
     """
-    from cerar import _cerar, _elastic_worker
+    from cerar import _cerar
+    from cerar.elastic import worker as _elastic_worker
     # Under cerarrun's elastic driver the identity comes from the newest generation's plan.
     if "rendezvous_scope" not in overrides and _elastic_worker.enabled() and not is_initialized():
         return _elastic_worker.current().start(init, process_sets, overrides)

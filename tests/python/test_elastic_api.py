@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import cerar.elastic as elastic
-from cerar import _elastic_protocol as protocol
-from cerar import _elastic_worker
+from cerar.elastic import protocol
+from cerar.elastic import worker as _elastic_worker
 from cerar.torch.elastic import ElasticSampler, TorchState
 
 

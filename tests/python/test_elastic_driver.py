@@ -12,7 +12,7 @@ import pytest
 from conftest import WORKERS
 
 run = pytest.importorskip("cerar.run")
-from cerar import _elastic_hosts as eh  # noqa: E402
+from cerar.runner import elastic_hosts as eh  # noqa: E402
 
 # -- discovery --------------------------------------------------------------------------------
 
@@ -202,8 +202,8 @@ def test_fixed_hosts_are_the_discovery(tmp_path):
 
 
 def test_membership_changes_that_make_a_generation():
-    from cerar._elastic_driver import ElasticDriver
-    from cerar._launch import Worker
+    from cerar.runner.elastic_driver import ElasticDriver
+    from cerar.runner.launch import Worker
 
     class Running:
         def poll(self):
@@ -226,7 +226,7 @@ def test_membership_changes_that_make_a_generation():
     hosts.update([("a", 1), ("c", 1)])
     assert driver._membership_change([]) == "hosts removed: b; fewer slots on a"
     # survivors that never took part in a sync cannot carry the job on
-    from cerar._elastic_driver import JobEnded
+    from cerar.runner.elastic_driver import JobEnded
     with pytest.raises(JobEnded, match="no worker of generation 0 that holds the job's state"):
         driver._reset("hosts removed: b", 0.0, failure=False)
 

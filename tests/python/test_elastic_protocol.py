@@ -1,7 +1,7 @@
-"""The elastic driver's and workers' shared encodings (frameworks/cerar/_elastic_protocol.py)."""
+"""The elastic driver's and workers' shared encodings (frameworks/cerar/elastic/protocol.py)."""
 import pytest
 
-from cerar import _elastic_protocol as protocol
+from cerar.elastic import protocol
 
 
 def test_a_plan_round_trips_with_its_membership_changes():

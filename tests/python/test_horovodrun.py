@@ -1,4 +1,4 @@
-"""horovodrun's command line in cerarrun (frameworks/cerar/_horovodrun.py): each flag's effect
+"""horovodrun's command line in cerarrun (frameworks/cerar/runner/horovodrun.py): each flag's effect
 on the ranks' variables or the launcher, the YAML --config-file, the warnings and errors, and
 one 2-rank job with Horovod's tuning and timeline flags."""
 import json
@@ -10,7 +10,7 @@ import pytest
 from conftest import run_job
 
 run = pytest.importorskip("cerar.run")
-from cerar import _launch  # noqa: E402
+from cerar.runner import launch as _launch  # noqa: E402
 
 
 def _env(*flags):
@@ -89,7 +89,7 @@ def test_flags_without_effect_warn_and_change_nothing(capsys):
 
 
 def run_flags_without_effect():
-    from cerar._horovodrun import NO_EFFECT
+    from cerar.runner.horovodrun import NO_EFFECT
     return list(NO_EFFECT)
 
 
@@ -180,7 +180,7 @@ def test_ssh_identity_file_and_hidden_aliases():
 
 
 def test_ranks_get_horovodruns_identity_variables():
-    from cerar._horovodrun import horovod_identity
+    from cerar.runner.horovodrun import horovod_identity
     placement = run.assign(run.parse_hosts("a:2,b:1", 3), 3)
     assert [horovod_identity(placement, rank) for rank in range(3)] == [
         {"HOROVOD_HOSTNAME": host, "HOROVOD_RANK": str(rank), "HOROVOD_SIZE": "3",

@@ -175,3 +175,17 @@ def test_max_time():
 def test_missing_command_fails():
     result = run_job("does_not_exist.py", np=2, timeout=30)
     assert result.returncode != 0
+
+
+def test_the_launcher_answers_to_each_of_its_names():
+    """`cerar.run` (its first name) is cerar.runner.cli itself; `python -m cerar.runner` and
+    `python -m cerar.run` are cerarrun."""
+    import subprocess
+    import sys
+    from cerar.runner import cli
+    assert run is cli
+    for module in ("cerar.run", "cerar.runner"):
+        result = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
+                                text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert "--hostfile" in result.stdout

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Every unit's tests are findable by name: a C++ unit (core/, ops/, bindings/: a .cc file) has
-tests/cpp/<unit>_test.cc, a Python module of frameworks/cerar has tests/python/test_<module>.py,
+tests/cpp/<unit>_test.cc, a Python module of frameworks/cerar has tests/python/test_<module>.py
+(in a subpackage also test_<package>_<module>.py),
 or docs/testing.md's map ("Where each unit is tested") has a row for it naming files that exist.
 Usage: test_map_check.py REPOSITORY"""
 import re
@@ -19,14 +20,17 @@ for line in section[1].split("\n## ", 1)[0].splitlines():
         rows[cells[0].strip("`")] = re.findall(r"`([^`]+)`", cells[1])
 
 units = []
-for folder in ("core", "ops", "bindings"):
+for folder in ("common", "rendezvous", "core", "ops", "bindings"):
     for source in sorted((root / folder).rglob("*.cc")):
         stem = source.stem
         units.append((str(source.relative_to(root)), [f"tests/cpp/{stem}_test.cc",
                                                       f"tests/gpu/{stem}_test.cc"]))
 for module in sorted((root / "frameworks/cerar").rglob("*.py")):
     stem = module.parent.name if module.stem == "__init__" else module.stem.lstrip("_")
-    units.append((str(module.relative_to(root)), [f"tests/python/test_{stem}.py"]))
+    named = [f"tests/python/test_{stem}.py"]
+    if module.parent.name != "cerar" and module.stem != "__init__":  # cerar/elastic/protocol.py
+        named.append(f"tests/python/test_{module.parent.name}_{stem}.py")
+    units.append((str(module.relative_to(root)), named))
 
 missing, broken = [], []
 for unit, named in units:

@@ -17,7 +17,7 @@ import os
 import sys
 import time
 
-from cerar import _elastic_protocol as protocol
+from cerar.elastic import protocol
 from cerar._cerar import StoreClient
 
 spec = json.loads(sys.argv[1])

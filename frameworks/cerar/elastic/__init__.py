@@ -25,7 +25,7 @@ import pickle
 import numpy as np
 
 import cerar
-from cerar import _elastic_worker
+from cerar.elastic import worker as _elastic_worker
 from cerar._cerar import CerarError, InvalidArgumentError, MismatchError
 
 __all__ = ["run", "State", "ObjectState", "HostsUpdatedInterrupt", "HorovodInternalError"]

@@ -10,8 +10,8 @@ import threading
 import time
 import typing
 
-from cerar._horovodrun import horovod_knobs
-from cerar._hosts import is_local
+from cerar.runner.horovodrun import horovod_knobs
+from cerar.runner.hosts import is_local
 from cerar._store import rank_identity
 
 # Variables of the launcher's environment that remote ranks get without -x.

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-from cerar._hosts import parse_hostfile, parse_hosts
+from cerar.runner.hosts import parse_hostfile, parse_hosts
 
 # Seconds one run of the discovery script may take; a slower run counts as a failed one.
 DISCOVERY_TIMEOUT = 10.0

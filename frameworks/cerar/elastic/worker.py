@@ -1,5 +1,5 @@
 """An elastic worker's side of the protocol with cerarrun's elastic driver (the keys and
-encodings are cerar._elastic_protocol's): joining a generation, its barrier, reporting a
+encodings are cerar.elastic.protocol's): joining a generation, its barrier, reporting a
 failure, waiting for the next generation and noticing newer ones.
 
 One Worker exists per process started by the driver (CERAR_ELASTIC_ID set); cerar.init() hands
@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from cerar import _elastic_protocol as protocol
+from cerar.elastic import protocol
 
 POLL_SECONDS = 0.05
 # Added to a generation's ready counter by a worker that gives that generation up. The counter
