@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -57,6 +59,28 @@ inline int freePort(int count = 1) {
   }
   std::fprintf(stderr, "no %d free consecutive loopback ports in [%d, %d)\n", count, first, last);
   std::abort();
+}
+
+// Forks `count` ranks, each running body(rank) in its child and exiting with what it returns
+// (1, its message on stderr, when it throws); the ranks' pids, in rank order.
+inline std::vector<pid_t> forkRanks(int count, const std::function<int(int)>& body) {
+  std::fflush(nullptr);  // no buffered output written twice
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < count; ++rank) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      int code = 1;
+      try {
+        code = body(rank);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+      }
+      std::fflush(nullptr);
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  return pids;
 }
 
 // Waits for every child; one still running after `limit` is killed. Returns the exit codes

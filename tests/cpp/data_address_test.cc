@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "core/config/config.h"
+#include "variables.h"
 #include "rendezvous/data_address.h"
 #include "rendezvous/host_list.h"
 #include "common/error.h"
@@ -13,14 +14,6 @@ namespace cerar {
 namespace {
 
 using Strings = std::vector<std::string>;
-
-RuntimeConfig fromMap(const std::map<std::string, std::string>& env) {
-  return configFromEnvironment([&](const std::string& name) -> std::optional<std::string> {
-    auto it = env.find(name);
-    if (it == env.end()) return std::nullopt;
-    return it->second;
-  });
-}
 
 const std::vector<InterfaceAddress> kOneNic = {
     {"lo", "127.0.0.1", true}, {"eth0", "10.1.0.5", false}, {"eth0", "fe80::1", false}};
@@ -144,7 +137,7 @@ TEST(InterfaceVariables, CerarIfaceThenTorchsThenHorovods) {
   const std::map<std::string, std::string> base = {{"RANK", "0"}, {"WORLD_SIZE", "1"}};
   auto with = [&](std::map<std::string, std::string> extra) {
     extra.insert(base.begin(), base.end());
-    return fromMap(extra);
+    return testing::configFrom(extra);
   };
   EXPECT_EQ(with({}).iface, "");
   RuntimeConfig c = with({{"HOROVOD_GLOO_IFACE", "eth2"}});
@@ -159,14 +152,14 @@ TEST(InterfaceVariables, CerarIfaceThenTorchsThenHorovods) {
 }
 
 TEST(TorchrunVariables, APyTorchJobPodWithoutLocalVariablesIsAloneOnItsHost) {
-  RuntimeConfig c = fromMap({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "train-master-0"},
+  RuntimeConfig c = testing::configFrom({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "train-master-0"},
                              {"MASTER_PORT", "23456"}, {"CERAR_SECRET", "x"}});
   EXPECT_EQ(c.localSize, 1);
   EXPECT_EQ(c.localRank, 0);
   EXPECT_EQ(c.rendezvousAddr, "train-master-0");
   EXPECT_EQ(c.rendezvousPort, 23457);
   // On loopback (or without MASTER_ADDR) every rank is on this host, as before.
-  c = fromMap({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "127.0.0.1"}});
+  c = testing::configFrom({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "127.0.0.1"}});
   EXPECT_EQ(c.localSize, 4);
   EXPECT_EQ(c.localRank, 2);
 }
@@ -194,7 +187,7 @@ TEST(HostList, TasksPerNode) {
 }
 
 TEST(SlurmVariables, TheFirstHostOfTheStepIsTheRendezvousHost) {
-  const RuntimeConfig c = fromMap({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "7"},
+  const RuntimeConfig c = testing::configFrom({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "7"},
                                    {"SLURM_LOCALID", "1"}, {"SLURM_NODEID", "2"},
                                    {"SLURM_STEP_NODELIST", "h[01-03,07],g5"},
                                    {"SLURM_STEP_NUM_NODES", "4"},
@@ -208,24 +201,24 @@ TEST(SlurmVariables, TheFirstHostOfTheStepIsTheRendezvousHost) {
   EXPECT_EQ(c.rendezvousPort, 20123);
   EXPECT_TRUE(c.hostStore);
   // CERAR_RENDEZVOUS_ADDR overrides; a single node stays on loopback.
-  EXPECT_EQ(fromMap({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NNODES", "2"},
+  EXPECT_EQ(testing::configFrom({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NNODES", "2"},
                      {"SLURM_STEP_NODELIST", "h[1-2]"}, {"CERAR_RENDEZVOUS_ADDR", "10.0.0.1"}})
                 .rendezvousAddr,
             "10.0.0.1");
-  EXPECT_EQ(fromMap({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"},
+  EXPECT_EQ(testing::configFrom({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"},
                      {"SLURM_STEP_NODELIST", "h1"}}).rendezvousAddr,
             "127.0.0.1");
 }
 
 TEST(SlurmVariables, MissingOrBadNodeListsSaySo) {
   try {
-    fromMap({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NNODES", "2"}});
+    testing::configFrom({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NNODES", "2"}});
     FAIL() << "no error";
   } catch (const InvalidArgumentError& e) {
     EXPECT_NE(std::string(e.what()).find("SLURM_STEP_NODELIST"), std::string::npos);
   }
   try {
-    fromMap({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_NODELIST", "h[1-"}});
+    testing::configFrom({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_NODELIST", "h[1-"}});
     FAIL() << "no error";
   } catch (const InvalidArgumentError& e) {
     EXPECT_NE(std::string(e.what()).find("SLURM_STEP_NODELIST: bad host list 'h[1-'"),
@@ -238,7 +231,7 @@ TEST(OpenMpiVariables, AcrossHostsTheRendezvousAddressMustBeGiven) {
       {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}};
   try {
-    fromMap(env);
+    testing::configFrom(env);
     FAIL() << "no error";
   } catch (const InvalidArgumentError& e) {
     EXPECT_NE(std::string(e.what()).find("CERAR_RENDEZVOUS_ADDR is not set"), std::string::npos);
@@ -246,7 +239,7 @@ TEST(OpenMpiVariables, AcrossHostsTheRendezvousAddressMustBeGiven) {
   }
   auto given = env;
   given["CERAR_RENDEZVOUS_ADDR"] = "node1";
-  EXPECT_EQ(fromMap(given).rendezvousAddr, "node1");
+  EXPECT_EQ(testing::configFrom(given).rendezvousAddr, "node1");
 }
 
 }  // namespace

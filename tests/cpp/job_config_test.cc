@@ -348,39 +348,26 @@ using Environment = std::vector<std::pair<std::string, std::string>>;
 std::vector<int> restartThrice(const std::function<Environment(int)>& environment,
                                const std::function<void()>& afterFork = {}) {
   constexpr int N = 4;
-  std::fflush(nullptr);
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < N; ++rank) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      int code = 1;
-      try {
-        for (const auto& [name, value] : environment(rank)) setenv(name.c_str(), value.c_str(), 1);
-        setenv("CERAR_TIMEOUT_SECONDS", "20", 1);
-        setenv("CERAR_ALGORITHM", "cerar", 1);
-        setenv("CERAR_MEASURE_LINK", "0", 1);
-        if (rank == 2) setenv("CERAR_EPS", "0.01", 1);
-        for (int round = 0; round < 3; ++round) {
-          RuntimeConfig config = RuntimeConfig::fromEnvironment();
-          LogCapture log;
-          config.logSink = log.sink();
-          auto rt = Runtime::start(config);
-          std::vector<float> ones(40000, 1.0f);
-          rt->allreduce("x", f32(ones), f32(ones), Op::kSum).wait();
-          check(ones[0] > 3.9f && ones[0] < 4.1f, "round ", round, ": sum ", ones[0]);
-          check((rank == 2) == !log.find("CERAR_EPS: this rank had 0.01").empty(),
-                "round ", round, ": the warning about CERAR_EPS");
-          rt->shutdown();
-        }
-        code = 0;
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
-      }
-      std::fflush(nullptr);
-      _exit(code);
+  const std::vector<pid_t> pids = testing::forkRanks(N, [&](int rank) {
+    for (const auto& [name, value] : environment(rank)) setenv(name.c_str(), value.c_str(), 1);
+    setenv("CERAR_TIMEOUT_SECONDS", "20", 1);
+    setenv("CERAR_ALGORITHM", "cerar", 1);
+    setenv("CERAR_MEASURE_LINK", "0", 1);
+    if (rank == 2) setenv("CERAR_EPS", "0.01", 1);
+    for (int round = 0; round < 3; ++round) {
+      RuntimeConfig config = RuntimeConfig::fromEnvironment();
+      LogCapture log;
+      config.logSink = log.sink();
+      auto rt = Runtime::start(config);
+      std::vector<float> ones(40000, 1.0f);
+      rt->allreduce("x", f32(ones), f32(ones), Op::kSum).wait();
+      check(ones[0] > 3.9f && ones[0] < 4.1f, "round ", round, ": sum ", ones[0]);
+      check((rank == 2) == !log.find("CERAR_EPS: this rank had 0.01").empty(),
+            "round ", round, ": the warning about CERAR_EPS");
+      rt->shutdown();
     }
-    pids.push_back(pid);
-  }
+    return 0;
+  });
   if (afterFork) afterFork();
   return testing::exitCodes(pids);
 }

@@ -75,28 +75,15 @@ TEST(RuntimeMultiprocess, ShutdownWithWorkPending) { runProcesses(4, shutdownPen
 using Environment = std::vector<std::pair<std::string, std::string>>;
 std::vector<int> forkRanks(int N, const std::function<Environment(int)>& environment,
                            const std::function<void()>& afterFork = {}) {
-  std::fflush(nullptr);
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < N; ++rank) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      int code = 1;
-      try {
-        for (const auto& [name, value] : environment(rank)) setenv(name.c_str(), value.c_str(), 1);
-        setenv("CERAR_CYCLE_TIME", "1", 1);
-        setenv("CERAR_TIMEOUT_SECONDS", "20", 1);
-        const RuntimeConfig config = RuntimeConfig::fromEnvironment();
-        // The scenario's own settings give way to the environment's (and the link probe runs).
-        opsAndScales(rank, [&](RuntimeConfig) { return Runtime::start(config); });
-        code = 0;
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
-      }
-      std::fflush(nullptr);
-      _exit(code);
-    }
-    pids.push_back(pid);
-  }
+  const std::vector<pid_t> pids = testing::forkRanks(N, [&](int rank) {
+    for (const auto& [name, value] : environment(rank)) setenv(name.c_str(), value.c_str(), 1);
+    setenv("CERAR_CYCLE_TIME", "1", 1);
+    setenv("CERAR_TIMEOUT_SECONDS", "20", 1);
+    const RuntimeConfig config = RuntimeConfig::fromEnvironment();
+    // The scenario's own settings give way to the environment's (and the link probe runs).
+    opsAndScales(rank, [&](RuntimeConfig) { return Runtime::start(config); });
+    return 0;
+  });
   if (afterFork) afterFork();
   return testing::exitCodes(pids);
 }

@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "core/config/config.h"
+#include "variables.h"
 #include "rendezvous/tcp_store.h"
 #include "common/error.h"
 #include "runtime_scenarios.h"
@@ -28,14 +29,6 @@ namespace cerar {
 namespace {
 
 using Env = std::map<std::string, std::string>;
-
-RuntimeConfig fromMap(const Env& env) {
-  return configFromEnvironment([&](const std::string& name) -> std::optional<std::string> {
-    auto it = env.find(name);
-    if (it == env.end()) return std::nullopt;
-    return it->second;
-  });
-}
 
 // A private XDG_RUNTIME_DIR for the test's sockets, restored afterwards.
 struct RuntimeDir {
@@ -66,7 +59,7 @@ TEST(SecretPolicy, EachLauncherAcrossHostsNeedsASecretOnEveryRank) {
       {{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_NNODES", "2"},
        {"CERAR_RENDEZVOUS_ADDR", "node1"}}};
   for (Env env : launches) {
-    RuntimeConfig config = fromMap(env);
+    RuntimeConfig config = testing::configFrom(env);
     try {
       storeEndpointOf(config);
       FAIL() << "no secret across hosts was accepted";
@@ -76,12 +69,12 @@ TEST(SecretPolicy, EachLauncherAcrossHostsNeedsASecretOnEveryRank) {
     // Start fails the same way, before any connection (so on every rank at once).
     EXPECT_THROW(Runtime::start(config), InvalidArgumentError);
     env["CERAR_SECRET"] = "s";
-    const StoreEndpoint endpoint = storeEndpointOf(fromMap(env));
+    const StoreEndpoint endpoint = storeEndpointOf(testing::configFrom(env));
     EXPECT_EQ(endpoint.listen, "0.0.0.0");
     EXPECT_EQ(endpoint.connect, "node1");
   }
   // cerarrun's store is the launcher's, with its own secret: the ranks connect as told.
-  const StoreEndpoint launcher = storeEndpointOf(fromMap(
+  const StoreEndpoint launcher = storeEndpointOf(testing::configFrom(
       {{"CERAR_RANK", "1"}, {"CERAR_SIZE", "2"}, {"CERAR_RENDEZVOUS_ADDR", "127.0.0.1"},
        {"CERAR_RENDEZVOUS_PORT", "5000"}, {"CERAR_SECRET", "x"}}));
   EXPECT_EQ(launcher.connect, "127.0.0.1");
@@ -90,13 +83,13 @@ TEST(SecretPolicy, EachLauncherAcrossHostsNeedsASecretOnEveryRank) {
 TEST(SecretPolicy, SingleHostWithoutSecretUsesAPrivateUnixSocket) {
   RuntimeDir dir;
   const StoreEndpoint endpoint =
-      storeEndpointOf(fromMap({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "6000"}}));
+      storeEndpointOf(testing::configFrom({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "6000"}}));
   EXPECT_EQ(endpoint.listen, "unix:" + dir.path + "/cerar-store-6001.sock");
   EXPECT_EQ(endpoint.connect, endpoint.listen);
   // A runtime directory others may enter is passed over for /tmp/cerar-<uid>.
   chmod(dir.path.c_str(), 0755);
   const StoreEndpoint fallback = storeEndpointOf(
-      fromMap({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}}));
+      testing::configFrom({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}}));
   EXPECT_EQ(fallback.listen,
             "unix:/tmp/cerar-" + std::to_string(getuid()) + "/cerar-store-29501.sock");
   struct stat info {};
@@ -154,7 +147,7 @@ TEST(SecretPolicy, TorchrunSingleHostJobRunsWithoutATcpStore) {
     if (pid == 0) {
       int code = 1;
       try {
-        RuntimeConfig config = fromMap({{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"},
+        RuntimeConfig config = testing::configFrom({{"RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"},
                                         {"MASTER_ADDR", "127.0.0.1"},
                                         {"MASTER_PORT", std::to_string(port - 1)},
                                         {"CERAR_TIMEOUT_SECONDS", "20"},

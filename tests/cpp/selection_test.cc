@@ -22,7 +22,7 @@ TEST(Selection, ScaledComponents) {
   EXPECT_EQ(scaledComponents(4, 12, 0.5, 1 << 20), 8);   // 6 rounds to a multiple of 4
 }
 
-TEST(RuntimeSelection, RingForSmallIntegerMinMaxAndTwoRanks) {
+TEST(Selection, RingForSmallIntegerMinMaxAndTwoRanks) {
   LinkModel link;
   SelectionPolicy automatic;
   const size_t big = 64u << 20;
@@ -42,7 +42,7 @@ TEST(RuntimeSelection, RingForSmallIntegerMinMaxAndTwoRanks) {
   EXPECT_LT(s.predictedSeconds, ringSeconds(8, big * 4.0, link));
 }
 
-TEST(RuntimeSelection, ComponentsFollowTheCostModel) {
+TEST(Selection, ComponentsFollowTheCostModel) {
   LinkModel link{100e-6, 1e-9, 0, 0};  // no segment: the spec's plain alpha-beta model
   // sqrt((N-2) d b / alpha) = sqrt(6 * 2^26 * 1e-9 / 1e-4) ~ 63.5 -> a multiple of 8 near it.
   const int c = bestComponents(8, double(1 << 26), size_t(1) << 24, link);
@@ -60,7 +60,7 @@ TEST(RuntimeSelection, ComponentsFollowTheCostModel) {
 // 256 KiB segments, 64 MiB lands near c = d/(2s) = 128 and 4 MiB on small messages (c in the
 // hundreds), where the emulated cluster measured its best; not c = 24-40 (a whole segment
 // charged to every round), nor the ring at 4 MiB.
-TEST(RuntimeSelection, StreamedRoundsAvoidMessagesOfOneToTwoSegments) {
+TEST(Selection, StreamedRoundsAvoidMessagesOfOneToTwoSegments) {
   LinkModel slow{150e-6, 8.0 / 155e6, 0.1e-9, 256 * 1024};
   const double bytes = double(64 << 20);
   const int c = bestComponents(8, bytes, size_t(16) << 20, slow);
@@ -101,7 +101,7 @@ LinkModel measuredLink(int N) {
   return link;
 }
 
-TEST(RuntimeSelection, MeasuredRoundsInterpolateAndReplaceTheSegmentTerm) {
+TEST(Selection, MeasuredRoundsInterpolateAndReplaceTheSegmentTerm) {
   const LinkModel link = measuredLink(8);
   for (const auto& point : link.rounds)
     EXPECT_DOUBLE_EQ(transferSeconds(point.bytes, link), point.seconds);
@@ -118,7 +118,7 @@ TEST(RuntimeSelection, MeasuredRoundsInterpolateAndReplaceTheSegmentTerm) {
 // the fastest: messages never on the floor (where more rounds only add time), and from 16 MiB
 // well past its end, toward where the emulated cluster's runs were fastest (N = 8: c = 1024 at
 // 64 MiB, 512 at 16 MiB, 64 at 1 MiB: 64, 32 and 16 KiB messages).
-TEST(RuntimeSelection, MeasuredRoundsPutMessagesPastTheFloorsEnd) {
+TEST(Selection, MeasuredRoundsPutMessagesPastTheFloorsEnd) {
   for (int N : {4, 8}) {
     const LinkModel link = measuredLink(N);
     for (double d : {double(1 << 20), double(4 << 20), double(16 << 20), double(64 << 20)}) {
@@ -145,7 +145,7 @@ TEST(RuntimeSelection, MeasuredRoundsPutMessagesPastTheFloorsEnd) {
 // segments whole, so c lands on messages of whole segments (N = 4, 32 KiB segments: 512 at 16
 // and 64 MiB, one and four segments, the grid's fastest on the emulated cluster; 288 and 368
 // without the charge).
-TEST(RuntimeSelection, MeasuredRoundsChargeWholeSegments) {
+TEST(Selection, MeasuredRoundsChargeWholeSegments) {
   LinkModel link = measuredLink(4);
   link.segmentBytes = 32 << 10;
   EXPECT_DOUBLE_EQ(transferSeconds(33 << 10, link), transferSeconds(64 << 10, link));
@@ -166,7 +166,7 @@ TEST(RuntimeSelection, MeasuredRoundsChargeWholeSegments) {
 // codec (gamma). Where the CPU bounds a round (a fast link) the ring, which sends twice the
 // bytes, wins; where the link does, CERAR. With one gamma for both (gammaRing 0) CERAR's fewer
 // bytes always win at 16 MiB: the model that chose CERAR on loopback.
-TEST(RuntimeSelection, EachChoicesOwnCpuCostDecidesOnPlainFigures) {
+TEST(Selection, EachChoicesOwnCpuCostDecidesOnPlainFigures) {
   const size_t elements = size_t(4) << 20;  // 16 MiB of float32
   const SelectionPolicy automatic;
   LinkModel cpuBound{1e-7, 0.1e-9, 1.0e-9};
@@ -205,7 +205,7 @@ std::vector<LinkModel::RoundPoint> curve(double floor, double perByte) {
 // Measured curves, one per choice: on loopback (CPU-bound: the ring's rounds at 0.3 ns/B,
 // CERAR's at 0.6 with its encode and decode) the ring; on a 1 Gbit/s link (8 ns/B for both,
 // CERAR's codec hidden under the link) CERAR; CERAR's c still lands past the floor's end.
-TEST(RuntimeSelection, EachChoicesMeasuredCurveDecides) {
+TEST(Selection, EachChoicesMeasuredCurveDecides) {
   const size_t elements = size_t(16) << 20;  // 64 MiB of float32
   LinkModel loopback{20e-6, 0.3e-9, 0.3e-9};
   loopback.rounds = curve(30e-6, 0.6);
@@ -236,7 +236,7 @@ TEST(RuntimeSelection, EachChoicesMeasuredCurveDecides) {
 // The 16-bit wires by their own cost, within a budget that admits them: a CPU-bound wire hop
 // (casts dearer than the bytes they save) leaves the float32 ring; a link-bound one takes the
 // fp16 wire. Plain figures (gammaWire) and measured curves (wireRounds) alike.
-TEST(RuntimeSelection, WireRingsByTheirOwnCost) {
+TEST(Selection, WireRingsByTheirOwnCost) {
   BudgetQuery query{4, DType::kFloat32, ReduceOp::kSum, size_t(16) << 20, true};
   SelectionPolicy budget;
   budget.maxError = 5e-3;  // fp16's bound at N = 4 fits
@@ -262,7 +262,7 @@ TEST(RuntimeSelection, WireRingsByTheirOwnCost) {
   EXPECT_EQ(selectWithinBudget(query, slow, budget).wire, Wire::kFloat16);
 }
 
-TEST(RuntimeSelection, ForcedSettingsWinWhereCerarCanRun) {
+TEST(Selection, ForcedSettingsWinWhereCerarCanRun) {
   LinkModel link;
   SelectionPolicy forced;
   forced.algorithm = "cerar";

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/env.h"
+#include "core/config/config.h"
 
 namespace cerar::testing {
 
@@ -18,6 +19,11 @@ inline EnvironmentLookup lookupIn(const Variables& variables) {
     if (it == variables.end()) return std::nullopt;
     return it->second;
   };
+}
+
+// The RuntimeConfig that `variables` would give as the process's environment.
+inline RuntimeConfig configFrom(const Variables& variables) {
+  return configFromEnvironment(lookupIn(variables));
 }
 
 }  // namespace cerar::testing

@@ -1,143 +1,19 @@
-// The runtime's pure parts: configuration, negotiation messages and matching, response cache,
-// fusion planner, stall inspector, scaling helpers (algorithm selection: selection_test.cc).
+// Negotiation: its messages, the coordinator rank's table, cached units as bits.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <limits>
-#include <map>
+#include <string>
+#include <vector>
 
-#include "core/config/config.h"
-#include "core/policy/fusion.h"
+#include "common/error.h"
 #include "core/control/negotiation.h"
 #include "core/control/response_cache.h"
-#include "core/execution/scaling.h"
-#include "core/policy/selection.h"
-#include "core/control/stall_inspector.h"
-#include "common/error.h"
+#include "core/policy/fusion.h"
+#include "units.h"
 
 namespace cerar {
 namespace {
 
-using Env = std::map<std::string, std::string>;
-
-RuntimeConfig fromMap(const Env& env) {
-  return configFromEnvironment([&](const std::string& name) -> std::optional<std::string> {
-    auto it = env.find(name);
-    if (it == env.end()) return std::nullopt;
-    return it->second;
-  });
-}
-
-std::string errorOf(const Env& env) {
-  try {
-    fromMap(env);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-TEST(RuntimeConfig, NoLauncherIsOneProcess) {
-  RuntimeConfig c = fromMap({});
-  EXPECT_EQ(c.rank, 0);
-  EXPECT_EQ(c.size, 1);
-  EXPECT_EQ(c.fusionThresholdBytes, 64u << 20);
-  EXPECT_EQ(c.algorithm, "auto");
-}
-
-TEST(RuntimeConfig, LauncherVariablesAndKnobs) {
-  RuntimeConfig c = fromMap({{"CERAR_RANK", "2"}, {"CERAR_SIZE", "4"}, {"CERAR_LOCAL_RANK", "0"},
-                             {"CERAR_LOCAL_SIZE", "2"}, {"CERAR_RENDEZVOUS_ADDR", "10.0.0.1"},
-                             {"CERAR_RENDEZVOUS_PORT", "4242"}, {"CERAR_SECRET", "s"},
-                             {"CERAR_FUSION_THRESHOLD", "0"}, {"CERAR_CYCLE_TIME", "2.5"},
-                             {"CERAR_CACHE_CAPACITY", "16"}, {"CERAR_ALGORITHM", "cerar"},
-                             {"CERAR_COMPONENTS", "8"}, {"CERAR_EPS", "0.001"},
-                             {"CERAR_STALL_CHECK_TIME_SECONDS", "5"},
-                             {"CERAR_LOG_LEVEL", "DEBUG"}, {"CERAR_SHARE_CORRECTION", "1"},
-                             {"CERAR_DEBUG_ERROR", "true"}});
-  EXPECT_TRUE(c.shareCorrection);
-  EXPECT_TRUE(c.debugError);
-  EXPECT_EQ(c.rank, 2);
-  EXPECT_EQ(c.size, 4);
-  EXPECT_EQ(c.localSize, 2);
-  EXPECT_EQ(c.rendezvousAddr, "10.0.0.1");
-  EXPECT_EQ(c.rendezvousPort, 4242);
-  EXPECT_FALSE(c.hostStore);  // cerarrun hosts the store
-  EXPECT_EQ(c.fusionThresholdBytes, 0u);
-  EXPECT_DOUBLE_EQ(c.cycleTimeMs, 2.5);
-  EXPECT_EQ(c.cacheCapacity, 16u);
-  EXPECT_EQ(c.components, 8);
-  EXPECT_DOUBLE_EQ(c.eps, 0.001);
-  EXPECT_DOUBLE_EQ(c.stallCheckSeconds, 5);
-}
-
-TEST(RuntimeConfig, TorchrunMpiAndSlurm) {
-  RuntimeConfig t = fromMap({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "3"},
-                             {"LOCAL_WORLD_SIZE", "4"}, {"MASTER_ADDR", "node0"},
-                             {"MASTER_PORT", "29500"}});
-  EXPECT_EQ(t.rank, 3);
-  EXPECT_EQ(t.size, 8);
-  EXPECT_EQ(t.localRank, 3);
-  EXPECT_EQ(t.rendezvousAddr, "node0");
-  EXPECT_EQ(t.rendezvousPort, 29501);  // MASTER_PORT + 1
-  EXPECT_TRUE(t.hostStore);
-
-  RuntimeConfig m = fromMap({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                             {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-                             {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
-  EXPECT_EQ(m.rank, 1);
-  EXPECT_EQ(m.rendezvousAddr, "127.0.0.1");  // one node
-  EXPECT_TRUE(m.hostStore);
-
-  RuntimeConfig s = fromMap({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
-                             {"SLURM_NNODES", "2"}, {"SLURM_JOB_ID", "1234"},
-                             {"CERAR_RENDEZVOUS_ADDR", "head"}});
-  EXPECT_EQ(s.rank, 5);
-  EXPECT_EQ(s.localRank, 1);
-  EXPECT_EQ(s.localSize, 4);
-  EXPECT_EQ(s.rendezvousAddr, "head");
-  EXPECT_EQ(s.rendezvousPort, 21234);
-  EXPECT_NE(errorOf({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "8"}, {"SLURM_NNODES", "2"}})
-                .find("CERAR_RENDEZVOUS_ADDR"),
-            std::string::npos);
-}
-
-TEST(RuntimeConfig, BadValuesNameTheVariable) {
-  EXPECT_NE(errorOf({{"CERAR_FUSION_THRESHOLD", "lots"}}).find("CERAR_FUSION_THRESHOLD: 'lots'"),
-            std::string::npos);
-  EXPECT_NE(errorOf({{"CERAR_CYCLE_TIME", "-1"}}).find("CERAR_CYCLE_TIME"), std::string::npos);
-  EXPECT_NE(errorOf({{"CERAR_ALGORITHM", "tree"}}).find("tree"), std::string::npos);
-  EXPECT_NE(errorOf({{"CERAR_LOG_LEVEL", "loud"}}).find("loud"), std::string::npos);
-  EXPECT_NE(errorOf({{"CERAR_RANK", "4"}, {"CERAR_SIZE", "4"}}).find("CERAR_RANK: '4'"),
-            std::string::npos);
-  EXPECT_NE(errorOf({{"CERAR_RANK", "0"}, {"CERAR_SIZE", "4"}, {"CERAR_COMPONENTS", "6"}})
-                .find("CERAR_COMPONENTS=6"),
-            std::string::npos);
-  EXPECT_NE(errorOf({{"CERAR_RANK", "0"}}).find("CERAR_SIZE is not set"), std::string::npos);
-  EXPECT_NE(errorOf({{"CERAR_AUTOTUNE_STEPS_PER_SAMPLE", "0"}})
-                .find("CERAR_AUTOTUNE_STEPS_PER_SAMPLE"),
-            std::string::npos);
-  EXPECT_NE(errorOf({{"CERAR_AUTOTUNE_WARMUP_SAMPLES", "-2"}})
-                .find("CERAR_AUTOTUNE_WARMUP_SAMPLES"),
-            std::string::npos);
-}
-
-TEST(RuntimeConfig, AutotuneKnobs) {
-  const RuntimeConfig off = fromMap({});
-  EXPECT_FALSE(off.autotune);
-  EXPECT_EQ(off.autotuneWarmupSamples, 3);
-  EXPECT_EQ(off.autotuneStepsPerSample, 10);
-  const RuntimeConfig on = fromMap({{"CERAR_AUTOTUNE", "1"}, {"CERAR_AUTOTUNE_LOG", "/tmp/t.csv"},
-                                    {"CERAR_AUTOTUNE_WARMUP_SAMPLES", "0"},
-                                    {"CERAR_AUTOTUNE_STEPS_PER_SAMPLE", "4"}});
-  EXPECT_TRUE(on.autotune);
-  EXPECT_EQ(on.autotuneLog, "/tmp/t.csv");
-  EXPECT_EQ(on.autotuneWarmupSamples, 0);
-  EXPECT_EQ(on.autotuneStepsPerSample, 4);
-  EXPECT_EQ(fromMap({{"CERAR_COMPONENTS_SCALE", "0.5"}}).componentsScale, 0.5);
-  EXPECT_NE(errorOf({{"CERAR_COMPONENTS_SCALE", "0"}}).find("CERAR_COMPONENTS_SCALE"),
-            std::string::npos);
-}
+using testing::request;
 
 // The parameters in force travel in every response; a corrupt cycle time is refused.
 TEST(Negotiation, TuningTravelsInTheResponse) {
@@ -150,25 +26,13 @@ TEST(Negotiation, TuningTravelsInTheResponse) {
   EXPECT_THROW(decodeResponseMessage(encode(m)), Error);
 }
 
-// --- negotiation ---------------------------------------------------------------------------
-
-Request request(const std::string& name, std::vector<int64_t> shape,
-                Kind kind = Kind::kAllreduce, Op op = Op::kSum) {
-  Request r;
-  r.names = {name};
-  r.description.kind = kind;
-  r.description.op = op;
-  r.description.shapes = {std::move(shape)};
-  return r;
-}
-
 RequestMessage messageOf(std::vector<Request> requests) {
   RequestMessage m;
   m.requests = std::move(requests);
   return m;
 }
 
-TEST(RuntimeNegotiation, MessagesRoundTripAndRejectTruncation) {
+TEST(Negotiation, MessagesRoundTripAndRejectTruncation) {
   RequestMessage m = messageOf({request("a", {3, 4}), request("b", {})});
   m.shutdown = true;
   setBit(m.cacheBits, 9);
@@ -195,7 +59,7 @@ TEST(RuntimeNegotiation, MessagesRoundTripAndRejectTruncation) {
   EXPECT_EQ(rback.responses[0], unit);
 }
 
-TEST(RuntimeNegotiation, ReadyOnlyWhenEveryRankSubmittedInFirstSeenOrder) {
+TEST(Negotiation, ReadyOnlyWhenEveryRankSubmittedInFirstSeenOrder) {
   NegotiationTable table(3);
   ResponseCache cache(0);
   const auto now = NegotiationTable::Clock::now();
@@ -210,7 +74,7 @@ TEST(RuntimeNegotiation, ReadyOnlyWhenEveryRankSubmittedInFirstSeenOrder) {
   ASSERT_EQ(table.decide(cache).responses.size(), 1u);
 }
 
-TEST(RuntimeNegotiation, MismatchNamesTensorRanksAndBothDescriptions) {
+TEST(Negotiation, MismatchNamesTensorRanksAndBothDescriptions) {
   NegotiationTable table(3);
   ResponseCache cache(0);
   const auto now = NegotiationTable::Clock::now();
@@ -227,7 +91,7 @@ TEST(RuntimeNegotiation, MismatchNamesTensorRanksAndBothDescriptions) {
       << error;
 }
 
-TEST(RuntimeNegotiation, AllgatherRowsMayDifferAndJoinedRanksCountAsReady) {
+TEST(Negotiation, AllgatherRowsMayDifferAndJoinedRanksCountAsReady) {
   NegotiationTable table(3);
   ResponseCache cache(0);
   const auto now = NegotiationTable::Clock::now();
@@ -256,7 +120,7 @@ TEST(RuntimeNegotiation, AllgatherRowsMayDifferAndJoinedRanksCountAsReady) {
   EXPECT_EQ(table.decide(cache).lastJoinedRank, 1);  // the last of the cycle's joiners
 }
 
-TEST(RuntimeNegotiation, CachedUnitsTravelAsBits) {
+TEST(Negotiation, CachedUnitsTravelAsBits) {
   NegotiationTable table(2);
   ResponseCache cache(8);
   const auto now = NegotiationTable::Clock::now();
@@ -302,7 +166,7 @@ struct CachedUnits {
 
 // Units every rank names by slot are counted by slot; they wait across cycles and the answer
 // is the slot once every rank has one.
-TEST(RuntimeNegotiation, CachedUnitsWaitBySlotAcrossCycles) {
+TEST(Negotiation, CachedUnitsWaitBySlotAcrossCycles) {
   CachedUnits c(3, {"a", "b"});
   NegotiationTable table(3);
   table.receive(0, c.bits({"a", "b"}), c.cache, c.now);
@@ -327,7 +191,7 @@ TEST(RuntimeNegotiation, CachedUnitsWaitBySlotAcrossCycles) {
 
 // A rank that sends a cached unit in full (its description differs) meets the others' slot
 // submissions in the full table: the mismatch names both ranks, as without the cache.
-TEST(RuntimeNegotiation, AFullSubmissionJoinsTheSlotSubmissionsOfItsUnit) {
+TEST(Negotiation, AFullSubmissionJoinsTheSlotSubmissionsOfItsUnit) {
   CachedUnits c(3, {"w"});
   NegotiationTable table(3);
   table.receive(0, c.bits({"w"}), c.cache, c.now);
@@ -353,7 +217,7 @@ TEST(RuntimeNegotiation, AFullSubmissionJoinsTheSlotSubmissionsOfItsUnit) {
 
 // A second submission by slot, a joined rank, a stall and a cycle with a full answer move
 // slot submissions to the full table, which decides as it always did.
-TEST(RuntimeNegotiation, SlotSubmissionsKeepTheFullTablesRules) {
+TEST(Negotiation, SlotSubmissionsKeepTheFullTablesRules) {
   CachedUnits c(3, {"a", "b"});
   NegotiationTable table(3);
   table.receive(0, c.bits({"a"}), c.cache, c.now);
@@ -401,7 +265,7 @@ TEST(RuntimeNegotiation, SlotSubmissionsKeepTheFullTablesRules) {
 }
 
 // A broadcast that a rank joined instead of submitting fails, by slot as in full.
-TEST(RuntimeNegotiation, ACachedBroadcastWithAJoinedRankFails) {
+TEST(Negotiation, ACachedBroadcastWithAJoinedRankFails) {
   CachedUnits c(3, {"p"}, Kind::kBroadcast);
   NegotiationTable table(3);
   RequestMessage bits;
@@ -424,7 +288,7 @@ Response allreduceUnitForFusion(const std::string& name) {
 // Ranks may hold a unit's tensors in different places: the response says where each rank's
 // are, the unit is reduced on the host (and fused with host units only), and each rank's cache
 // lookup matches its own placement.
-TEST(RuntimeNegotiation, MixedPlacementIsRecordedAndCachedPerRank) {
+TEST(Negotiation, MixedPlacementIsRecordedAndCachedPerRank) {
   NegotiationTable table(3);
   ResponseCache cache(8);
   const auto now = NegotiationTable::Clock::now();
@@ -470,69 +334,7 @@ TEST(RuntimeNegotiation, MixedPlacementIsRecordedAndCachedPerRank) {
             (std::vector<std::vector<size_t>>{{0, 1}, {2}}));
 }
 
-TEST(RuntimeCache, LeastRecentlyUsedIsEvictedIdenticallyEverywhere) {
-  ResponseCache a(2), b(2);
-  auto unit = [](const std::string& n) { return Response{{n}, request(n, {1}).description, {}, "", {}}; };
-  for (auto* cache : {&a, &b}) {
-    cache->put(unit("x"));
-    cache->put(unit("y"));
-    cache->put(unit("x"));  // touch x: y is now the least recently used
-    cache->put(unit("z"));
-  }
-  EXPECT_EQ(a.find(unit("y")), -1);
-  EXPECT_EQ(a.find(unit("x")), b.find(unit("x")));
-  EXPECT_EQ(a.find(unit("z")), b.find(unit("z")));
-  EXPECT_EQ(a.size(), 2u);
-  ResponseCache off(0);
-  off.put(unit("x"));
-  EXPECT_EQ(off.find(unit("x")), -1);
-}
-
-// --- fusion ---------------------------------------------------------------------------------
-
-Response allreduceUnit(const std::string& name, int64_t elements, DType dtype = DType::kFloat32) {
-  Response r{{name}, request(name, {elements}).description, {}, "", {}};
-  r.description.dtype = dtype;
-  return r;
-}
-
-TEST(RuntimeFusion, PacksCompatibleUnitsUpToTheThreshold) {
-  std::vector<Response> units = {allreduceUnit("a", 10), allreduceUnit("b", 10, DType::kFloat64),
-                                 allreduceUnit("c", 10), allreduceUnit("big", 1000),
-                                 allreduceUnit("d", 10)};
-  Response gather = allreduceUnit("g", 4);
-  gather.description.kind = Kind::kAllgather;
-  units.push_back(gather);
-  Response failed = allreduceUnit("e", 1);
-  failed.error = "x";
-  units.push_back(failed);
-  auto groups = planFusion(units, 120);  // 30 f32 elements
-  std::vector<std::vector<size_t>> expected = {{0, 2, 4}, {1}, {3}, {5}, {6}};
-  EXPECT_EQ(groups, expected);
-  EXPECT_EQ(planFusion(units, 0).size(), units.size());
-  EXPECT_EQ(planFusion(units, 80), (std::vector<std::vector<size_t>>{{0, 2}, {1}, {3}, {4}, {5}, {6}}));
-}
-
-TEST(RuntimeFusion, ReducescattersFuseAmongThemselves) {
-  auto scatter = [](const char* name, size_t n) {
-    Response unit = allreduceUnit(name, n);
-    unit.description.kind = Kind::kReducescatter;
-    return unit;
-  };
-  std::vector<Response> units = {scatter("a", 10), allreduceUnit("b", 10), scatter("c", 10),
-                                 allreduceUnit("d", 10)};
-  EXPECT_EQ(planFusion(units, 120), (std::vector<std::vector<size_t>>{{0, 2}, {1, 3}}));
-  // A reducescatter group carries the exact ring whatever the policy says.
-  SelectionPolicy forced;
-  forced.algorithm = "cerar";
-  for (const FusedGroup& group : decideGroups(units, 4, 120, LinkModel{}, forced)) {
-    if (units[group.members[0]].description.kind == Kind::kReducescatter) {
-      EXPECT_EQ(group.algorithm, Algorithm::kRing);
-    }
-  }
-}
-
-TEST(RuntimeNegotiation, AlltoallSplitsBecomeTheMatrixAndJoinRefusesScatters) {
+TEST(Negotiation, AlltoallSplitsBecomeTheMatrixAndJoinRefusesScatters) {
   NegotiationTable table(3);
   ResponseCache cache(8);
   const auto now = NegotiationTable::Clock::now();
@@ -582,40 +384,6 @@ TEST(RuntimeNegotiation, AlltoallSplitsBecomeTheMatrixAndJoinRefusesScatters) {
     EXPECT_EQ(answer.responses[i].errorPeer, 2);
   }
   EXPECT_TRUE(answer.responses[2].error.empty()) << answer.responses[2].error;
-}
-
-TEST(RuntimeStall, WarnsByMissingRankThenFails) {
-  StallInspector inspector(1.0, 3.0);
-  const auto t0 = StallInspector::Clock::now();
-  std::vector<NegotiationTable::Waiting> waiting = {{"a", {"a"}, {2}, t0}, {"b", {"b"}, {2, 3}, t0}};
-  EXPECT_TRUE(inspector.inspect(waiting, t0 + std::chrono::milliseconds(500)).warning.empty());
-  auto report = inspector.inspect(waiting, t0 + std::chrono::milliseconds(1500));
-  EXPECT_NE(report.warning.find("rank 2 is missing 'a', 'b'"), std::string::npos)
-      << report.warning;
-  EXPECT_NE(report.warning.find("rank 3 is missing 'b'"), std::string::npos) << report.warning;
-  EXPECT_TRUE(report.failures.empty());
-  // Not again within the check time.
-  EXPECT_TRUE(inspector.inspect(waiting, t0 + std::chrono::milliseconds(2000)).warning.empty());
-  report = inspector.inspect(waiting, t0 + std::chrono::milliseconds(3500));
-  ASSERT_EQ(report.failures.size(), 2u);
-  const Status& failure = report.failures[1].second;
-  EXPECT_NE(failure.message.find("ranks 2, 3 have not submitted"), std::string::npos)
-      << failure.message;
-  EXPECT_EQ(failure.code, StatusCode::kTimeout);
-  EXPECT_EQ(failure.peer, 2);  // the first rank missing
-}
-
-TEST(RuntimeScaling, ScaledCopiesAndIdentities) {
-  std::vector<float> in = {1, 2, 3}, out(3);
-  scaledCopy(DType::kFloat32, in.data(), out.data(), 3, 0.5);
-  EXPECT_EQ(out, (std::vector<float>{0.5f, 1, 1.5f}));
-  std::vector<double> d(2);
-  fillIdentity(DType::kFloat64, ReduceOp::kMin, d.data(), 2);
-  EXPECT_EQ(d[0], std::numeric_limits<double>::infinity());
-  std::vector<int32_t> i(2, 7);
-  fillIdentity(DType::kInt32, ReduceOp::kMax, i.data(), 2);
-  EXPECT_EQ(i[1], std::numeric_limits<int32_t>::lowest());
-  EXPECT_THROW(scaledCopy(DType::kInt32, i.data(), i.data(), 2, 2.0), Error);
 }
 
 }  // namespace

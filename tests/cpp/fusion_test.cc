@@ -1,0 +1,58 @@
+// The fusion planner: which units share a buffer, and the decisions it carries.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/policy/fusion.h"
+#include "core/policy/selection.h"
+#include "units.h"
+
+namespace cerar {
+namespace {
+
+using testing::request;
+
+Response allreduceUnit(const std::string& name, int64_t elements, DType dtype = DType::kFloat32) {
+  Response r{{name}, request(name, {elements}).description, {}, "", {}};
+  r.description.dtype = dtype;
+  return r;
+}
+
+TEST(Fusion, PacksCompatibleUnitsUpToTheThreshold) {
+  std::vector<Response> units = {allreduceUnit("a", 10), allreduceUnit("b", 10, DType::kFloat64),
+                                 allreduceUnit("c", 10), allreduceUnit("big", 1000),
+                                 allreduceUnit("d", 10)};
+  Response gather = allreduceUnit("g", 4);
+  gather.description.kind = Kind::kAllgather;
+  units.push_back(gather);
+  Response failed = allreduceUnit("e", 1);
+  failed.error = "x";
+  units.push_back(failed);
+  auto groups = planFusion(units, 120);  // 30 f32 elements
+  std::vector<std::vector<size_t>> expected = {{0, 2, 4}, {1}, {3}, {5}, {6}};
+  EXPECT_EQ(groups, expected);
+  EXPECT_EQ(planFusion(units, 0).size(), units.size());
+  EXPECT_EQ(planFusion(units, 80), (std::vector<std::vector<size_t>>{{0, 2}, {1}, {3}, {4}, {5}, {6}}));
+}
+
+TEST(Fusion, ReducescattersFuseAmongThemselves) {
+  auto scatter = [](const char* name, size_t n) {
+    Response unit = allreduceUnit(name, n);
+    unit.description.kind = Kind::kReducescatter;
+    return unit;
+  };
+  std::vector<Response> units = {scatter("a", 10), allreduceUnit("b", 10), scatter("c", 10),
+                                 allreduceUnit("d", 10)};
+  EXPECT_EQ(planFusion(units, 120), (std::vector<std::vector<size_t>>{{0, 2}, {1, 3}}));
+  // A reducescatter group carries the exact ring whatever the policy says.
+  SelectionPolicy forced;
+  forced.algorithm = "cerar";
+  for (const FusedGroup& group : decideGroups(units, 4, 120, LinkModel{}, forced)) {
+    if (units[group.members[0]].description.kind == Kind::kReducescatter) {
+      EXPECT_EQ(group.algorithm, Algorithm::kRing);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cerar
