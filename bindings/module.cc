@@ -11,6 +11,7 @@
 #include "bindings/store.h"
 #include "bindings/tensors.h"
 #include "core/control/message.h"
+#include "core/policy/fusion.h"
 #include "core/runtime.h"
 #ifdef CERAR_HAVE_CUDA
 #include "core/device/cuda/cuda_device_ops.h"
@@ -247,6 +248,11 @@ PYBIND11_MODULE(_cerar, m) {
 #else
   m.attr("cuda_built") = false;
 #endif
+  m.def("wire_carries", [](const std::string& wire, DType dtype, Op op) {
+          return wireMayCarry(parseWire(wire), dtype, op);
+        }, py::arg("wire"), py::arg("dtype"), py::arg("op"),
+        "Whether a lossy wire ('fp16', 'bf16', 'int8') may carry an all-reduce of dtype with op "
+        "(the runtime's one rule; the tensors must also be in host memory).");
   m.def("parse_dtype", &parseDType, "DType from a name: f32, float32, bf16, ...");
   m.def("scatter_rows", &scatterRows, py::arg("rows"), py::arg("rank"), py::arg("size"),
         "A reducescatter's rows for `rank`: rows // size, the first rows % size ranks one more.");

@@ -12,13 +12,23 @@
 namespace cerar {
 
 const char* algorithmName(Algorithm algorithm) {
-  return algorithm == Algorithm::kRing ? "ring" : "cerar";
+  switch (algorithm) {
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kCerar: return "cerar";
+    case Algorithm::kAdasum: return "adasum";
+  }
+  return "?";
 }
 
 Algorithm parseAlgorithm(const std::string& name) {
   if (name == "ring") return Algorithm::kRing;
   if (name == "cerar") return Algorithm::kCerar;
   throw InvalidArgumentError("unknown algorithm '" + name + "' (expected ring or cerar)");
+}
+
+bool testsCerarRange(const AllreduceOptions& options, int N) {
+  const int c = options.components == 0 ? 4 * N : options.components;
+  return options.algorithm == Algorithm::kCerar && N > 1 && c > N && options.exactOnNonFinite;
 }
 
 double defaultEps(DType dtype) {
@@ -55,6 +65,8 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
   const int N = size();
   int c = N;
   double eps = 0;
+  CERAR_CHECK_ARGUMENT(options.algorithm != Algorithm::kAdasum, "rank ", rank(),
+                       ": Adasum runs by AdasumRunner (ops/adasum_run.h), not a Communicator");
   if (options.algorithm == Algorithm::kCerar) {
     CERAR_CHECK_ARGUMENT(isCerarDType(dtype), "rank ", rank(),
                                 ": CERAR supports f32 and f64, got ", dtypeName(dtype),
@@ -73,9 +85,8 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
   const bool sixteenBit = isSixteenBitFloat(dtype);
   if (options.wire != Wire::kNone) {
     CERAR_CHECK_ARGUMENT(options.algorithm == Algorithm::kRing &&
-                             (dtype == DType::kFloat32 ||
-                              (sixteenBit && options.wire == Wire::kInt8)) &&
-                             options.op == ReduceOp::kSum && runner_->hostMemory(),
+                             wireCarries(options.wire, dtype, options.op) &&
+                             runner_->hostMemory(),
                          "rank ", rank(), ": a ", wireName(options.wire),
                          " wire is the exact ring's sum of float32 host data (int8: also "
                          "f16 and bf16), got ",
@@ -89,7 +100,7 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
   // exact ring on every rank. c = N is the ring itself, and N = 1 has no rounds.
   const auto start = std::chrono::steady_clock::now();
   bool cerar = options.algorithm == Algorithm::kCerar;
-  const bool check = cerar && N > 1 && c > N && options.exactOnNonFinite;
+  const bool check = testsCerarRange(options, N);
   const bool mine = check && (options.beyondCerarRange.has_value()
                                   ? *options.beyondCerarRange
                                   : runner_->beyondCerarRange(*transport_, data, count, dtype));

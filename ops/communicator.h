@@ -10,8 +10,10 @@
 
 namespace cerar {
 
-enum class Algorithm : uint8_t { kRing, kCerar };
-const char* algorithmName(Algorithm algorithm);
+// What reduces a buffer: the exact ring, CERAR, or Adasum's own schedule (ops/adasum_run.h,
+// which runs it; a Communicator runs the first two).
+enum class Algorithm : uint8_t { kRing, kCerar, kAdasum };
+const char* algorithmName(Algorithm algorithm);  // "ring" | "cerar" | "adasum"
 Algorithm parseAlgorithm(const std::string& name);  // "ring" | "cerar"
 
 // The spec's default eps: 2^-11 for f32, 2^-25 for f64.
@@ -50,6 +52,11 @@ struct AllreduceOptions {
   // this rank's losses are written (ops/wire_run.h); zeros where no wire ran. Null: not kept.
   float* lost = nullptr;
 };
+
+// Whether a run with `options` on N ranks tests CERAR's range first (exactOnNonFinite): CERAR
+// with c > N on more than one rank (c = N is the ring itself; one rank has no rounds). The one
+// rule: the runtime tests while packing exactly when this holds.
+bool testsCerarRange(const AllreduceOptions& options, int N);
 
 // One rank's handle on a group. Thread safety: one operation at a time.
 class Communicator {

@@ -84,6 +84,7 @@ RunStats Executor::runUnlessAnyRank(const Plan& plan, Transport& transport, void
 RunStats Executor::runHost(const Plan& plan, Transport& transport, void* data,
                            const CodecParams& params, InBandVerdict* verdict) {
   if (params.wire != Wire::kNone) {
+    // The communicator checked wireCarries and widened 16-bit data: float32 sums here.
     CERAR_CHECK_ARGUMENT(params.dtype == DType::kFloat32 && params.op == ReduceOp::kSum,
                          "a ", wireName(params.wire), " wire sums float32 data only, got ",
                          dtypeName(params.dtype));

@@ -154,7 +154,7 @@ FusedGroup getGroup(ByteReader& r) {
   FusedGroup group;
   group.members = getList<uint32_t>(r);
   const uint8_t algorithm = r.get<uint8_t>();
-  r.check(algorithm <= uint8_t(Algorithm::kCerar), "bad algorithm");
+  r.check(algorithm <= uint8_t(Algorithm::kAdasum), "bad algorithm");
   group.algorithm = static_cast<Algorithm>(algorithm);
   group.components = r.get<int32_t>();
   group.eps = r.get<double>();

@@ -16,17 +16,10 @@ void OperationState::complete(const Status& outcome) {
 }
 
 namespace {
-// A name is in flight per process set (as in Horovod, where each set has its own queue).
-// The key is Request::key()'s for one name: a one-name unit's is its Entry::key, made at
-// enqueue outside the lock that every enqueue takes.
-std::string inFlightKey(const std::string& name, int32_t set) {
-  if (set == 0) return name;
-  std::string key = "\x1f";
-  key += std::to_string(set);
-  key += '\x1f';
-  key += name;
-  return key;
-}
+// A name is in flight per process set (as in Horovod, where each set has its own queue), under
+// its unit key (core/control/message.h); a one-name unit's is its Entry::key, made at enqueue
+// outside the lock that every enqueue takes.
+std::string inFlightKey(const std::string& name, int32_t set) { return unitKey({name}, set); }
 
 Status inFlightRefusal(const std::string& name) {
   return Status(StatusCode::kInvalidArgument,

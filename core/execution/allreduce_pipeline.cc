@@ -32,7 +32,7 @@ std::byte* HostPipelineMemory::buffer(size_t bytes) {
 void HostPipelineMemory::pack(const std::vector<PipelinePart>& parts, std::byte* buffer,
                               const PipelineJob& job) {
   const size_t elementSize = dtypeSize(job.dtype);
-  const bool check = reducer_.options.algorithm == Algorithm::kCerar && !reducer_.adasum;
+  const bool check = testsCerarRange(reducer_.options, reducer_.ranks);
   auto copy = [&](const void* src, void* dst, size_t n) {
     if (check) {
       beyond_ |= scaledCopyChecked(job.dtype, src, dst, n, job.prescale, reducer_.ranks);
@@ -66,13 +66,14 @@ void HostPipelineMemory::toHost(std::byte* host, const std::byte* buffer, size_t
 }
 
 RunStats HostPipelineMemory::reduce(std::byte* buffer, const PipelineJob& job) {
-  if (reducer_.adasum) {
+  if (reducer_.options.algorithm == Algorithm::kAdasum) {
     // Dot products and norms are per tensor of the group (docs/adasum.md).
     return reducer_.adasum->run(*reducer_.transport, buffer, job.dtype, sizes_);
   }
   AllreduceOptions options = reducer_.options;
   options.lost = job.lost;
-  if (options.algorithm == Algorithm::kCerar) options.beyondCerarRange = beyond_;
+  // Tested while packing (the same rule): the communicator need not read the buffer again.
+  if (testsCerarRange(options, reducer_.ranks)) options.beyondCerarRange = beyond_;
   return reducer_.communicator->allreduce(buffer, job.total, job.dtype, options);
 }
 

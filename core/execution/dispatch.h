@@ -71,9 +71,20 @@ class Dispatcher {
                               const std::vector<Entry*>& entries) const;
   void recordOperation(const OperationRows& rows, Clock::time_point end, const std::string& args);
 
+  // A fused all-reduce (dispatch_allreduce.cc): built once from the decision (what it runs
+  // with), then run on a device or the host, each of which accounts for what ran.
+  struct AllreduceRun;
   DeviceUnit allreduce(const std::vector<const Response*>& units,
                        const std::vector<Entry*>& entries, const FusedGroup& decision,
                        RuntimeStats& stats, OperationRows rows);
+  AllreduceRun buildAllreduce(const std::vector<const Response*>& units,
+                              const std::vector<Entry*>& entries, const FusedGroup& decision,
+                              RuntimeStats& stats);
+  DeviceUnit allreduceOnDevice(AllreduceRun run, OperationRows rows, RuntimeStats& stats);
+  void allreduceOnHost(AllreduceRun& run, const std::vector<const Response*>& units,
+                       const OperationRows& rows, RuntimeStats& stats);
+  // Debug error mode: the measured error's timeline arguments, where the run allows one.
+  std::string measuredArgs(const AllreduceRun& run, const RunStats& ran, RuntimeStats& stats);
   // Debug error mode: the exact ring on `exactCopy_` (the input, on the host), compared with
   // `result` (host memory); returns the timeline arguments.
   std::string measureError(const std::byte* result, size_t total, DType dtype,

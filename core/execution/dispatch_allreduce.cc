@@ -78,14 +78,14 @@ bool reducesInPlace(const std::vector<const Response*>& units,
 
 
 // What one fused all-reduce adds to the stats. What ran: a CERAR decision that fell back on
-// non-finite input ran the exact ring.
+// non-finite input ran the exact ring; Adasum counts as neither ring nor CERAR.
 void countAllreduce(RuntimeStats& stats, const RunStats& run, const FusedGroup& decision,
-                    Wire wire, bool adasum, int N, size_t tensors) {
+                    Wire wire, int N, size_t tensors) {
   stats.fusedBuffers += 1;
   stats.tensorsReduced += tensors;
   stats.bytesSent += run.bytesSent;
-  const bool ranCerar = decision.algorithm == Algorithm::kCerar && !adasum &&
-                        !run.nonFiniteFallback;
+  const bool adasum = decision.algorithm == Algorithm::kAdasum;
+  const bool ranCerar = decision.algorithm == Algorithm::kCerar && !run.nonFiniteFallback;
   if (!adasum) (ranCerar ? stats.cerarBuffers : stats.ringBuffers) += 1;
   const Wire ranWire = run.wireFallback ? Wire::kNone : wire;
   if (ranWire != Wire::kNone) stats.wireBuffers += 1;
@@ -118,71 +118,84 @@ std::string Dispatcher::measureError(const std::byte* result, size_t total, DTyp
   return detail::concat(", \"measured_error\": ", error);
 }
 
-DeviceUnit Dispatcher::allreduce(const std::vector<const Response*>& units,
-                                 const std::vector<Entry*>& entries,
-                                 const FusedGroup& decision, RuntimeStats& stats,
-                                 OperationRows rows) {
+// Everything one fused all-reduce runs with, built once from the decision and the entries.
+struct Dispatcher::AllreduceRun {
+  const FusedGroup* decision = nullptr;
+  const Description* description = nullptr;
+  int N = 1;
+  size_t tensors = 0;  // this rank's
+  AllreduceOptions options;
+  PipelineJob job;
+  std::vector<PipelinePart> parts;
+  bool onDevice = false;
+  bool feed = false;     // error feedback keeps this buffer's residuals
+  bool measure = false;  // debug error mode
+  std::vector<ErrorFeedback::Part> fed;
+  std::string args;       // the timeline's arguments: what was decided ...
+  std::string errorArgs;  // ... and its predicted (and measured) error
+};
+
+Dispatcher::AllreduceRun Dispatcher::buildAllreduce(const std::vector<const Response*>& units,
+                                                    const std::vector<Entry*>& entries,
+                                                    const FusedGroup& decision,
+                                                    RuntimeStats& stats) {
   const Description& d = units.front()->description;
-  const size_t elementSize = dtypeSize(d.dtype);
-  const ReduceOp op = reduceOpOf(d.op);
+  AllreduceRun r;
+  r.decision = &decision;
+  r.description = &d;
+  r.N = group_->transport->size();
+  for (Entry* e : entries) r.tensors += e ? e->inputs.size() : 0;
   size_t total = 0;
   for (const Response* unit : units) total += unit->description.elements();
-
-  const int N = group_->transport->size();
+  const ReduceOp op = reduceOpOf(d.op);
   // Everything below comes from the coordinator rank's decision, the same on every rank, and
   // negotiation agreed on the tensors: parameter agreement would only repeat it.
-  AllreduceOptions options;
+  AllreduceOptions& options = r.options;
   options.algorithm = decision.algorithm;
   options.components = decision.components;
   options.eps = decision.eps;
   options.op = op;
   options.verifyParameters = false;
   options.shareCorrection = decision.shareCorrection;
-  // Adasum runs on the host: device tensors are copied in and out like a mixed unit's.
-  const bool adasum = d.op == Op::kAdasum;
-  options.wire = adasum ? Wire::kNone : decision.wire;
-  const bool onDevice = units.front()->reducedOnDevice() && !adasum;
-  const bool cerar = decision.algorithm == Algorithm::kCerar && !adasum;
+  options.wire = decision.wire;
   options.fp16Guard = decision.budgeted && options.wire == Wire::kFloat16;
+  const bool adasum = decision.algorithm == Algorithm::kAdasum;
+  const bool cerar = decision.algorithm == Algorithm::kCerar;
   const bool lossyWire = options.wire != Wire::kNone;
-  std::string errorArgs;
+  // Adasum's schedule runs on the host: device tensors are copied in and out like a mixed
+  // unit's.
+  r.onDevice = units.front()->reducedOnDevice() && !adasum;
   // The predicted error of what was decided (relative to max sum_i |g_i|): CERAR's and a
   // lossy wire's always, the exact ring's under an error budget.
   if (cerar || lossyWire || decision.budgeted) {
-    const double bound = reportedError({N, d.dtype, op, total, false}, cerar, decision.components,
-                                       decision.eps, options.wire,
+    const double bound = reportedError({r.N, d.dtype, op, total, false}, cerar,
+                                       decision.components, decision.eps, options.wire,
                                        decision.budgeted ? errorBound_ : ErrorBound::kStrict);
     stats.predictedErrorMax = std::max(stats.predictedErrorMax, bound);
     stats.predictedErrorLast = bound;
-    errorArgs = detail::concat(", \"predicted_error\": ", bound,
-                               decision.budgeted ? ", \"budgeted\": true" : "");
+    r.errorArgs = detail::concat(", \"predicted_error\": ", bound,
+                                 decision.budgeted ? ", \"budgeted\": true" : "");
   }
-  const bool measure = (cerar || lossyWire) && decision.measureError;
-  const std::string args = detail::concat(
-      "\"algorithm\": \"", adasum ? "adasum" : algorithmName(decision.algorithm), "\", \"c\": ",
-      decision.components, ", \"eps\": ", decision.eps, ", \"bytes\": ", total * elementSize,
-      ", \"tensors\": ", units.size(),
-      options.wire == Wire::kNone ? "" : ", \"wire\": \"",
-      options.wire == Wire::kNone ? "" : wireName(options.wire),
-      options.wire == Wire::kNone ? "" : "\"");
+  r.measure = (cerar || lossyWire) && decision.measureError;
+  r.args = detail::concat(
+      "\"algorithm\": \"", algorithmName(decision.algorithm), "\", \"c\": ",
+      decision.components, ", \"eps\": ", decision.eps, ", \"bytes\": ",
+      total * dtypeSize(d.dtype), ", \"tensors\": ", units.size(),
+      lossyWire ? detail::concat(", \"wire\": \"", wireName(options.wire), "\"") : "");
 
-  size_t tensors = 0;
-  for (Entry* e : entries) tensors += e ? e->inputs.size() : 0;
   // The group's layout and steps, the same wherever it is reduced.
-  PipelineJob job;
+  PipelineJob& job = r.job;
   job.dtype = d.dtype;
   job.op = op;
   job.total = total;
   job.prescale = d.prescale;
-  job.factor = d.postscale / (d.op == Op::kAverage ? double(N) : 1.0);
-  std::vector<PipelinePart> parts;
+  job.factor = d.postscale / (d.op == Op::kAverage ? double(r.N) : 1.0);
   // Error feedback: host float32 sums of the ring take their residuals; a CERAR buffer drops
   // them (CERAR's error is not a wire's loss).
-  const bool feed = errorFeedback_ && !onDevice && !adasum && d.dtype == DType::kFloat32 &&
-                    op == ReduceOp::kSum;
-  std::vector<ErrorFeedback::Part> fed;
+  r.feed = errorFeedback_ && !r.onDevice && !adasum && d.dtype == DType::kFloat32 &&
+           op == ReduceOp::kSum;
   if (reducesInPlace(units, entries) &&
-      (onDevice || (entries[0]->inputs[0].device < 0 && entries[0]->outputs[0].device < 0))) {
+      (r.onDevice || (entries[0]->inputs[0].device < 0 && entries[0]->outputs[0].device < 0))) {
     job.direct = entries[0]->outputs[0].data;
   }
   for (const Slot& slot : fusionLayout(units, entries)) {
@@ -197,94 +210,109 @@ DeviceUnit Dispatcher::allreduce(const std::vector<const Response*>& units,
       part.inDevice = in.device;
       part.outDevice = out.device;
       if (slot.tensor == 0 && in.device >= 0) part.ready = &slot.entry->ready;
-      if (feed) {
-        fed.push_back({feedbackKey(set_->id, *slot.unit, slot.tensor), in.shape, slot.offset,
-                       slot.elements});
+      if (r.feed) {
+        r.fed.push_back({feedbackKey(set_->id, *slot.unit, slot.tensor), in.shape, slot.offset,
+                         slot.elements});
         if (decision.algorithm == Algorithm::kRing)
-          part.residual = feedback_.residual(fed.back().key, in.shape);
+          part.residual = feedback_.residual(r.fed.back().key, in.shape);
       }
     }
-    parts.push_back(part);
+    r.parts.push_back(part);
   }
-  if (feed && lossyWire) {
+  if (r.feed && lossyWire) {
     lost_.resize(total);
     job.lost = lost_.data();
   }
-  if (measure) {  // debug error mode: the input and the result, on the host
-    exactCopy_.resize(total * elementSize);
-    staged_.resize(total * elementSize);
+  if (r.measure) {  // debug error mode: the input and the result, on the host
+    exactCopy_.resize(total * dtypeSize(d.dtype));
+    staged_.resize(total * dtypeSize(d.dtype));
     job.input = exactCopy_.data();
     job.result = staged_.data();
   }
-  // The exact ring over the input, compared with the result.
-  auto measured = [&](const RunStats& run) {
-    return measure && !run.nonFiniteFallback && !run.wireFallback
-               ? measureError(staged_.data(), total, d.dtype, options, stats)
-               : std::string();
-  };
+  return r;
+}
 
-  if (onDevice) {
-    const auto start = Clock::now();
-    int device = -1;  // -1 for a joined rank without tensors of its own
-    for (const PipelinePart& p : parts) device = p.in ? p.inDevice : device;
-    DeviceQueue& queue = devices_.get(device);
-    // The job owns what it waits for: a unit that timed out completes (and frees its entries)
-    // while its work may still run.
-    std::vector<DeviceEvent> ready;
-    for (PipelinePart& p : parts) {
-      if (p.ready) ready.insert(ready.end(), p.ready->begin(), p.ready->end());
-      p.ready = nullptr;
-    }
-    auto ran = std::make_shared<RunStats>();
-    queue.enqueue([ran, ready = std::move(ready), parts = std::move(parts), job,
-                   options](DeviceOps& ops) {
-      for (const DeviceEvent& event : ready) ops.after(event);  // the producers' kernels
-      DevicePipelineMemory memory(ops, options);
-      *ran = runPipeline(memory, parts, job);
-    });
-    if (measure) {
-      queue.run([](DeviceOps&) {});  // debug error mode waits for the downloads
-      errorArgs += measured(*ran);
-    }
-    DeviceUnit unit;
-    unit.mark = queue.record();
-    // The run's figures are there once the mark is reached: counted then, before the handles
-    // complete, with the timeline's events: the collective from dispatch to completion.
-    const Wire wire = options.wire;
-    unit.finish = [this, ran, rows = std::move(rows), start, decision, wire, N, tensors,
-                   collective = collectiveActivity(algorithmName(decision.algorithm), d),
-                   args = args + ", \"device\": true" + errorArgs](RuntimeStats& s) {
-      const auto end = Clock::now();
-      for (const auto& row : rows.starts) timeline_.record(row.first, collective, start, end);
-      recordOperation(rows, end, args + fallbackArgs(*ran));
-      countAllreduce(s, *ran, decision, wire, false, N, tensors);
-    };
-    return unit;
+std::string Dispatcher::measuredArgs(const AllreduceRun& r, const RunStats& run,
+                                     RuntimeStats& stats) {
+  if (!r.measure || run.nonFiniteFallback || run.wireFallback) return "";
+  return measureError(staged_.data(), r.job.total, r.job.dtype, r.options, stats);
+}
+
+DeviceUnit Dispatcher::allreduceOnDevice(AllreduceRun r, OperationRows rows,
+                                         RuntimeStats& stats) {
+  const auto start = Clock::now();
+  int device = -1;  // -1 for a joined rank without tensors of its own
+  for (const PipelinePart& p : r.parts) device = p.in ? p.inDevice : device;
+  DeviceQueue& queue = devices_.get(device);
+  // The job owns what it waits for: a unit that timed out completes (and frees its entries)
+  // while its work may still run.
+  std::vector<DeviceEvent> ready;
+  for (PipelinePart& p : r.parts) {
+    if (p.ready) ready.insert(ready.end(), p.ready->begin(), p.ready->end());
+    p.ready = nullptr;
   }
+  auto ran = std::make_shared<RunStats>();
+  queue.enqueue([ran, ready = std::move(ready), parts = std::move(r.parts), job = r.job,
+                 options = r.options](DeviceOps& ops) {
+    for (const DeviceEvent& event : ready) ops.after(event);  // the producers' kernels
+    DevicePipelineMemory memory(ops, options);
+    *ran = runPipeline(memory, parts, job);
+  });
+  if (r.measure) {
+    queue.run([](DeviceOps&) {});  // debug error mode waits for the downloads
+    r.errorArgs += measuredArgs(r, *ran, stats);
+  }
+  DeviceUnit unit;
+  unit.mark = queue.record();
+  // The run's figures are there once the mark is reached: counted then, before the handles
+  // complete, with the timeline's events: the collective from dispatch to completion.
+  unit.finish = [this, ran, rows = std::move(rows), start, decision = *r.decision,
+                 wire = r.options.wire, N = r.N, tensors = r.tensors,
+                 collective = collectiveActivity(algorithmName(r.decision->algorithm),
+                                                 *r.description),
+                 args = r.args + ", \"device\": true" + r.errorArgs](RuntimeStats& s) {
+    const auto end = Clock::now();
+    for (const auto& row : rows.starts) timeline_.record(row.first, collective, start, end);
+    recordOperation(rows, end, args + fallbackArgs(*ran));
+    countAllreduce(s, *ran, decision, wire, N, tensors);
+  };
+  return unit;
+}
 
-  HostPipelineMemory::Reducer reducer{&group_->communicator, options, N};
-  if (adasum) {
+void Dispatcher::allreduceOnHost(AllreduceRun& r, const std::vector<const Response*>& units,
+                                 const OperationRows& rows, RuntimeStats& stats) {
+  HostPipelineMemory::Reducer reducer{&group_->communicator, r.options, r.N};
+  if (r.decision->algorithm == Algorithm::kAdasum) {
     reducer.adasum = &adasum_;
     reducer.transport = group_->transport.get();
   }
   HostPipelineMemory memory(fusion_, devices_, reducer);
   const auto packStart = Clock::now();
   Clock::time_point reduceStart, unpackStart;
-  const RunStats run = runPipeline(memory, parts, job, [&](const char* done) {
+  const RunStats run = runPipeline(memory, r.parts, r.job, [&](const char* done) {
     (std::string(done) == "pack" ? reduceStart : unpackStart) = Clock::now();
   });
   const auto end = Clock::now();
-  if (feed) feedback_.keep(fed, lossyWire && !run.wireFallback ? lost_.data() : nullptr);
-  errorArgs += measured(run);
+  const bool lossyWire = r.options.wire != Wire::kNone;
+  if (r.feed) feedback_.keep(r.fed, lossyWire && !run.wireFallback ? lost_.data() : nullptr);
+  r.errorArgs += measuredArgs(r, run, stats);
   record(units, kMemcpyInActivity, packStart, reduceStart);
-  record(units, collectiveActivity(adasum ? "adasum" : algorithmName(decision.algorithm), d),
+  record(units, collectiveActivity(algorithmName(r.decision->algorithm), *r.description),
          reduceStart, unpackStart);
   record(units, kMemcpyOutActivity, unpackStart, end);
-  recordOperation(rows, end, args + errorArgs + fallbackArgs(run) +
+  recordOperation(rows, end, r.args + r.errorArgs + fallbackArgs(run) +
                                  (run.wireFallback ? ", \"wire_fallback\": true" : ""));
-  countAllreduce(stats, run, decision, options.wire, adasum, N, tensors);
-  return {};
+  countAllreduce(stats, run, *r.decision, r.options.wire, r.N, r.tensors);
 }
 
+DeviceUnit Dispatcher::allreduce(const std::vector<const Response*>& units,
+                                 const std::vector<Entry*>& entries,
+                                 const FusedGroup& decision, RuntimeStats& stats,
+                                 OperationRows rows) {
+  AllreduceRun run = buildAllreduce(units, entries, decision, stats);
+  if (run.onDevice) return allreduceOnDevice(std::move(run), std::move(rows), stats);
+  allreduceOnHost(run, units, rows, stats);
+  return {};
+}
 
 }  // namespace cerar

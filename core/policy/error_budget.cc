@@ -101,14 +101,12 @@ Selection selectWithinBudget(const BudgetQuery& q, const LinkModel& link,
       consider(cerar);
     }
   }
-  const bool sixteenBit = isSixteenBitFloat(q.dtype);
-  if (q.wireCapable && (q.dtype == DType::kFloat32 || sixteenBit)) {
+  if (q.onHost) {
     for (const Wire wire : {Wire::kFloat16, Wire::kBFloat16, Wire::kInt8}) {
       const bool allowed = wire == Wire::kFloat16  ? policy.allowFp16
                            : wire == Wire::kBFloat16 ? policy.allowBf16
                                                      : policy.allowInt8;
-      // 16-bit data takes the int8 wire only (a 16-bit wire would send what its ring sends).
-      if (!allowed || (sixteenBit && wire != Wire::kInt8)) continue;
+      if (!allowed || !wireCarries(wire, q.dtype, q.op)) continue;
       // The int8 wire's ring sends and casts the same whatever the data's width.
       const double seconds = wire == Wire::kInt8 ? int8RingSeconds(q.N, 4.0 * q.elements, link)
                                                  : wireRingSeconds(q.N, bytes, link);

@@ -39,14 +39,14 @@ double wireRingSeconds(int N, double bytes, const LinkModel& link);
 // a scale per block), and the casts of all of them at the 16-bit casts' cost per element.
 double int8RingSeconds(int N, double bytes, const LinkModel& link);
 
-// What the budget may choose for one buffer. `wireCapable`: a float32, float16 or bfloat16 sum on
-// the host (16-bit data: the int8 wire only).
+// What the budget may choose for one buffer. `onHost`: reduced in host memory, where the lossy
+// wires that carry the data (wireCarries, ops/codec/wire.h) may be chosen.
 struct BudgetQuery {
   int N = 1;
   DType dtype = DType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   size_t elements = 0;
-  bool wireCapable = false;
+  bool onHost = false;
 };
 
 // The predicted error the stats and the timeline report for a choice as run: CERAR(c, eps)

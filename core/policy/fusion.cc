@@ -27,12 +27,10 @@ size_t fusedBytes(const Response& r) {
   return bytes;
 }
 
-// Whether `wire` can carry a unit: a float32 sum reduced on the host (int8: also float16 and
-// bfloat16 sums, over a float32 copy).
+// Whether `wire` can carry a unit: its data, in host memory.
 bool wireFits(const Response& unit, Wire wire) {
   const Description& d = unit.description;
-  return (d.dtype == DType::kFloat32 || (isSixteenBitFloat(d.dtype) && wire == Wire::kInt8)) &&
-         d.op != Op::kAdasum && reduceOpOf(d.op) == ReduceOp::kSum && !unit.reducedOnDevice();
+  return wireMayCarry(wire, d.dtype, d.op) && !unit.reducedOnDevice();
 }
 
 // A unit's wire: its own request, else the job's forced one (no budget), where it fits.
@@ -44,6 +42,10 @@ Wire wireFor(const Response& unit, const SelectionPolicy& policy) {
 }
 
 }  // namespace
+
+bool wireMayCarry(Wire wire, DType dtype, Op op) {
+  return wire == Wire::kNone || (op != Op::kAdasum && wireCarries(wire, dtype, reduceOpOf(op)));
+}
 
 UnitRefs unitRefs(const std::vector<Response>& responses) {
   UnitRefs refs;
@@ -112,8 +114,10 @@ std::vector<FusedGroup> decideGroups(const UnitRefs& units,
     group.algorithm = Algorithm::kRing;
     group.components = N;
     for (size_t index : members) group.members.push_back(static_cast<uint32_t>(index));
-    // Adasum has its own schedule (ops/algorithms/adasum.h): no ring or CERAR to select.
-    if (first.error.empty() && d.kind == Kind::kAllreduce && d.op != Op::kAdasum) {
+    // Adasum has its own schedule (ops/algorithms/adasum.h), full width: nothing to select.
+    if (first.error.empty() && d.kind == Kind::kAllreduce && d.op == Op::kAdasum) {
+      group.algorithm = Algorithm::kAdasum;
+    } else if (first.error.empty() && d.kind == Kind::kAllreduce) {
       size_t total = 0;
       for (size_t index : members) total += units[index]->description.elements();
       const Wire wire = wireFor(first, policy);
@@ -125,7 +129,7 @@ std::vector<FusedGroup> decideGroups(const UnitRefs& units,
       const Selection choice =
           policy.maxError > 0 && policy.algorithm == "auto"
               ? selectWithinBudget({N, d.dtype, reduceOpOf(d.op), total,
-                                    wireFits(first, Wire::kInt8)},
+                                    !first.reducedOnDevice()},
                                    link, policy)
               : selectAlgorithm(N, d.dtype, reduceOpOf(d.op), total, link, policy);
       group.algorithm = choice.algorithm;

@@ -11,6 +11,11 @@
 
 namespace cerar {
 
+// Whether `wire` may carry an all-reduce of `dtype` data with `op`: wireCarries
+// (ops/codec/wire.h), never Adasum. The data must also be reduced in host memory. The one rule
+// the planner, the Python layers (cerar._cerar.wire_carries) and the communicator apply.
+bool wireMayCarry(Wire wire, DType dtype, Op op);
+
 // Groups of indices into `responses`, in execution order (by each group's first index).
 // Allreduce, reducescatter and allgather units with the same kind, dtype, op, scale factors,
 // requested wire, reducing memory (Response::reducedOnDevice) and process set are packed in

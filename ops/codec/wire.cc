@@ -7,6 +7,12 @@
 
 namespace cerar {
 
+bool wireCarries(Wire wire, DType dtype, ReduceOp op) {
+  if (wire == Wire::kNone) return true;
+  return op == ReduceOp::kSum &&
+         (dtype == DType::kFloat32 || (wire == Wire::kInt8 && isSixteenBitFloat(dtype)));
+}
+
 const char* wireName(Wire wire) {
   switch (wire) {
     case Wire::kNone: return "none";

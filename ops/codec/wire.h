@@ -9,11 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
+
 namespace cerar {
 
 enum class Wire : uint8_t { kNone, kFloat16, kBFloat16, kInt8 };
 const char* wireName(Wire wire);   // "none" | "fp16" | "bf16" | "int8"
 Wire parseWire(const std::string& name);  // throws kInvalidArgument on anything else
+// The one rule of what a lossy wire carries: a sum of float32 data, and on the int8 wire also of
+// float16 and bfloat16 data (over a float32 copy; a 16-bit wire would send what the data's own
+// ring sends). kNone carries everything. The data must be in host memory as well: the caller's.
+bool wireCarries(Wire wire, DType dtype, ReduceOp op);
 // Bytes of one element on the wire: 2 for a 16-bit wire, 1 for int8 (plus its block scales),
 // else `elementBytes`.
 size_t wireElementBytes(Wire wire, size_t elementBytes);

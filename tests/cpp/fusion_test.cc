@@ -54,5 +54,24 @@ TEST(Fusion, ReducescattersFuseAmongThemselves) {
   }
 }
 
+// Fusion's decision is final: an Adasum group carries Algorithm::kAdasum at full width, whatever
+// wire the job forces, and the dispatcher runs what it says.
+TEST(Fusion, AdasumIsDecidedHereAtFullWidth) {
+  Response adasum = allreduceUnit("a", 10);
+  adasum.description.op = Op::kAdasum;
+  std::vector<Response> units = {adasum, allreduceUnit("s", 10)};
+  SelectionPolicy forced;
+  forced.algorithm = "cerar";
+  forced.wire = Wire::kInt8;
+  const std::vector<FusedGroup> groups = decideGroups(units, 4, 1 << 20, LinkModel{}, forced);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].algorithm, Algorithm::kAdasum);
+  EXPECT_EQ(groups[0].wire, Wire::kNone);
+  EXPECT_EQ(groups[1].wire, Wire::kInt8);  // the sum takes the forced wire
+  EXPECT_STREQ(algorithmName(groups[0].algorithm), "adasum");
+  EXPECT_FALSE(wireMayCarry(Wire::kInt8, DType::kFloat32, Op::kAdasum));
+  EXPECT_TRUE(wireMayCarry(Wire::kInt8, DType::kFloat32, Op::kAverage));
+}
+
 }  // namespace
 }  // namespace cerar

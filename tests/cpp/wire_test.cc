@@ -161,6 +161,21 @@ void expectWireRingWithinBound(Wire wire, int N, size_t d) {
   }
 }
 
+// The one rule of what a lossy wire carries (the planner, the budget, the communicator and the
+// Python layers all ask it).
+TEST(WireCarries, Float32SumsEverywhereSixteenBitSumsOnInt8Only) {
+  for (Wire wire : {Wire::kFloat16, Wire::kBFloat16, Wire::kInt8}) {
+    EXPECT_TRUE(wireCarries(wire, DType::kFloat32, ReduceOp::kSum)) << wireName(wire);
+    for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax})
+      EXPECT_FALSE(wireCarries(wire, DType::kFloat32, op)) << wireName(wire);
+    for (DType dtype : {DType::kFloat64, DType::kInt32, DType::kInt64, DType::kUInt8})
+      EXPECT_FALSE(wireCarries(wire, dtype, ReduceOp::kSum)) << wireName(wire);
+    for (DType dtype : {DType::kFloat16, DType::kBFloat16})
+      EXPECT_EQ(wireCarries(wire, dtype, ReduceOp::kSum), wire == Wire::kInt8) << wireName(wire);
+  }
+  EXPECT_TRUE(wireCarries(Wire::kNone, DType::kInt64, ReduceOp::kMax));
+}
+
 TEST(WireRing, WithinBoundOfExtendedSumAndIdenticalOnEveryRank) {
   for (Wire wire : {Wire::kFloat16, Wire::kBFloat16})
     for (int N : {2, 3, 4, 7})

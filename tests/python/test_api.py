@@ -24,6 +24,19 @@ def test_surface():
         assert callable(getattr(cn, name)), name
 
 
+def test_wire_carries_is_the_runtimes_rule():
+    from cerar import _cerar
+    D = _cerar.DType
+    assert _cerar.wire_carries("int8", D.float16, cerar.Sum)
+    assert _cerar.wire_carries("fp16", D.float32, cerar.Average)
+    assert not _cerar.wire_carries("fp16", D.float16, cerar.Sum)  # 16-bit data: int8 only
+    assert not _cerar.wire_carries("bf16", D.float32, cerar.Max)
+    assert not _cerar.wire_carries("int8", D.float32, cerar.Adasum)
+    assert not _cerar.wire_carries("int8", D.float64, cerar.Sum)
+    with pytest.raises(ValueError):
+        _cerar.wire_carries("fp8", D.float32, cerar.Sum)
+
+
 def test_torch_surface():
     torch = pytest.importorskip("torch")
     import cerar.torch as ct

@@ -11,7 +11,7 @@ here around the runtime's call, exactly:
 import torch
 
 from cerar import Average, Max, Min, Op, Product, Sum, _rt
-from cerar._cerar import InvalidArgumentError
+from cerar._cerar import InvalidArgumentError, wire_carries
 from cerar._frontend import (alltoall_splits, auto_name, begin, check_first_dimension,
                              check_not_in_flight, track)
 from cerar._handle import Handle, synchronize
@@ -139,9 +139,9 @@ def _check_wire(wire, tensors, op):
     if wire not in ("fp16", "bf16", "int8"):
         raise ValueError(f"cerar.torch: wire must be None, 'fp16', 'bf16' or 'int8', got "
                          f"{wire!r}")
-    widths = (torch.float32, torch.float16, torch.bfloat16) if wire == "int8" else (torch.float32,)
-    if op not in (Sum, Average) or any(t.dtype not in widths or t.device.type != "cpu"
-                                       for t in tensors):
+    if not isinstance(op, Op) or any(t.dtype not in DTYPES or t.device.type != "cpu"
+                                     or not wire_carries(wire, DTYPES[t.dtype], op)
+                                     for t in tensors):
         raise TypeError(f"cerar.torch: a {wire} wire sums float32 CPU tensors only (int8: also "
                         "float16 and bfloat16; Compression.fp16/bf16 cast others in Python)")
     return wire
