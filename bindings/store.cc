@@ -48,11 +48,13 @@ std::vector<char> charsOf(const py::bytes& value) {
 void defineServer(py::module_& m) {
   py::class_<TcpStoreServer>(m, "StoreServer",
                              "The rendezvous store's server (binds on construction).")
-      .def(py::init([](const std::string& host, uint16_t port, std::string secret) {
+      .def(py::init([](const std::string& host, uint16_t port, std::string secret,
+                       std::string jobId) {
              return std::make_unique<TcpStoreServer>(host, port, std::move(secret),
-                                                     StoreLimits::fromEnvironment());
+                                                     StoreLimits::fromEnvironment(),
+                                                     std::move(jobId));
            }),
-           py::arg("host"), py::arg("port") = 0, py::arg("secret") = "")
+           py::arg("host"), py::arg("port") = 0, py::arg("secret") = "", py::arg("job_id") = "")
       .def_property_readonly("port", &TcpStoreServer::port)
       .def("start", &TcpStoreServer::start)
       .def("try_get", [](const TcpStoreServer& s, const std::string& key) -> py::object {
@@ -67,18 +69,18 @@ void defineClient(py::module_& m) {
   py::class_<TcpStore, Client>(m, "StoreClient",
                                "A connection to a rendezvous store (rendezvous/tcp_store.h).")
       .def(py::init([](const std::string& host, uint16_t port, const std::string& secret,
-                       double timeoutSeconds) {
+                       double timeoutSeconds, const std::string& jobId) {
              const auto limit = millisecondsOf(timeoutSeconds);
              py::gil_scoped_release release;
              try {
-               return std::make_shared<TcpStore>(host, port, secret, limit);
+               return std::make_shared<TcpStore>(host, port, secret, limit, jobId);
              } catch (const gloo::IoException& e) {
                throw TimeoutError(detail::concat("cerar: cannot reach the store at ", host, ":",
                                                  port, ": ", e.what()));
              }
            }),
            py::arg("host"), py::arg("port"), py::arg("secret") = "",
-           py::arg("timeout_seconds") = 30.0)
+           py::arg("timeout_seconds") = 30.0, py::arg("job_id") = "")
       .def("set", [](TcpStore& s, const std::string& key, const py::bytes& value) {
              auto data = charsOf(value);
              storeCall(s, key, [&] { s.set(key, data); });

@@ -4,7 +4,9 @@
 // Every message is a frame: a 4-byte little-endian length, then the body. A request body is
 // an op byte and its fields; a response body is a status byte and its payload. Integers are
 // little-endian, strings and byte strings carry a 4-byte length. The first request of a
-// connection must be kHello with the job secret.
+// connection must be kHello with the job secret and the client's job identity (empty: none).
+// A server with an identity answers a right secret with another identity (or none) kForeignJob,
+// with its own, and closes the connection: a rank of one job never joins another's store.
 //
 // kOnLoss (key, value) leaves the server a key to set should this connection end without a
 // goodbye: when the client's process dies the kernel closes its socket, so the key is
@@ -24,7 +26,7 @@
 namespace cerar::store_framing {
 
 enum class Op : uint8_t { kHello = 1, kSet, kGet, kWait, kAdd, kCheck, kOnLoss, kGoodbye };
-enum class ReplyStatus : uint8_t { kOk = 0, kTimeout, kRejected, kError };
+enum class ReplyStatus : uint8_t { kOk = 0, kTimeout, kRejected, kError, kForeignJob };
 
 constexpr uint32_t kMaxHello = 4096;        // before the secret is checked
 constexpr uint32_t kMaxFrame = 1u << 30;    // after (the server's per-connection quota is less)

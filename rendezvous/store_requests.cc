@@ -25,6 +25,13 @@ void Session::handle() {
     if (!authenticated) {
       authenticated = op == Op::kHello && sameSecret(in.str(), server.secret);
       if (!authenticated) return reply(ReplyStatus::kRejected, {}, Then::kClose);
+      // The secret holds: whose job is it? A client of another job learns the store's.
+      const std::string job = in.left() > 0 ? in.str() : std::string();
+      if (!server.jobId.empty() && job != server.jobId) {
+        authenticated = false;
+        return reply(ReplyStatus::kForeignJob,
+                     std::vector<char>(server.jobId.begin(), server.jobId.end()), Then::kClose);
+      }
       helloTimer.cancel();
       return reply(ReplyStatus::kOk);
     }

@@ -54,6 +54,7 @@ struct TcpStoreServer::Impl {
   store_server::asio::steady_timer acceptBackoff{io};
   StoreLimits limits;
   std::string secret;
+  std::string jobId;  // admits clients of this identity only; empty: any client
   std::string unixSocket;  // the path to remove at the end, if any
   uint16_t port = 0;  // cached: the acceptor belongs to the io thread once serving
   std::thread thread;

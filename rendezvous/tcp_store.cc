@@ -153,9 +153,10 @@ void removeStaleSocket(const std::string& path) {
 }  // namespace
 
 TcpStoreServer::TcpStoreServer(const std::string& host, uint16_t port, std::string secret,
-                               StoreLimits limits)
+                               StoreLimits limits, std::string jobId)
     : impl_(std::make_unique<Impl>()) {
   impl_->secret = std::move(secret);
+  impl_->jobId = std::move(jobId);
   impl_->limits = limits;
   try {
     Protocol::endpoint endpoint;
@@ -178,8 +179,11 @@ TcpStoreServer::TcpStoreServer(const std::string& host, uint16_t port, std::stri
       impl_->port = bound.port();
     }
   } catch (const boost::system::system_error& e) {
-    throw Error(detail::concat("rendezvous store: cannot listen on ", host, ":", port, ": ",
-                               e.what()));
+    const std::string what =
+        detail::concat("rendezvous store: cannot listen on ", host, ":", port, ": ", e.what());
+    // In use: the caller's environment (another server there), not a fault of the store.
+    if (e.code() == asio::error::address_in_use) throw StoreAddressInUseError(what);
+    throw Error(what);
   }
 }
 

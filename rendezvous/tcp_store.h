@@ -19,6 +19,8 @@
 #include <boost/system/error_code.hpp>
 #include <gloo/rendezvous/store.h>
 
+#include "common/error.h"
+
 namespace cerar {
 
 // What one server allows its clients; a request past a limit is answered with an error, a
@@ -38,6 +40,17 @@ struct StoreLimits {
   static StoreLimits fromEnvironment();
 };
 
+// Two jobs on one rendezvous address (the caller's environment, so InvalidArgumentErrors):
+// a server cannot listen where another listens; a client's job identity is not the store's.
+class StoreAddressInUseError : public InvalidArgumentError {
+ public:
+  using InvalidArgumentError::InvalidArgumentError;
+};
+class ForeignJobError : public InvalidArgumentError {
+ public:
+  using InvalidArgumentError::InvalidArgumentError;
+};
+
 // The store's server. Keys map to byte strings; a set of an existing key overwrites it (Gloo
 // never does that; counters made by add() are updated in place). Counters are stored as
 // decimal ASCII, so get() and wait() work on them too.
@@ -49,8 +62,9 @@ struct StoreLimits {
 class TcpStoreServer {
  public:
   // Binds host:port (port 0 picks an ephemeral port). Throws cerar::Error when it cannot.
+  // `jobId`: the job's identity (docs/rendezvous.md); a client presenting another is refused.
   TcpStoreServer(const std::string& host, uint16_t port, std::string secret,
-                 StoreLimits limits = {});
+                 StoreLimits limits = {}, std::string jobId = {});
   ~TcpStoreServer();  // stops the io thread and closes every connection
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
@@ -78,8 +92,10 @@ class TcpStore : public gloo::rendezvous::Store {
  public:
   // Connects, retrying until `timeout` passes (the server may start a little later), and
   // presents `secret`. `timeout` is also the limit of get() and wait(keys).
+  // `jobId`: this client's job identity; a store with another (or any, for an empty one)
+  // refuses it at once with ForeignJobError naming both.
   TcpStore(const std::string& host, uint16_t port, const std::string& secret,
-           std::chrono::milliseconds timeout = kDefaultTimeout);
+           std::chrono::milliseconds timeout = kDefaultTimeout, const std::string& jobId = {});
   ~TcpStore() override;
 
   void set(const std::string& key, const std::vector<char>& data) override;
@@ -133,6 +149,7 @@ class TcpStore : public gloo::rendezvous::Store {
   std::unique_ptr<Conn> conn_;
   std::atomic<uint64_t> requests_{0}, bytesSent_{0}, bytesReceived_{0};
   std::string host_;
+  std::string jobId_;
   uint16_t port_;
   std::chrono::milliseconds timeout_;
   bool rejected_ = false;

@@ -60,8 +60,9 @@ struct TcpStore::Conn {
 };
 
 TcpStore::TcpStore(const std::string& host, uint16_t port, const std::string& secret,
-                   std::chrono::milliseconds timeout)
-    : conn_(std::make_unique<Conn>()), host_(host), port_(port), timeout_(timeout) {
+                   std::chrono::milliseconds timeout, const std::string& jobId)
+    : conn_(std::make_unique<Conn>()), host_(host), jobId_(jobId), port_(port),
+      timeout_(timeout) {
   timeout_ = std::chrono::milliseconds(clampTimeoutMs(timeout.count()));
   const auto deadline = Clock::now() + timeout_;
   auto left = [&] {
@@ -71,6 +72,7 @@ TcpStore::TcpStore(const std::string& host, uint16_t port, const std::string& se
   Writer hello;
   hello.put<uint8_t>(static_cast<uint8_t>(Op::kHello));
   hello.str(secret);
+  hello.str(jobId);
   for (;;) {
     error_code ec = connect(left());
     if (!ec) {
@@ -207,6 +209,14 @@ std::vector<char> TcpStore::request(const std::vector<char>& body,
       rejected_ = true;
       throw gloo::IoException(
           detail::concat("rendezvous store rejected the job secret (", address(), ")"));
+    case ReplyStatus::kForeignJob:
+      conn_->broken = true;
+      rejected_ = true;
+      throw ForeignJobError(detail::concat(
+          "the rendezvous store at ", address(), " belongs to another job (",
+          std::string(reply.begin(), reply.end()), "), not to this rank's (",
+          jobId_.empty() ? std::string("none known") : jobId_,
+          "): two jobs use one rendezvous address and port"));
     default:
       throw fail(std::string(reply.begin(), reply.end()));
   }

@@ -189,15 +189,34 @@ JobLinks connectLinks(const RuntimeConfig& config) {
   const StoreEndpoint endpoint = storeEndpointOf(config);  // the secret policy; may throw
   // Before anything is connected: a rank that cannot publish a usable address fails at once.
   const DataAddress data = dataAddressOf(config);
+  // Another job's store on this address and port: a clear error at once on this rank, never a
+  // member of the other job (docs/rendezvous.md, "One job, one store").
+  const auto clash = [&](const std::string& what) {
+    return InvalidArgumentError(detail::concat(
+        "cerar: rank ", config.rank, ": ", what, "; each job needs a rendezvous port of its own: "
+        "set CERAR_RENDEZVOUS_PORT (torchrun: MASTER_PORT) to a free port for one of them",
+        config.jobId.empty() ? " (or CERAR_JOB_ID to a name of the job on all its ranks)" : ""));
+  };
   if (config.hostStore && config.rank == 0) {
-    rendezvous->server = std::make_unique<TcpStoreServer>(
-        endpoint.listen, uint16_t(config.rendezvousPort), config.secret,
-        StoreLimits::fromEnvironment());
+    try {
+      rendezvous->server = std::make_unique<TcpStoreServer>(
+          endpoint.listen, uint16_t(config.rendezvousPort), config.secret,
+          StoreLimits::fromEnvironment(), config.jobId);
+    } catch (const StoreAddressInUseError& e) {  // another job's store listens there
+      throw clash(detail::concat("another job's rendezvous store already listens at ",
+                                 endpoint.listen, " (port ", config.rendezvousPort, "): ",
+                                 e.what()));
+    }
     rendezvous->server->start();
   }
-  rendezvous->store = std::make_shared<TcpStore>(endpoint.connect,
-                                                 uint16_t(config.rendezvousPort), config.secret,
-                                                 rendezvousTimeoutOf(config));
+  try {
+    rendezvous->store = std::make_shared<TcpStore>(endpoint.connect,
+                                                   uint16_t(config.rendezvousPort),
+                                                   config.secret, rendezvousTimeoutOf(config),
+                                                   config.jobId);
+  } catch (const ForeignJobError& e) {
+    throw clash(e.what());
+  }
   TcpStore& store = *rendezvous->store;
   // This process's n-th start on this store (under the scope, when given): every rank starts as
   // often, so the count names this incarnation's keys on every rank, also on a store that

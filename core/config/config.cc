@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
@@ -90,6 +91,7 @@ void readIdentity(const Env& env, RuntimeConfig& c) {
     c.rendezvousAddr = env.text("CERAR_RENDEZVOUS_ADDR").value_or("127.0.0.1");
     c.rendezvousPort = int(env.integer("CERAR_RENDEZVOUS_PORT", 0, 0, 65535));
     c.hostStore = false;
+    // cerarrun sets CERAR_JOB_ID (read below); its fresh secret tells jobs apart as well.
   } else if (env.has("RANK") && env.has("WORLD_SIZE")) {  // torchrun
     c.size = int(env.required("WORLD_SIZE", 1, kMaxRanks));
     c.rank = int(env.required("RANK", 0, c.size - 1));
@@ -105,6 +107,12 @@ void readIdentity(const Env& env, RuntimeConfig& c) {
     c.rendezvousPort =
         int(env.integer("CERAR_RENDEZVOUS_PORT", master + kTorchrunPortOffset, 1, 65535));
     c.hostStore = true;
+    // torchrun's run (its --rdzv-id; a fresh one under --standalone) at its master. RANK and
+    // WORLD_SIZE set by hand name no run: no identity then.
+    if (auto run = env.text("TORCHELASTIC_RUN_ID")) {
+      c.jobId = detail::concat("torchrun run ", *run, " at ",
+                               env.text("MASTER_ADDR").value_or("127.0.0.1"), ":", master);
+    }
   } else if (env.has("OMPI_COMM_WORLD_RANK")) {  // mpirun (Open MPI)
     c.size = int(env.required("OMPI_COMM_WORLD_SIZE", 1, kMaxRanks));
     c.rank = int(env.required("OMPI_COMM_WORLD_RANK", 0, c.size - 1));
@@ -115,9 +123,22 @@ void readIdentity(const Env& env, RuntimeConfig& c) {
     c.rendezvousPort =
         int(env.integer("CERAR_RENDEZVOUS_PORT", kDefaultRendezvousPort, 1, 65535));
     c.hostStore = true;
+    // The job's PMIx namespace (Open MPI 4 and 5), else its job id (Open MPI 4's ess).
+    for (const char* name :
+         {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid"}) {
+      if (auto job = env.text(name)) {
+        c.jobId = detail::concat("Open MPI job ", *job);
+        break;
+      }
+    }
   } else if (env.has("SLURM_PROCID")) {  // srun
     readSlurm(env, c);
+    if (auto job = env.text("SLURM_JOB_ID")) {
+      c.jobId = detail::concat("SLURM job ", *job, " step ",
+                               env.text("SLURM_STEP_ID").value_or("?"));
+    }
   }
+  if (auto job = env.text("CERAR_JOB_ID"); job && !job->empty()) c.jobId = *job;
 }
 
 // CERAR_IFACE, else an alias that the same job's other libraries honour (torch's, Horovod's).
@@ -231,6 +252,16 @@ std::string privateDirectory(int rank) {
 }
 }  // namespace
 
+// "-" and 12 hex digits of the job identity's FNV-1a hash (a name, not a secret); none without one.
+static std::string jobSuffix(const std::string& jobId) {
+  if (jobId.empty()) return "";
+  uint64_t hash = 14695981039346656037ull;
+  for (unsigned char ch : jobId) hash = (hash ^ ch) * 1099511628211ull;
+  char text[16];
+  std::snprintf(text, sizeof text, "-%012llx", (unsigned long long)(hash >> 16));
+  return text;
+}
+
 StoreEndpoint storeEndpointOf(const RuntimeConfig& config) {
   const std::string& addr = config.rendezvousAddr;
   if (!config.secret.empty() || !config.hostStore) {
@@ -243,8 +274,10 @@ StoreEndpoint storeEndpointOf(const RuntimeConfig& config) {
         "set; set one in the job script, e.g. export CERAR_SECRET=$(openssl rand -hex 16) "
         "(mpirun, srun and torchrun pass it to every rank)"));
   }
-  const std::string socket = detail::concat("unix:", privateDirectory(config.rank),
-                                            "/cerar-store-", config.rendezvousPort, ".sock");
+  // Jobs known apart by their launchers' identities get sockets of their own even on one port.
+  const std::string socket =
+      detail::concat("unix:", privateDirectory(config.rank), "/cerar-store-",
+                     config.rendezvousPort, jobSuffix(config.jobId), ".sock");
   return StoreEndpoint{socket, socket};
 }
 

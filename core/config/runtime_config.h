@@ -21,6 +21,10 @@ struct RuntimeConfig {
   std::string rendezvousAddr = "127.0.0.1";
   int rendezvousPort = 0;
   std::string secret;
+  // The job's identity (docs/rendezvous.md, "One job, one store"): CERAR_JOB_ID, else the
+  // launcher's (cerarrun's, Open MPI's job, SLURM's job and step, torchrun's run at its master).
+  // Presented at the store's hello and in the single-host socket's name; empty: none known.
+  std::string jobId;
   // Network interface of the data links ("" = the route to the rendezvous host;
   // rendezvous/data_address.h), and the variable that named it (CERAR_IFACE, or its
   // aliases GLOO_SOCKET_IFNAME and HOROVOD_GLOO_IFACE), for messages.

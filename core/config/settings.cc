@@ -147,6 +147,10 @@ std::vector<Setting> makeSettings() {
        .why = "the store's port (torchrun: MASTER_PORT + 1)", .ownRule = true},
       {.field = &C::secret, .attribute = "secret", .variable = "CERAR_SECRET", .kind = kRank,
        .why = "presented to the store before anything is shared (policy: docs/rendezvous.md)"},
+      {.field = &C::jobId, .attribute = "job_id", .variable = "CERAR_JOB_ID", .kind = kRank,
+       .why = "the job's identity at the store: a rank of another job is refused (default: the "
+              "launcher's; docs/rendezvous.md)",
+       .ownRule = true},
       {.field = &C::rendezvousTimeoutSeconds, .attribute = "rendezvous_timeout_seconds",
        .variable = "CERAR_RENDEZVOUS_TIMEOUT_SECONDS", .kind = kRank,
        .why = "limits the wait for the store and rank 0's settings (0: timeout_seconds)"},

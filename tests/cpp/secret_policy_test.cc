@@ -131,6 +131,40 @@ bool listensOnTcpPort(int port) {
 }
 
 // Two ranks under torchrun's variables and no secret: the job runs, with no TCP store port.
+// The job's identity comes from its launcher (CERAR_JOB_ID overrides), and names the single-host
+// socket, so that two jobs on one port and one host never share a store.
+TEST(SecretPolicy, EachLaunchersJobIdentityNamesItsSocket) {
+  RuntimeDir dir;
+  const Env mpi = {{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                   {"PMIX_NAMESPACE", "725286913"}, {"OMPI_MCA_ess_base_jobid", "725286913"}};
+  EXPECT_EQ(testing::configFrom(mpi).jobId, "Open MPI job 725286913");
+  EXPECT_EQ(testing::configFrom({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                                 {"OMPI_MCA_ess_base_jobid", "99"}}).jobId,
+            "Open MPI job 99");
+  EXPECT_EQ(testing::configFrom({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"},
+                                 {"SLURM_JOB_ID", "4711"}, {"SLURM_STEP_ID", "3"}}).jobId,
+            "SLURM job 4711 step 3");
+  const Env torchrun = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                        {"MASTER_PORT", "6000"}, {"TORCHELASTIC_RUN_ID", "r1"}};
+  EXPECT_EQ(testing::configFrom(torchrun).jobId, "torchrun run r1 at 127.0.0.1:6000");
+  // RANK and WORLD_SIZE by hand name no job; CERAR_JOB_ID names it (and wins over a launcher's).
+  const Env plain = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "6000"}};
+  EXPECT_EQ(testing::configFrom(plain).jobId, "");
+  Env named = mpi;
+  named["CERAR_JOB_ID"] = "nightly";
+  EXPECT_EQ(testing::configFrom(named).jobId, "nightly");
+  // Sockets: the plain one as before, one per identity otherwise.
+  const std::string plainSocket = storeEndpointOf(testing::configFrom(plain)).listen;
+  EXPECT_EQ(plainSocket, "unix:" + dir.path + "/cerar-store-6001.sock");
+  const std::string a = storeEndpointOf(testing::configFrom(torchrun)).listen;
+  Env other = torchrun;
+  other["TORCHELASTIC_RUN_ID"] = "r2";
+  const std::string b = storeEndpointOf(testing::configFrom(other)).listen;
+  EXPECT_EQ(a.rfind("unix:" + dir.path + "/cerar-store-6001-", 0), 0u) << a;
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a, storeEndpointOf(testing::configFrom(torchrun)).listen);  // the same on every rank
+}
+
 TEST(SecretPolicy, TorchrunSingleHostJobRunsWithoutATcpStore) {
   RuntimeDir dir;
   int port = 0;

@@ -54,7 +54,7 @@ TEST(TcpStore, TrafficCountsEveryRequestAndItsBytes) {
   TcpStore store("127.0.0.1", server.port(), "s3cret", 2s);
   const TcpStore::Traffic hello = store.traffic();
   EXPECT_EQ(hello.requests, 1u);  // the secret
-  EXPECT_EQ(hello.bytesSent, 4u + 1 + 4 + 6);  // length, op, the secret as a string
+  EXPECT_EQ(hello.bytesSent, 4u + 1 + 4 + 6 + 4);  // length, op, secret, no job identity
   EXPECT_EQ(hello.bytesReceived, 4u + 1);      // length, status
   store.set("key", bytes("value"));
   EXPECT_EQ(store.get("key"), bytes("value"));
@@ -145,6 +145,36 @@ TEST(TcpStore, WrongSecretIsRejected) {
   EXPECT_EQ(store.get("k"), bytes("v"));
 }
 
+// One job, one store: a client presenting another job's identity (or none, to a store that has
+// one) is refused at its hello, at once and by name, and can post nothing; the job goes on.
+TEST(TcpStore, AClientOfAnotherJobIsRefusedAtItsHello) {
+  TcpStoreServer server("127.0.0.1", 0, "s", {}, "Open MPI job 7");
+  server.start();
+  TcpStore mine("127.0.0.1", server.port(), "s", 2s, "Open MPI job 7");
+  mine.set("k", bytes("v"));
+  for (const std::string foreign : {"Open MPI job 8", ""}) {
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      TcpStore other("127.0.0.1", server.port(), "s", 5s, foreign);
+      FAIL() << "a client of '" << foreign << "' joined the store of 'Open MPI job 7'";
+    } catch (const ForeignJobError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("belongs to another job (Open MPI job 7)"), std::string::npos) << what;
+      EXPECT_NE(what.find(foreign.empty() ? "none known" : foreign), std::string::npos) << what;
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);  // refused, not retried
+  }
+  EXPECT_EQ(mine.get("k"), bytes("v"));
+  EXPECT_FALSE(server.tryGet("k2").has_value());
+  mine.set("k2", bytes("w"));  // the job's own connection is untouched
+  EXPECT_EQ(mine.get("k2"), bytes("w"));
+  // A store without an identity (plain variables' rank 0) admits any client, as before.
+  TcpStoreServer plain("127.0.0.1", 0, "s");
+  plain.start();
+  TcpStore any("127.0.0.1", plain.port(), "s", 2s, "SLURM job 3 step 0");
+  any.set("k", bytes("v"));
+}
+
 TEST(TcpStore, ClientWaitsForAServerThatStartsLater) {
   // Bound but not serving yet: how a launcher uses it around fork().
   TcpStoreServer server("127.0.0.1", 0, "k");
@@ -227,7 +257,7 @@ TEST(TcpStore, AGoodbyeTakesTheKeyBack) {
 
 TEST(TcpStore, ServerRefusesABusyPort) {
   TcpStoreServer server("127.0.0.1", 0, "");
-  EXPECT_THROW(TcpStoreServer("127.0.0.1", server.port(), ""), Error);
+  EXPECT_THROW(TcpStoreServer("127.0.0.1", server.port(), ""), StoreAddressInUseError);
 }
 
 // A server that says ok to the hello, then answers the next request with `reply` (raw bytes:

@@ -2,7 +2,8 @@
 """Every unit's tests are findable by name: a C++ unit (core/, ops/, bindings/: a .cc file) has
 tests/cpp/<unit>_test.cc, a Python module of frameworks/cerar has tests/python/test_<module>.py
 (in a subpackage also test_<package>_<module>.py),
-or docs/testing.md's map ("Where each unit is tested") has a row for it naming files that exist.
+or docs/testing.md's map ("Where each unit is tested") has a row for it naming files that exist;
+and a file named for a unit must reach it (exercises()).
 Usage: test_map_check.py REPOSITORY"""
 import re
 import sys
@@ -32,9 +33,49 @@ for module in sorted((root / "frameworks/cerar").rglob("*.py")):
         named.append(f"tests/python/test_{module.parent.name}_{stem}.py")
     units.append((str(module.relative_to(root)), named))
 
-missing, broken = [], []
+
+
+def reach(test):
+    """The test file's text with what it pulls in by name: the test headers it includes
+    ("runtime_scenarios.h", "tests/gpu/run_plans.h") and the worker scripts it runs."""
+    text = test.read_text(errors="replace")
+    parts = [text]
+    for name in re.findall(r'#include "([^"]+\.h)"', text):
+        for candidate in (test.parent / name, root / name):
+            if candidate.is_file() and "tests" in candidate.parts:
+                parts.append(candidate.read_text(errors="replace"))
+                break
+    for name in re.findall(r"\b(\w+\.py)\b", text):
+        worker = test.parent / "workers" / name
+        if worker.is_file():
+            parts.append(worker.read_text(errors="replace"))
+    return "\n".join(parts)
+
+
+def exercises(test, unit):
+    """Whether the test file reaches the unit: it names it (a C++ unit's stem, a header of its
+    folder; a module's dotted name, stem or package), or, for a part of core/, drives the
+    runtime whole (core/runtime.h); a binding is reached through the module cerar._cerar."""
+    text = reach(test)
+    path = Path(unit)
+    if unit.startswith("bindings/"):
+        return "cerar" in text
+    if unit.endswith(".py"):
+        dotted = ".".join(path.with_suffix("").parts[1:])
+        names = [dotted.removesuffix(".__init__"), dotted.rsplit(".", 1)[0],
+                 path.stem.lstrip("_") if path.stem != "__init__" else path.parent.name]
+        return any(re.search(r"\b" + re.escape(n) + r"\b", text) for n in names)
+    return (re.search(r"\b" + re.escape(path.stem) + r"\b", text) is not None
+            or f'#include "{path.parent}/' in text
+            or (unit.startswith("core/") and '#include "core/runtime.h"' in text))
+
+
+missing, broken, idle = [], [], []
 for unit, named in units:
-    if any((root / path).exists() for path in named):
+    own = [path for path in named if (root / path).exists()]
+    if own:
+        if not any(exercises(root / path, unit) for path in own):
+            idle.append(f"{unit}: {own[0]}")
         continue
     if unit not in rows:
         missing.append(unit)
@@ -42,13 +83,18 @@ for unit, named in units:
     for path in rows[unit]:
         if not (root / path.split("::")[0]).exists():
             broken.append(f"{unit}: {path}")
+    if not any(exercises(root / p.split("::")[0], unit) for p in rows[unit]
+               if (root / p.split("::")[0]).exists()):
+        idle.append(f"{unit}: {', '.join(rows[unit])}")
 stale = [unit for unit in rows if not (root / unit).exists()]
+for entry in idle:
+    print(f"the test file named for a unit does not reach it (name, include, import): {entry}")
 for unit in missing:
     print(f"no test file named after {unit} and no row in docs/testing.md's map")
 for entry in broken:
     print(f"docs/testing.md's map names a file that does not exist: {entry}")
 for unit in stale:
     print(f"docs/testing.md's map has a row for {unit}, which does not exist")
-if missing or broken or stale:
+if missing or broken or stale or idle:
     sys.exit(1)
 print(f"{len(units)} units: each has a test file of its name or a row in the map")
