@@ -194,6 +194,7 @@ std::unique_ptr<PyHandle> simple(F&& f) {
 py::dict statsDict(const RuntimeStats& s) {
   py::dict d;
   d["cycles"] = s.cycles;
+  d["shared_memory"] = s.sharedMemory;
   d["cache_hits"] = s.cacheHits;
   d["cache_misses"] = s.cacheMisses;
   d["fused_buffers"] = s.fusedBuffers;

@@ -9,6 +9,7 @@ namespace cerar {
 // Counters for tests and benchmarks.
 struct RuntimeStats {
   uint64_t cycles = 0;
+  bool sharedMemory = false;      // the job's data moves through shared memory (this host's)
   uint64_t cacheHits = 0;
   uint64_t cacheMisses = 0;
   uint64_t fusedBuffers = 0;      // collectives dispatched for allreduce

@@ -90,7 +90,7 @@ BUILD_DIR=build
 tests=OFF
 [ "$mode" = test ] && tests=ON
 stamp=$VENV/cerar-build.stamp
-hash=$(find pyproject.toml CMakeLists.txt cmake bindings frameworks core ops -type f \
+hash=$(find pyproject.toml CMakeLists.txt cmake bindings frameworks common rendezvous core ops -type f \
     \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.py' \
     -o -name '*.txt' -o -name '*.cmake' -o -name '*.toml' \) -print0 | sort -z |
   xargs -0 sha256sum | sha256sum | cut -d' ' -f1)

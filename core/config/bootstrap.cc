@@ -14,6 +14,7 @@
 
 #include "core/config/config.h"
 #include "core/config/job_config.h"
+#include "core/config/shm_links.h"
 #include "core/log.h"
 #include "rendezvous/data_address.h"
 #include "rendezvous/tcp_store.h"
@@ -239,13 +240,25 @@ JobLinks connectLinks(const RuntimeConfig& config) {
     return agreeOnLinks(store, prefix, config.rank, config.size, mine, limit, gloo.startLimit);
   };
   links.transport = connectGloo(store, config.rank, config.size, gloo);
+  // A job on one host moves its data through shared memory; Gloo's links carry the channels.
+  if (links.config.sharedMemory) {
+    std::string why;
+    if (auto shm = sharedMemoryLinks(store, links.config, prefix, links.transport, &why)) {
+      links.transport = std::move(shm);
+      links.config.linksInMemory = true;
+    } else {
+      Logger(config.rank, parseLogLevel(config.logLevel), config.logSink)
+          .log(LogLevel::kDebug, "shared memory not used: " + why);
+    }
+  }
   links.board = std::make_shared<StoreBoard>(rendezvous->store);
   // Rank 0 closes the store it hosts before any rank leaves the shutdown handshake: a rank
   // that starts again then reaches only the next incarnation's store.
   Rendezvous* hosted = rendezvous.get();
   links.beforeRelease = [hosted] { hosted->server.reset(); };
   const TcpStore* client = rendezvous->store.get();  // lives as long as the runtime
-  links.storeTraffic = [client](RuntimeStats& stats) {
+  links.storeTraffic = [client, inMemory = links.config.linksInMemory](RuntimeStats& stats) {
+    stats.sharedMemory = inMemory;
     const TcpStore::Traffic traffic = client->traffic();
     stats.rendezvousRequests = traffic.requests;
     stats.rendezvousBytesSent = traffic.bytesSent;

@@ -53,6 +53,13 @@ struct RuntimeConfig {
   // CERAR_ERROR_FEEDBACK: what a lossy wire lost of a tensor on this rank is added to the
   // tensor's next all-reduce of the same name (core/execution/error_feedback.h). Job-wide.
   bool errorFeedback = false;
+  // CERAR_SHARED_MEMORY: ranks that all share one host exchange data through a shared-memory
+  // segment instead of TCP loopback (ops/transport/shm.h; docs/shared-memory.md). Job-wide.
+  // Off by default until a lost rank is named alike on every survivor (docs/shared-memory.md).
+  bool sharedMemory = false;
+  // Not a setting: set at start when the job's data moves through shared memory, where CERAR
+  // and the lossy wires have nothing to save (auto then takes the exact ring).
+  bool linksInMemory = false;
   // CERAR_DEBUG_ERROR: also reduce each CERAR or 16-bit-wire buffer with the exact float32
   // ring (doubles the traffic) and record the measured error. Job-wide (docs/settings.md).
   bool debugError = false;

@@ -122,6 +122,10 @@ std::vector<Setting> makeSettings() {
        .variable = "CERAR_ERROR_FEEDBACK", .kind = kJob,
        .why = "whether a lossy wire's losses are added to the tensor's next all-reduce "
               "(docs/wires.md); kept uniform so every rank compensates alike"},
+      {.field = &C::sharedMemory, .attribute = "shared_memory",
+       .variable = "CERAR_SHARED_MEMORY", .kind = kJob,
+       .why = "whether the ranks of a one-host job exchange data through shared memory "
+              "instead of TCP loopback (docs/shared-memory.md); every rank must use the same links"},
 
       {.field = &C::rank, .attribute = "rank", .variable = "CERAR_RANK",
        .aliases = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}, .kind = kRank,

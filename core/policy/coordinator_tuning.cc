@@ -27,6 +27,9 @@ constexpr const char* kTuningRow = "cerar.autotune";
 SelectionPolicy selectionPolicyOf(const RuntimeConfig& config) {
   SelectionPolicy policy;
   policy.algorithm = config.algorithm;
+  // In shared memory the exact ring costs memory copies alone: nothing for CERAR or a lossy
+  // wire to save, so auto (with or without a budget) takes it; forced choices stand.
+  if (config.linksInMemory && policy.algorithm == "auto") policy.algorithm = "ring";
   policy.components = config.components;
   policy.eps = config.eps;
   policy.shareCorrection = config.shareCorrection;
