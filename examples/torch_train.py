@@ -118,7 +118,8 @@ def main():
         result = dict(history[-1], algorithm=algorithm, ranks=size,
                       seconds=time.perf_counter() - start,
                       ring_buffers=stats.get("ring_buffers"),
-                      cerar_buffers=stats.get("cerar_buffers"))
+                      cerar_buffers=stats.get("cerar_buffers"),
+                      links="memory" if stats.get("shared_memory") else "TCP")
         print("RESULT " + json.dumps(result), flush=True)
     hvd.shutdown()
 

@@ -60,11 +60,25 @@ const Plan& Communicator::planFor(Algorithm algorithm, int c, size_t d) {
   return it->second;
 }
 
-RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
-                                 const AllreduceOptions& options) {
-  const int N = size();
-  int c = N;
+// What a run is made of, settled before any round: CERAR's (c, eps), the verdict on the range
+// of the data, whether the ranks already agreed to take the exact ring, the wire that runs.
+struct Communicator::Run {
+  int c = 1;
   double eps = 0;
+  bool cerar = false;
+  bool check = false;     // CERAR's range is tested (testsCerarRange)
+  bool mine = false;      // this rank's buffer is beyond it
+  bool fallback = false;  // every rank takes the exact ring instead
+  bool inBand = false;    // the verdict rides on the run itself
+  Wire wire = Wire::kNone;
+  bool wireFallback = false;
+  void* data = nullptr;   // what the rounds reduce: the caller's, or a float32 widening of it
+};
+
+void Communicator::checkArguments(const void* data, size_t count, DType dtype,
+                                  const AllreduceOptions& options, Run& run) const {
+  const int N = size();
+  run.c = N;
   CERAR_CHECK_ARGUMENT(options.algorithm != Algorithm::kAdasum, "rank ", rank(),
                        ": Adasum runs by AdasumRunner (ops/adasum_run.h), not a Communicator");
   if (options.algorithm == Algorithm::kCerar) {
@@ -74,15 +88,14 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
     CERAR_CHECK_ARGUMENT(options.op == ReduceOp::kSum, "rank ", rank(),
                                 ": CERAR is linear and only sums; ", reduceOpName(options.op),
                                 " needs the exact ring");
-    c = options.components == 0 ? 4 * N : options.components;
-    const Status invalid = validateCerarParameters(N, c);
+    run.c = options.components == 0 ? 4 * N : options.components;
+    const Status invalid = validateCerarParameters(N, run.c);
     CERAR_CHECK_ARGUMENT(invalid.ok(), "rank ", rank(), ": ", invalid.message);
-    eps = options.eps == 0 ? defaultEps(dtype) : options.eps;
-    CERAR_CHECK_ARGUMENT(std::isfinite(eps) && eps > 0, "rank ", rank(),
-                                ": eps must be positive and finite, got ", eps);
+    run.eps = options.eps == 0 ? defaultEps(dtype) : options.eps;
+    CERAR_CHECK_ARGUMENT(std::isfinite(run.eps) && run.eps > 0, "rank ", rank(),
+                                ": eps must be positive and finite, got ", run.eps);
   }
   CERAR_CHECK_ARGUMENT(data != nullptr || count == 0, "rank ", rank(), ": null buffer");
-  const bool sixteenBit = isSixteenBitFloat(dtype);
   if (options.wire != Wire::kNone) {
     CERAR_CHECK_ARGUMENT(options.algorithm == Algorithm::kRing &&
                              wireCarries(options.wire, dtype, options.op) &&
@@ -95,90 +108,109 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
   }
   CERAR_CHECK_ARGUMENT(!options.shareCorrection || runner_->hostMemory(), "rank ", rank(),
                        ": share-corrected decoding needs host memory");
+}
+
+void Communicator::agreeOnRange(void* data, size_t count, DType dtype,
+                                const AllreduceOptions& options, Run& run) {
   // CERAR mixes each element with those at its offset in the other slices of its chunk
   // (cerar-protocol.md); a NaN or an overflow would spread to them, so such a buffer takes the
   // exact ring on every rank. c = N is the ring itself, and N = 1 has no rounds.
-  const auto start = std::chrono::steady_clock::now();
-  bool cerar = options.algorithm == Algorithm::kCerar;
-  const bool check = testsCerarRange(options, N);
-  const bool mine = check && (options.beyondCerarRange.has_value()
-                                  ? *options.beyondCerarRange
-                                  : runner_->beyondCerarRange(*transport_, data, count, dtype));
-  bool fallback = false;
+  run.cerar = options.algorithm == Algorithm::kCerar;
+  run.check = testsCerarRange(options, size());
+  run.mine = run.check && (options.beyondCerarRange.has_value()
+                               ? *options.beyondCerarRange
+                               : runner_->beyondCerarRange(*transport_, data, count, dtype));
   // Without a parameter agreement to ride on, the verdict rides on the run itself.
-  const bool inBand = check && !options.verifyParameters;
-  if (options.verifyParameters) {
-    ParameterRecord record;
-    record.size = N;
-    record.components = c;
-    record.algorithm = static_cast<uint8_t>(options.algorithm);
-    record.dtype = static_cast<uint8_t>(dtype);
-    record.op = static_cast<uint8_t>(options.op);
-    record.elements = count;
-    record.eps = eps;
-    // Only CERAR with r > 1 exchanges the verdict, so only there must the ranks agree on it;
-    // the verdict itself rides on the record.
-    record.exactOnNonFinite = check ? 1 : 0;
-    record.beyondCerarRange = mine ? 1 : 0;
-    record.wire = static_cast<uint8_t>(options.wire);
-    fallback = agreeOnParameters(*transport_, record);
-  }
-  Wire wire = options.wire;
-  bool wireFallback = false;
+  run.inBand = run.check && !options.verifyParameters;
+  if (!options.verifyParameters) return;
+  ParameterRecord record;
+  record.size = size();
+  record.components = run.c;
+  record.algorithm = static_cast<uint8_t>(options.algorithm);
+  record.dtype = static_cast<uint8_t>(dtype);
+  record.op = static_cast<uint8_t>(options.op);
+  record.elements = count;
+  record.eps = run.eps;
+  // Only CERAR with r > 1 exchanges the verdict, so only there must the ranks agree on it;
+  // the verdict itself rides on the record.
+  record.exactOnNonFinite = run.check ? 1 : 0;
+  record.beyondCerarRange = run.mine ? 1 : 0;
+  record.wire = static_cast<uint8_t>(options.wire);
+  run.fallback = agreeOnParameters(*transport_, record);
+}
+
+void Communicator::guardWire(void* data, size_t count, DType dtype,
+                             const AllreduceOptions& options, Run& run) {
+  const int N = size();
+  run.wire = options.wire;
+  run.data = data;
   // 16-bit data rides the int8 wire as float32 (the wire adds in float32 anyway); where the
   // wire falls back, the data's own exact ring runs instead.
-  void* const original = data;
-  const Wire cast = dtype == DType::kFloat16 ? Wire::kFloat16 : Wire::kBFloat16;
-  const bool widen = sixteenBit && wire == Wire::kInt8 && N > 1;
+  const bool sixteenBit = isSixteenBitFloat(dtype);
+  const bool widen = sixteenBit && run.wire == Wire::kInt8 && N > 1;
   if (widen) {
     widened_.resize(count);
-    codec::decodeWire(cast, static_cast<const uint16_t*>(data), widened_.data(), count);
-    data = widened_.data();
+    codec::decodeWire(dtype == DType::kFloat16 ? Wire::kFloat16 : Wire::kBFloat16,
+                      static_cast<const uint16_t*>(data), widened_.data(), count);
+    run.data = widened_.data();
   }
-  if (wire == Wire::kFloat16 && options.fp16Guard && N > 1) {
-    const uint8_t bits =
-        orAcrossRanks(*transport_, codec::fp16GuardBits(static_cast<const float*>(data), count, N));
-    wireFallback = !codec::fp16GuardPasses(bits);
-    if (wireFallback) wire = Wire::kNone;
+  if (run.wire == Wire::kFloat16 && options.fp16Guard && N > 1) {
+    const uint8_t bits = orAcrossRanks(
+        *transport_, codec::fp16GuardBits(static_cast<const float*>(run.data), count, N));
+    run.wireFallback = !codec::fp16GuardPasses(bits);
   }
   // The int8 wire cannot carry inf or NaN (its block would decode as NaN): always guarded.
-  if (wire == Wire::kInt8 && N > 1) {
-    wireFallback = orAcrossRanks(*transport_, codec::int8GuardBits(static_cast<const float*>(data),
-                                                                   count, N)) != 0;
-    if (wireFallback) wire = Wire::kNone;
+  if (run.wire == Wire::kInt8 && N > 1) {
+    run.wireFallback = orAcrossRanks(*transport_, codec::int8GuardBits(
+                                                      static_cast<const float*>(run.data),
+                                                      count, N)) != 0;
   }
-  if (widen && wireFallback) data = original;
-  if (sixteenBit && data == original) wire = Wire::kNone;  // one rank, or the fallback
-  const DType runType = data == original ? dtype : DType::kFloat32;
+  if (run.wireFallback) {
+    run.wire = Wire::kNone;
+    run.data = data;
+  }
+  if (sixteenBit && run.data == data) run.wire = Wire::kNone;  // one rank, or the fallback
+}
+
+RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
+                                 const AllreduceOptions& options) {
+  const int N = size();
+  Run run;
+  checkArguments(data, count, dtype, options, run);
+  const auto start = std::chrono::steady_clock::now();
+  agreeOnRange(data, count, dtype, options, run);
+  guardWire(data, count, dtype, options, run);
+  const DType runType = run.data == data ? dtype : DType::kFloat32;
   // Error feedback: an element no lossy encoding touched lost nothing.
   if (options.lost != nullptr) std::fill(options.lost, options.lost + count, 0.0f);
-  const CodecParams params{runType, options.op, eps, wire,
-                           wire == Wire::kNone ? nullptr : options.lost};
+  const CodecParams params{runType, options.op, run.eps, run.wire,
+                           run.wire == Wire::kNone ? nullptr : options.lost};
   RunStats stats;
-  if (inBand) {
-    stats = runner_->runUnlessAnyRank(planFor(Algorithm::kCerar, c, count), *transport_, data,
-                                      params, mine);
-    fallback = stats.nonFiniteFallback;
+  if (run.inBand) {
+    stats = runner_->runUnlessAnyRank(planFor(Algorithm::kCerar, run.c, count), *transport_,
+                                      run.data, params, run.mine);
+    run.fallback = stats.nonFiniteFallback;
   }
-  if (fallback) {
-    cerar = false;
-    c = N;
+  if (run.fallback) {
+    run.cerar = false;
+    run.c = N;
   }
-  if (!inBand || fallback) {
+  if (!run.inBand || run.fallback) {
     // A stopped CERAR run sent its first rounds: they count.
     const RunStats stopped = stats;
-    stats = runner_->run(planFor(cerar ? Algorithm::kCerar : Algorithm::kRing, c, count),
-                         *transport_, data, params);
+    stats = runner_->run(planFor(run.cerar ? Algorithm::kCerar : Algorithm::kRing, run.c, count),
+                         *transport_, run.data, params);
     stats.bytesSent += stopped.bytesSent;
     stats.bytesReceived += stopped.bytesReceived;
   }
-  if (data != original) {
-    codec::encodeWire(cast, widened_.data(), static_cast<uint16_t*>(original), count);
+  if (run.data != data) {  // rounded back once
+    codec::encodeWire(dtype == DType::kFloat16 ? Wire::kFloat16 : Wire::kBFloat16,
+                      widened_.data(), static_cast<uint16_t*>(data), count);
   }
-  stats.nonFiniteFallback = fallback;
-  stats.wireFallback = wireFallback;
-  if (cerar && options.shareCorrection) {
-    applyShareCorrection(Layout(N, c, count), rank(), eps, dtype, data);
+  stats.nonFiniteFallback = run.fallback;
+  stats.wireFallback = run.wireFallback;
+  if (run.cerar && options.shareCorrection) {
+    applyShareCorrection(Layout(N, run.c, count), rank(), run.eps, dtype, run.data);
   }
   // The range check, the agreement and the decoding pass count as part of the all-reduce.
   stats.seconds =

@@ -83,6 +83,15 @@ class Communicator {
                          ReduceOp op);
 
  private:
+  // allreduce's steps: the arguments (and CERAR's c and eps), the range verdict and the
+  // parameter agreement, the wire's guards (and 16-bit data widened for the int8 wire).
+  struct Run;
+  void checkArguments(const void* data, size_t count, DType dtype,
+                      const AllreduceOptions& options, Run& run) const;
+  void agreeOnRange(void* data, size_t count, DType dtype, const AllreduceOptions& options,
+                    Run& run);
+  void guardWire(void* data, size_t count, DType dtype, const AllreduceOptions& options,
+                 Run& run);
   const Plan& planFor(Algorithm algorithm, int c, size_t d);
 
   std::shared_ptr<Transport> transport_;

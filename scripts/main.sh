@@ -28,6 +28,7 @@ rows = [("final train loss", "train_loss", "{:.4f}"), ("final val loss", "val_lo
         ("final val accuracy", "val_acc", "{:.4f}"), ("samples/s", "samples_per_s", "{:.0f}"),
         ("all-reduce wait ms/step", "allreduce_ms_per_step", "{:.3f}"),
         ("buffers via CERAR", "cerar_buffers", "{}"), ("buffers via ring", "ring_buffers", "{}"),
+        ("data links", "links", "{}"),
         ("wall time s", "seconds", "{:.1f}")]
 print()
 print(f"{'':26}{'CERAR':>12}{'exact ring':>12}")

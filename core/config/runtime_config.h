@@ -55,8 +55,7 @@ struct RuntimeConfig {
   bool errorFeedback = false;
   // CERAR_SHARED_MEMORY: ranks that all share one host exchange data through a shared-memory
   // segment instead of TCP loopback (ops/transport/shm.h; docs/shared-memory.md). Job-wide.
-  // Off by default until a lost rank is named alike on every survivor (docs/shared-memory.md).
-  bool sharedMemory = false;
+  bool sharedMemory = true;
   // Not a setting: set at start when the job's data moves through shared memory, where CERAR
   // and the lossy wires have nothing to save (auto then takes the exact ring).
   bool linksInMemory = false;

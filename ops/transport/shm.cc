@@ -21,6 +21,7 @@ namespace {
 struct alignas(64) Bell {
   std::atomic<uint32_t> value;
   std::atomic<uint32_t> sleepers;
+  std::atomic<uint32_t> closed;  // the rank failed: its links are closed, as Gloo's would be
 };
 // A ring's byte count so far, on a cache line of its own (one writer each).
 struct alignas(64) Counter {
@@ -95,18 +96,40 @@ ShmTransport::ShmTransport(ShmSegment segment, int rank, int size, size_t ringBy
 }
 
 ShmTransport::~ShmTransport() {
+  close();
   for (int fd : pidfds_) {
     if (fd >= 0) ::close(fd);
   }
 }
 
+void ShmTransport::close() {
+  if (layout_->bells[rank_].closed.exchange(1) != 0) return;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer != rank_) wake(peer);
+  }
+}
+
+void ShmTransport::fail(Status failure) {
+  // As Gloo's transport: the first failure closes every link (the ranks waiting on this one
+  // then fail too, naming it), drops what is pending, and every later call repeats it.
+  failure_ = std::move(failure);
+  close();
+  for (int peer = 0; peer < size_; ++peer) {
+    sends_[peer].clear();
+    recvs_[peer].clear();
+  }
+  failure_.raise();
+}
+
 void ShmTransport::postSend(int peer, const void* data, size_t bytes) {
+  if (!failure_.ok()) failure_.raise();
   CERAR_CHECK_ARGUMENT(peer >= 0 && peer < size_ && peer != rank_ && bytes > 0,
                        "shared memory: rank ", rank_, ": send of ", bytes, " bytes to ", peer);
   sends_[peer].push_back({static_cast<char*>(const_cast<void*>(data)), bytes, 0});
 }
 
 void ShmTransport::postRecv(int peer, void* data, size_t bytes) {
+  if (!failure_.ok()) failure_.raise();
   CERAR_CHECK_ARGUMENT(peer >= 0 && peer < size_ && peer != rank_ && bytes > 0,
                        "shared memory: rank ", rank_, ": receive of ", bytes, " bytes from ",
                        peer);
@@ -193,19 +216,22 @@ void ShmTransport::sleep(uint32_t seen, int peer, bool send,
   pollfd ended{fd, POLLIN, 0};
   const bool gone = fd >= 0 ? poll(&ended, 1, 0) > 0 : kill(pids_[peer], 0) != 0 && errno == ESRCH;
   if (gone) {
-    throw PeerLostError(detail::concat("rank ", rank_, ": shared memory: rank ", peer,
-                                       " (process ", pids_[peer], ") has ended"),
-                        peer);
+    fail(Status(StatusCode::kPeerLost,
+                detail::concat("rank ", rank_, ": shared memory: rank ", peer, " (process ",
+                               pids_[peer], ") has ended"),
+                peer));
   }
   if (now >= deadline) {
-    throw TimeoutError(detail::concat("rank ", rank_, ": shared memory: no ",
-                                      send ? "room for a send to" : "data from", " rank ", peer,
-                                      " within ", timeout_.count(), " ms"),
-                       peer);
+    fail(Status(StatusCode::kTimeout,
+                detail::concat("rank ", rank_, ": shared memory: no ",
+                               send ? "room for a send to" : "data from", " rank ", peer,
+                               " within ", timeout_.count(), " ms"),
+                peer));
   }
 }
 
 void ShmTransport::wait(int peer, bool send) {
+  if (!failure_.ok()) failure_.raise();
   std::deque<Transfer>& queue = send ? sends_[peer] : recvs_[peer];
   CERAR_CHECK_ARGUMENT(peer >= 0 && peer < size_ && !queue.empty(), "shared memory: rank ",
                        rank_, ": a wait on ", peer, " with nothing posted");
@@ -221,6 +247,12 @@ void ShmTransport::wait(int peer, bool send) {
     }
     if (moved) {
       idle = 0;
+    } else if (layout_->bells[peer].closed.load() != 0) {
+      fail(Status(StatusCode::kPeerLost,
+                  detail::concat("rank ", rank_, ": ", send ? "send to" : "receive from",
+                                 " rank ", peer, " failed: rank ", peer,
+                                 " closed its shared-memory links"),
+                  peer));
     } else if (++idle > kSpins) {
       sleep(seen, peer, send, deadline);
     }

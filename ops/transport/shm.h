@@ -3,7 +3,9 @@
 // receive out of the ring from its peer as bytes arrive (two copies, no kernel, no socket).
 // Waits block on a futex word of the waiting rank (8 ranks on 2 cores do not starve each
 // other); while blocked a rank looks every 50 ms whether the peer it waits for has ended
-// (PeerLostError) and gives up at the timeout (TimeoutError), naming the peer either way.
+// (PeerLostError) and gives up at the timeout (TimeoutError), naming the peer either way. As
+// Gloo's transport, the first failure closes this rank's links (peers waiting on it fail with
+// PeerLostError naming it) and leaves the transport unusable.
 #pragma once
 
 #include <sys/types.h>
@@ -14,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/status.h"
 #include "ops/transport/shm_segment.h"
 #include "ops/transport/transport.h"
 
@@ -52,6 +55,9 @@ class ShmTransport : public Transport {
   };
   // Moves what the rings allow for every pending transfer; whether anything moved.
   bool progress();
+  // Marks this rank's links closed and rings every peer (once).
+  void close();
+  [[noreturn]] void fail(Status failure);
   bool pushTo(int peer, Transfer& send);
   bool pullFrom(int peer, Transfer& recv);
   void wake(int peer);  // rings `peer`'s bell, waking it if it sleeps
@@ -70,6 +76,7 @@ class ShmTransport : public Transport {
   std::unique_ptr<Layout> layout_;
   std::vector<std::deque<Transfer>> sends_, recvs_;
   std::chrono::steady_clock::time_point nextLook_;
+  Status failure_;  // the first failure; not ok: unusable, every call repeats it
 };
 
 }  // namespace cerar

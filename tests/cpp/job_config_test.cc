@@ -238,7 +238,7 @@ std::vector<std::pair<std::string, std::function<void(RuntimeConfig&)>>> variati
       {"CERAR_DYNAMIC_PROCESS_SETS", [](RuntimeConfig& c) { c.dynamicProcessSets = true; }},
       {"CERAR_ERROR_BOUND", [](RuntimeConfig& c) { c.errorBound = "strict"; }},
       {"CERAR_ERROR_FEEDBACK", [](RuntimeConfig& c) { c.errorFeedback = true; }},
-      {"CERAR_SHARED_MEMORY", [](RuntimeConfig& c) { c.sharedMemory = true; }},
+      {"CERAR_SHARED_MEMORY", [](RuntimeConfig& c) { c.sharedMemory = false; }},
   };
 }
 
