@@ -18,16 +18,19 @@ namespace cerar {
 namespace {
 constexpr int64_t kFailed = int64_t(1) << 32;  // a failed map, counted beside the mapped ones
 
-// This process's host as shared memory sees it: the host's name, the kernel's boot and the
-// /dev/shm it would map (containers of one kernel may have their own).
+// This process's host as shared memory sees it: the host's name, the kernel's boot, the
+// /dev/shm it would map (containers of one kernel may have their own) and its network
+// namespace (ranks in namespaces of their own are hosts of their own: emulated hosts' traffic
+// must cross their links).
 std::string hostIdentity() {
   char name[256] = {};
   gethostname(name, sizeof name - 1);
   std::string boot;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  struct stat shm {};
+  struct stat shm {}, net {};
   stat("/dev/shm", &shm);
-  return detail::concat(name, " ", boot, " ", shm.st_dev, ":", shm.st_ino);
+  stat("/proc/self/ns/net", &net);
+  return detail::concat(name, " ", boot, " ", shm.st_dev, ":", shm.st_ino, " ", net.st_ino);
 }
 
 std::string freshName() {
