@@ -340,6 +340,9 @@ PYBIND11_MODULE(_cerar, m) {
       .def("remove_process_set", [](Runtime& rt, int32_t id) {
              return simple([&] { return rt.removeProcessSet(id); });
            }, py::arg("id"))
+      .def("process_set_membership", &Runtime::processSetMembership, py::arg("id"),
+           "(this rank's index in set id, the set's size); InvalidArgumentError when there is "
+           "no such set or this rank is not in it")
       .def("process_set_ranks", &Runtime::processSetRanks, py::arg("id"),
            "The global ranks of set `id`, or None when there is none.")
       .def("process_set_ids", &Runtime::processSetIds)

@@ -163,6 +163,12 @@ class RuntimeImpl final : public Runtime {
     return set->ranks;
   }
   std::vector<int32_t> processSetIds() const override { return sets_.ids(); }
+  std::pair<int, int> processSetMembership(int32_t id) const override {
+    const auto set = sets_.find(id);
+    const Status invalid = checkMember(set, id, rank(), "cerar");
+    if (!invalid.ok()) invalid.raise();
+    return {set->rankOf(rank()), set->size()};
+  }
   bool dynamicProcessSets() const override { return config_.dynamicProcessSets; }
 
   Handle join(Callback callback) override {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/handle.h"
@@ -98,6 +99,10 @@ class Runtime {
   // The global ranks of set `id` as this rank knows it now (none: no such set).
   virtual std::optional<std::vector<int>> processSetRanks(int32_t id) const = 0;
   virtual std::vector<int32_t> processSetIds() const = 0;
+  // This rank's index in set `id` and the set's size; InvalidArgumentError, as every operation
+  // on the set gives, when there is no such set or this rank is not in it. The frameworks' one
+  // membership check.
+  virtual std::pair<int, int> processSetMembership(int32_t id) const = 0;
   // The job's CERAR_DYNAMIC_PROCESS_SETS (agreed at start): whether the Python layers let
   // sets change after init.
   virtual bool dynamicProcessSets() const = 0;

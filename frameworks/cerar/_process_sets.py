@@ -138,13 +138,7 @@ def _set_id(process_set):
 
 def _membership(process_set):
     """(id, this rank's index in the set, the set's size) for a set this rank is in; raises
-    InvalidArgumentError otherwise, as the runtime does."""
-    runtime = _state.current()
+    the runtime's InvalidArgumentError otherwise (the check every operation on a set makes)."""
     process_set_id = _set_id(process_set)
-    ranks = runtime.process_set_ranks(process_set_id)
-    if ranks is None:
-        raise InvalidArgumentError(f"cerar: there is no process set {process_set_id}")
-    if runtime.rank not in ranks:
-        raise InvalidArgumentError(f"cerar: rank {runtime.rank} is not in process set "
-                                   f"{process_set_id} (ranks {ranks})")
-    return process_set_id, ranks.index(runtime.rank), len(ranks)
+    rank, size = _state.current().process_set_membership(process_set_id)
+    return process_set_id, rank, size
