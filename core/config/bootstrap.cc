@@ -117,30 +117,15 @@ std::string linkKeyOf(TcpStore& store, const RuntimeConfig& config, const std::s
 }
 
 // The job's outcome of the links' start-up, the same on every rank: each rank posts its own
-// ("" for ok) and counts itself in one counter, a failure with kFailedReport added; the failure
-// of the lowest rank that posted one decides. Each rank polls the counter alone (one request per
-// poll, whatever the job's size) until every rank has reported, up to `limit`; once a failure
-// is counted, only `grace` more (the other ends of a failed link fail within their start limit).
-constexpr int64_t kFailedReport = int64_t(1) << 32;
-
+// ("" for ok) and tallies itself, a failure as such; the failure of the lowest rank that posted
+// one decides. Once a failure is counted, only `grace` more (the other ends of a failed link
+// fail within their start limit).
 Status readLinkOutcomes(TcpStore& store, const std::string& prefix, int rank, int size,
                         const Status& mine, milliseconds limit, milliseconds grace) {
-  using Clock = std::chrono::steady_clock;
   auto key = [&](int r) { return detail::concat(prefix, "/links-started/", r); };
-  const std::string counter = prefix + "/links-reported";
   store.set(key(rank), std::vector<char>(mine.message.begin(), mine.message.end()), limit);
-  int64_t count = store.add(counter, mine.ok() ? 1 : kFailedReport + 1);
-  auto deadline = Clock::now() + limit;
-  bool failed = false;
-  while (count % kFailedReport < size) {
-    if (!failed && count >= kFailedReport) {
-      failed = true;
-      deadline = std::min(deadline, Clock::now() + grace);
-    }
-    if (Clock::now() >= deadline) break;
-    std::this_thread::sleep_for(milliseconds(10));
-    count = store.add(counter, 0);
-  }
+  const int64_t count = tallyReports(store, prefix + "/links-reported", mine.ok(), size, limit,
+                                     grace, milliseconds(10));
   if (count < kFailedReport && count % kFailedReport == size) return Status();
   int missing = -1;
   for (int r = 0; r < size; ++r) {
@@ -269,6 +254,24 @@ JobLinks connectLinks(const RuntimeConfig& config) {
 }
 
 }  // namespace
+
+int64_t tallyReports(TcpStore& store, const std::string& counter, bool ok, int size,
+                     milliseconds limit, milliseconds grace, milliseconds poll) {
+  using Clock = std::chrono::steady_clock;
+  int64_t count = store.add(counter, ok ? 1 : kFailedReport + 1);
+  auto deadline = Clock::now() + limit;
+  bool failed = false;
+  while (count % kFailedReport < size) {
+    if (!failed && count >= kFailedReport) {
+      failed = true;
+      deadline = std::min(deadline, Clock::now() + grace);
+    }
+    if (Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(poll);
+    count = store.add(counter, 0);
+  }
+  return count;
+}
 
 JobLinks connectThroughStore(const RuntimeConfig& config) {
   try {

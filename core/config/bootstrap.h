@@ -4,8 +4,11 @@
 // Runtime::startWith wraps a caller's transport.
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "core/control/blame.h"
 #include "core/config/runtime_config.h"
@@ -14,6 +17,17 @@
 namespace cerar {
 
 class Transport;
+class TcpStore;
+
+// A tally of the ranks' reports in one store counter: each rank adds 1 for an ok report and
+// kFailedReport + 1 for a failed one, then polls the counter alone (one request per poll,
+// whatever the job's size) until `size` ranks have reported or `limit` passes; once a failure
+// is counted, only `grace` more. Returns the counter's last value: value % kFailedReport ranks
+// had reported, and value >= kFailedReport when one of them failed.
+constexpr int64_t kFailedReport = int64_t(1) << 32;
+int64_t tallyReports(TcpStore& store, const std::string& counter, bool ok, int size,
+                     std::chrono::milliseconds limit, std::chrono::milliseconds grace,
+                     std::chrono::milliseconds poll);
 
 struct JobLinks {
   RuntimeConfig config;  // the job-wide settings every rank agreed on (core/config/job_config.h)

@@ -1,3 +1,6 @@
+// Only with Gloo and the TCP store (as core/config/bootstrap.cc, its one caller).
+#ifndef CERAR_NO_GLOO
+
 #include "core/config/shm_links.h"
 
 #include <sys/stat.h>
@@ -7,17 +10,15 @@
 #include <fstream>
 #include <random>
 #include <sstream>
-#include <thread>
 
 #include "common/error.h"
+#include "core/config/bootstrap.h"
 #include "core/config/config.h"
 #include "ops/transport/shm.h"
 
 namespace cerar {
 
 namespace {
-constexpr int64_t kFailed = int64_t(1) << 32;  // a failed map, counted beside the mapped ones
-
 // This process's host as shared memory sees it: the host's name, the kernel's boot, the
 // /dev/shm it would map (containers of one kernel may have their own) and its network
 // namespace (ranks in namespaces of their own are hosts of their own: emulated hosts' traffic
@@ -111,19 +112,15 @@ std::shared_ptr<Transport> sharedMemoryLinks(TcpStore& store, const RuntimeConfi
   } catch (const Error& e) {
     *why = detail::concat("rank ", rank, ": ", e.what());
   }
-  store.add(keys + "/mapped", mapped ? 1 : kFailed);
-  const auto deadline = std::chrono::steady_clock::now() + rendezvousTimeoutOf(agreed);
-  int64_t reports = 0;
-  for (;;) {
-    reports = store.add(keys + "/mapped", 0);
-    if ((reports & (kFailed - 1)) + (reports >> 32) >= size) break;
-    if (std::chrono::steady_clock::now() > deadline) {
-      throw TimeoutError(detail::concat("cerar: rank ", rank, ": not every rank mapped the "
-                                        "shared memory within the rendezvous timeout"));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Every rank's report awaited, failed ones too, so that every rank decides on the same count.
+  const auto limit = rendezvousTimeoutOf(agreed);
+  const int64_t reports = tallyReports(store, keys + "/mapped", mapped.has_value(), size, limit,
+                                       limit, std::chrono::milliseconds(1));
+  if (reports % kFailedReport < size) {
+    throw TimeoutError(detail::concat("cerar: rank ", rank, ": not every rank mapped the "
+                                      "shared memory within the rendezvous timeout"));
   }
-  if (reports >> 32) {  // some rank could not map it: every rank keeps TCP
+  if (reports >= kFailedReport) {  // some rank could not map it: every rank keeps TCP
     if (why->empty()) *why = "a rank could not map the segment";
     return nullptr;
   }
@@ -132,3 +129,5 @@ std::shared_ptr<Transport> sharedMemoryLinks(TcpStore& store, const RuntimeConfi
 }
 
 }  // namespace cerar
+
+#endif  // CERAR_NO_GLOO

@@ -232,9 +232,10 @@ void ShmTransport::sleep(uint32_t seen, int peer, bool send,
 
 void ShmTransport::wait(int peer, bool send) {
   if (!failure_.ok()) failure_.raise();
+  CERAR_CHECK_ARGUMENT(peer >= 0 && peer < size_ && !(send ? sends_ : recvs_)[peer].empty(),
+                       "shared memory: rank ", rank_, ": a wait on ", peer,
+                       " with nothing posted");
   std::deque<Transfer>& queue = send ? sends_[peer] : recvs_[peer];
-  CERAR_CHECK_ARGUMENT(peer >= 0 && peer < size_ && !queue.empty(), "shared memory: rank ",
-                       rank_, ": a wait on ", peer, " with nothing posted");
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   nextLook_ = std::chrono::steady_clock::now() + kLook;
   int idle = 0;
