@@ -23,6 +23,7 @@
 #include "variables.h"
 #include "rendezvous/tcp_store.h"
 #include "common/error.h"
+#include "child_processes.h"
 #include "runtime_scenarios.h"
 
 namespace cerar {
@@ -167,10 +168,11 @@ TEST(SecretPolicy, EachLaunchersJobIdentityNamesItsSocket) {
 
 TEST(SecretPolicy, TorchrunSingleHostJobRunsWithoutATcpStore) {
   RuntimeDir dir;
-  int port = 0;
+  // A port reserved below the ephemeral range: no port-0 listener (this job's data links, a
+  // concurrent test's) can take it while the check below looks at it.
+  const int port = testing::freePort();
   {
-    TcpStoreServer probe("127.0.0.1", 0, "");  // a free port, released at once
-    port = probe.port();
+    TcpStoreServer probe("127.0.0.1", uint16_t(port), "");
     ASSERT_TRUE(listensOnTcpPort(port));  // the check sees a listener of this process
   }
   ASSERT_FALSE(listensOnTcpPort(port));
