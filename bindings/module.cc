@@ -207,6 +207,7 @@ py::dict statsDict(const RuntimeStats& s) {
   d["budget_buffers"] = s.budgetBuffers;
   d["last_choice"] = s.lastChoice;
   d["non_finite_fallbacks"] = s.nonFiniteFallbacks;
+  d["hierarchical_buffers"] = s.hierarchicalBuffers;
   d["last_components"] = s.lastComponents;
   d["allgather_buffers"] = s.allgatherBuffers;
   d["reducescatter_buffers"] = s.reducescatterBuffers;
@@ -303,6 +304,9 @@ PYBIND11_MODULE(_cerar, m) {
       .def_property_readonly("size", &Runtime::size)
       .def_property_readonly("local_rank", &Runtime::localRank)
       .def_property_readonly("local_size", &Runtime::localSize)
+      .def_property_readonly("cross_rank", &Runtime::crossRank)
+      .def_property_readonly("cross_size", &Runtime::crossSize)
+      .def_property_readonly("is_homogeneous", &Runtime::isHomogeneous)
       .def("allreduce", &allreduce, py::arg("name"), py::arg("input"),
            py::arg("output") = py::none(), py::arg("op") = Op::kSum, py::arg("prescale") = 1.0,
            py::arg("postscale") = 1.0, py::arg("wire") = "none", py::arg("process_set") = 0,

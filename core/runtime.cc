@@ -15,6 +15,7 @@
 #include "ops/collectives.h"
 #include "common/error.h"
 #include "ops/transport/inproc.h"
+#include "ops/transport/subset.h"
 
 namespace cerar {
 
@@ -33,7 +34,8 @@ std::string timelinePath(const std::string& path, int rank) {
 class RuntimeImpl final : public Runtime {
  public:
   explicit RuntimeImpl(JobLinks links)
-      : config_(links.config), transport_(std::move(links.transport)),
+      : config_(links.config), topology_(std::move(links.topology)),
+        transport_(std::move(links.transport)),
         rendezvous_(std::move(links.rendezvous)), storeTraffic_(std::move(links.storeTraffic)),
         logger_(transport_->rank(), parseLogLevel(config_.logLevel), config_.logSink),
         timeline_(transport_->rank()),
@@ -43,6 +45,7 @@ class RuntimeImpl final : public Runtime {
                      std::move(links.beforeRelease)) {
     if (!config_.timeline.empty()) startTimeline(config_.timeline, config_.timelineMarkCycles);
     coordinator_.setBlameBoard(std::move(links.board), config_.hostStore);
+    if (links.local && links.cross) coordinator_.setHostLevels(links.local, links.cross);
     coordinator_.probe();
     thread_ = std::thread([this] { coordinator_.run(); });
     coordinatorId_ = thread_.get_id();  // before any operation exists to call back
@@ -62,8 +65,11 @@ class RuntimeImpl final : public Runtime {
 
   int rank() const override { return transport_->rank(); }
   int size() const override { return transport_->size(); }
-  int localRank() const override { return config_.localRank; }
-  int localSize() const override { return config_.localSize; }
+  int localRank() const override { return topology_.localRank(rank()); }
+  int localSize() const override { return topology_.localSize(rank()); }
+  int crossRank() const override { return topology_.crossRank(rank()); }
+  int crossSize() const override { return topology_.crossSize(rank()); }
+  bool isHomogeneous() const override { return topology_.homogeneous(); }
 
   Handle allreduce(const std::string& name, Tensor input, Tensor output, Op op, double prescale,
                    double postscale, Callback callback, Wire wire, int32_t processSet) override {
@@ -286,6 +292,7 @@ class RuntimeImpl final : public Runtime {
   }
 
   RuntimeConfig config_;
+  HostTopology topology_;
   std::shared_ptr<Transport> transport_;
   std::shared_ptr<void> rendezvous_;  // the store (and rank 0's server), kept for the job
   std::function<void(RuntimeStats&)> storeTraffic_;  // the store's counters, if one
@@ -299,6 +306,21 @@ class RuntimeImpl final : public Runtime {
   std::thread thread_;
   std::thread::id coordinatorId_;
 };
+
+// A layered job's levels over the caller's transport, each on a channel of its own where it
+// has them.
+void layerOver(JobLinks& job) {
+  const int rank = job.transport->rank();
+  const auto over = [&](uint32_t tag, std::vector<int> members) -> std::shared_ptr<Transport> {
+    std::shared_ptr<Transport> channel = job.transport->channel(tag);
+    return std::make_shared<SubsetTransport>(channel ? channel : job.transport,
+                                             std::move(members));
+  };
+  job.local = over(kLocalChannelTag, job.topology.localMembers(rank));
+  job.cross = over(kCrossChannelTag, job.topology.crossMembers(rank));
+  job.config.hosts = job.topology.hosts();
+  job.config.ranksPerHost = job.topology.localSize(rank);
+}
 
 }  // namespace
 
@@ -317,7 +339,10 @@ std::unique_ptr<Runtime> Runtime::startWith(const RuntimeConfig& config,
   job.config = agreeJobConfig(adjusted, [&](const std::vector<uint8_t>& mine) {
     return broadcastBytes(links, mine, 0);
   });
+  // The caller declares the hosts: blocks of localSize ranks (each rank's own declaration).
+  job.topology = blockTopology(job.config.size, adjusted.localSize);
   job.transport = std::move(transport);
+  if (job.topology.layered()) layerOver(job);
   return std::make_unique<RuntimeImpl>(std::move(job));
 }
 
@@ -328,6 +353,7 @@ std::unique_ptr<Runtime> Runtime::start(const RuntimeConfig& config) {
     JobLinks job;
     job.config = config;
     job.transport = hub.connect(0);
+    job.topology = blockTopology(1, 1);
     return std::make_unique<RuntimeImpl>(std::move(job));
   }
 #ifdef CERAR_NO_GLOO

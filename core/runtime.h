@@ -34,8 +34,14 @@ class Runtime {
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // Where the ranks run, as they agreed at start (core/config/host_topology.h): this rank's
+  // index among the ranks of its host and their number; its index among the ranks of its local
+  // rank (one per host) and theirs; whether every host runs as many ranks.
   virtual int localRank() const = 0;
   virtual int localSize() const = 0;
+  virtual int crossRank() const = 0;
+  virtual int crossSize() const = 0;
+  virtual bool isHomogeneous() const = 0;
 
   // Every operation is matched across ranks by name; a name may be in flight only once.
   // `output` may alias `input` (in place).

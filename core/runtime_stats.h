@@ -26,6 +26,8 @@ struct RuntimeStats {
   // Buffers decided as CERAR that ran on the exact ring (counted in ringBuffers) because some
   // rank's input held a NaN, an Inf or a value near overflow (cerar-protocol.md).
   uint64_t nonFiniteFallbacks = 0;
+  // Of ringBuffers and cerarBuffers, those reduced host by host (ops/hierarchical.h).
+  uint64_t hierarchicalBuffers = 0;
   int lastComponents = 0;         // c of the last allreduce buffer as run (N for the ring)
   uint64_t allgatherBuffers = 0;      // fused buffers dispatched for allgather
   uint64_t reducescatterBuffers = 0;  // fused buffers dispatched for reducescatter

@@ -21,6 +21,7 @@
 #include "common/error.h"
 #include "ops/transport/gloo_tcp.h"
 #include "ops/transport/link_auth.h"
+#include "ops/transport/subset.h"
 
 namespace cerar {
 namespace {
@@ -168,6 +169,33 @@ GlooOptions glooOptionsOf(const DataAddress& data, const RuntimeConfig& agreed,
   return options;
 }
 
+// A layered job's two levels (ops/hierarchical.h): the host's ranks over shared memory where
+// every rank of the host maps it, else over their TCP links; the ranks of this rank's local
+// rank, one per host, over theirs. Each level on a channel of its own where the links have them.
+void layerLinks(TcpStore& store, const AgreedHosts& hosts, const std::string& prefix,
+                JobLinks& links, const Logger& logger) {
+  const HostTopology& topology = hosts.topology;
+  const int rank = links.config.rank;
+  const auto over = [&](uint32_t tag, std::vector<int> members) -> std::shared_ptr<Transport> {
+    std::shared_ptr<Transport> channel = links.transport->channel(tag);
+    return std::make_shared<SubsetTransport>(channel ? channel : links.transport,
+                                             std::move(members));
+  };
+  std::string why = "shared memory is off (CERAR_SHARED_MEMORY=0)";
+  if (links.config.sharedMemory) {
+    why.clear();
+    links.local = sharedMemoryLinks(store, links.config, prefix, hosts, nullptr, &why);
+  }
+  links.localInMemory = links.local != nullptr;
+  if (!links.local) {
+    logger.log(LogLevel::kDebug, "shared memory not used on this host: " + why);
+    links.local = over(kLocalChannelTag, topology.localMembers(rank));
+  }
+  links.cross = over(kCrossChannelTag, topology.crossMembers(rank));
+  links.config.hosts = topology.hosts();
+  links.config.ranksPerHost = topology.localSize(rank);
+}
+
 JobLinks connectLinks(const RuntimeConfig& config) {
   CERAR_CHECK_ARGUMENT(config.rendezvousPort > 0, "cerar: rank ", config.rank, " of ",
                        config.size, ": no rendezvous port (set CERAR_RENDEZVOUS_PORT)");
@@ -225,16 +253,23 @@ JobLinks connectLinks(const RuntimeConfig& config) {
     return agreeOnLinks(store, prefix, config.rank, config.size, mine, limit, gloo.startLimit);
   };
   links.transport = connectGloo(store, config.rank, config.size, gloo);
-  // A job on one host moves its data through shared memory; Gloo's links carry the channels.
-  if (links.config.sharedMemory) {
+  // Which ranks share a host, agreed once; a job on one host moves its data through shared
+  // memory (Gloo's links carry the channels), a layered one gets its two levels.
+  const AgreedHosts hosts = agreeOnHosts(store, links.config, prefix);
+  links.topology = hosts.topology;
+  links.config.localRank = hosts.topology.localRank(config.rank);
+  links.config.localSize = hosts.topology.localSize(config.rank);
+  const Logger logger(config.rank, parseLogLevel(config.logLevel), config.logSink);
+  if (hosts.topology.hosts() == 1 && links.config.sharedMemory) {
     std::string why;
-    if (auto shm = sharedMemoryLinks(store, links.config, prefix, links.transport, &why)) {
+    if (auto shm = sharedMemoryLinks(store, links.config, prefix, hosts, links.transport, &why)) {
       links.transport = std::move(shm);
       links.config.linksInMemory = true;
     } else {
-      Logger(config.rank, parseLogLevel(config.logLevel), config.logSink)
-          .log(LogLevel::kDebug, "shared memory not used: " + why);
+      logger.log(LogLevel::kDebug, "shared memory not used: " + why);
     }
+  } else if (hosts.topology.layered()) {
+    layerLinks(store, hosts, prefix, links, logger);
   }
   links.board = std::make_shared<StoreBoard>(rendezvous->store);
   // Rank 0 closes the store it hosts before any rank leaves the shutdown handshake: a rank
@@ -242,7 +277,8 @@ JobLinks connectLinks(const RuntimeConfig& config) {
   Rendezvous* hosted = rendezvous.get();
   links.beforeRelease = [hosted] { hosted->server.reset(); };
   const TcpStore* client = rendezvous->store.get();  // lives as long as the runtime
-  links.storeTraffic = [client, inMemory = links.config.linksInMemory](RuntimeStats& stats) {
+  links.storeTraffic = [client, inMemory = links.config.linksInMemory ||
+                                               links.localInMemory](RuntimeStats& stats) {
     stats.sharedMemory = inMemory;
     const TcpStore::Traffic traffic = client->traffic();
     stats.rendezvousRequests = traffic.requests;

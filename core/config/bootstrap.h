@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 
+#include "core/config/host_topology.h"
 #include "core/control/blame.h"
 #include "core/config/runtime_config.h"
 #include "core/runtime_stats.h"
@@ -29,9 +30,22 @@ int64_t tallyReports(TcpStore& store, const std::string& counter, bool ok, int s
                      std::chrono::milliseconds limit, std::chrono::milliseconds grace,
                      std::chrono::milliseconds poll);
 
+// The channels of a layered job's two levels (the job's links' tag spaces; process sets take
+// their ids, the device path kDeviceChannelTag).
+constexpr uint32_t kLocalChannelTag = 0xC0000001u;
+constexpr uint32_t kCrossChannelTag = 0xC0000002u;
+
 struct JobLinks {
   RuntimeConfig config;  // the job-wide settings every rank agreed on (core/config/job_config.h)
   std::shared_ptr<Transport> transport;
+  // Which ranks share a host, as the ranks agreed (through the store; else a caller's
+  // declaration or one host).
+  HostTopology topology;
+  // A layered job's levels (HostTopology::layered; ops/hierarchical.h): this rank's host, and
+  // the ranks of its local rank across hosts; null otherwise. localInMemory: the host's level
+  // is shared memory.
+  std::shared_ptr<Transport> local, cross;
+  bool localInMemory = false;
   std::shared_ptr<void> rendezvous;   // the store (and rank 0's server), kept for the job
   std::shared_ptr<BlameBoard> board;  // where failures are posted; null: nowhere
   // Runs on rank 0 before any rank leaves the shutdown handshake (closes the store it hosts).

@@ -312,6 +312,7 @@ void validateConfig(const RuntimeConfig& c) {
   CERAR_CHECK_ARGUMENT(c.maxError >= 0 && std::isfinite(c.maxError),
                        "CERAR_MAX_ERROR must be >= 0 (0: no budget), got ", c.maxError);
   checkChoice("CERAR_ALGORITHM", c.algorithm);
+  checkChoice("CERAR_HIERARCHICAL_ALLREDUCE", c.hierarchicalAllreduce);
   if (c.components != 0 && c.size > 1) {
     const Status invalid = validateCerarParameters(c.size, c.components);
     CERAR_CHECK_ARGUMENT(invalid.ok(), "CERAR_COMPONENTS=", c.components, ": ", invalid.message);

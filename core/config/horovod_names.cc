@@ -6,7 +6,6 @@ namespace cerar {
 
 const std::vector<IgnoredVariable>& horovodIgnoredVariables() {
   static const std::vector<IgnoredVariable> names{
-      {"HOROVOD_HIERARCHICAL_ALLREDUCE", "hierarchical reduction is not built"},
       {"HOROVOD_HIERARCHICAL_ALLGATHER", "hierarchical all-gather is not built"},
       {"HOROVOD_TORUS_ALLREDUCE", "torus all-reduce is not built"},
       {"HOROVOD_NUM_NCCL_STREAMS", "the NCCL transport's streams are not configurable"},

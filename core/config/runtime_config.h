@@ -59,6 +59,13 @@ struct RuntimeConfig {
   // Not a setting: set at start when the job's data moves through shared memory, where CERAR
   // and the lossy wires have nothing to save (auto then takes the exact ring).
   bool linksInMemory = false;
+  // CERAR_HIERARCHICAL_ALLREDUCE: 0 | 1 | auto, whether the host sums of a job on several hosts
+  // run host by host (ops/hierarchical.h; docs/hierarchical.md). Job-wide.
+  std::string hierarchicalAllreduce = "auto";
+  // Not settings: set at start from the hosts the ranks agreed on (core/config/host_topology.h),
+  // where the job is layered (more than one host, as many ranks on each, more than one);
+  // hosts 1 otherwise.
+  int hosts = 1, ranksPerHost = 1;
   // CERAR_DEBUG_ERROR: also reduce each CERAR or 16-bit-wire buffer with the exact float32
   // ring (doubles the traffic) and record the measured error. Job-wide (docs/settings.md).
   bool debugError = false;

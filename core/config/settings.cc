@@ -126,6 +126,12 @@ std::vector<Setting> makeSettings() {
        .variable = "CERAR_SHARED_MEMORY", .kind = kJob,
        .why = "whether the ranks of a one-host job exchange data through shared memory "
               "instead of TCP loopback (docs/shared-memory.md); every rank must use the same links"},
+      {.field = &C::hierarchicalAllreduce, .attribute = "hierarchical_allreduce",
+       .variable = "CERAR_HIERARCHICAL_ALLREDUCE",
+       .aliases = {"HOROVOD_HIERARCHICAL_ALLREDUCE"}, .kind = kJob,
+       .why = "whether a job on several hosts reduces host by host (docs/hierarchical.md): "
+              "every rank must run the same steps",
+       .choices = {"auto", "0", "1"}},
 
       {.field = &C::rank, .attribute = "rank", .variable = "CERAR_RANK",
        .aliases = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}, .kind = kRank,

@@ -38,6 +38,10 @@ class Coordinator {
   void probe();
   // Where a failure is posted so that survivors agree on a lost rank (core/control/blame.h). Every
   // rank calls it before run(), all with a board or all without: rank 0 picks the scope.
+  // A layered job's levels, for set 0's host-by-host all-reduces (Dispatcher::setHostLevels).
+  void setHostLevels(std::shared_ptr<Transport> local, std::shared_ptr<Transport> cross) {
+    dispatcher_.setHostLevels(std::move(local), std::move(cross));
+  }
   void setBlameBoard(std::shared_ptr<BlameBoard> board, bool hostedByRankZero);
   // Runs cycles until a rank asks to shut down or the transport fails; then every operation
   // still pending on this rank fails with the reason, and later enqueues are refused.

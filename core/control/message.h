@@ -140,6 +140,9 @@ struct FusedGroup {
   // float32 ring runs instead where its data could overflow or underflow fp16
   // (core/policy/error_budget.h, wireGuardVerdict).
   bool budgeted = false;
+  // Reduced host by host (ops/hierarchical.h): the algorithm, c and wire above are the step
+  // across hosts, c a multiple of the hosts.
+  bool hierarchical = false;
   bool operator==(const FusedGroup& other) const = default;
 };
 

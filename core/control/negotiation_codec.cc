@@ -146,7 +146,7 @@ void putGroup(Writer& w, const FusedGroup& group) {
   w.put<int32_t>(group.components);
   w.put<double>(group.eps);
   w.put<uint8_t>(uint8_t(group.shareCorrection) | uint8_t(group.measureError) << 1 |
-                 uint8_t(group.budgeted) << 2);
+                 uint8_t(group.budgeted) << 2 | uint8_t(group.hierarchical) << 3);
   w.put<uint8_t>(static_cast<uint8_t>(group.wire));
 }
 
@@ -162,6 +162,7 @@ FusedGroup getGroup(ByteReader& r) {
   group.shareCorrection = flags & 1;
   group.measureError = flags & 2;
   group.budgeted = flags & 4;
+  group.hierarchical = flags & 8;
   group.wire = getWire(r);
   return group;
 }

@@ -32,7 +32,8 @@ std::byte* HostPipelineMemory::buffer(size_t bytes) {
 void HostPipelineMemory::pack(const std::vector<PipelinePart>& parts, std::byte* buffer,
                               const PipelineJob& job) {
   const size_t elementSize = dtypeSize(job.dtype);
-  const bool check = testsCerarRange(reducer_.options, reducer_.ranks);
+  const bool check =
+      reducer_.hierarchy == nullptr && testsCerarRange(reducer_.options, reducer_.ranks);
   auto copy = [&](const void* src, void* dst, size_t n) {
     if (check) {
       beyond_ |= scaledCopyChecked(job.dtype, src, dst, n, job.prescale, reducer_.ranks);
@@ -71,6 +72,9 @@ RunStats HostPipelineMemory::reduce(std::byte* buffer, const PipelineJob& job) {
     return reducer_.adasum->run(*reducer_.transport, buffer, job.dtype, sizes_);
   }
   AllreduceOptions options = reducer_.options;
+  if (reducer_.hierarchy != nullptr) {
+    return reducer_.hierarchy->allreduce(buffer, job.total, job.dtype, options);
+  }
   options.lost = job.lost;
   // Tested while packing (the same rule): the communicator need not read the buffer again.
   if (testsCerarRange(options, reducer_.ranks)) options.beyondCerarRange = beyond_;

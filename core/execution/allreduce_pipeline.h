@@ -12,6 +12,7 @@
 
 #include "core/device/device.h"
 #include "ops/adasum_run.h"
+#include "ops/hierarchical.h"
 #include "ops/communicator.h"
 
 namespace cerar {
@@ -75,6 +76,9 @@ class HostPipelineMemory : public PipelineMemory {
     int ranks;
     AdasumRunner* adasum = nullptr;  // set: Adasum, per tensor of the group
     Transport* transport = nullptr;  // Adasum's
+    // Set: host by host (the decision's algorithm is the step across hosts); it tests CERAR's
+    // range on the partial sums itself.
+    HierarchicalAllreduce* hierarchy = nullptr;
   };
   HostPipelineMemory(std::vector<std::byte>& fusion, DeviceSlot& devices, Reducer reducer)
       : fusion_(fusion), devices_(devices), reducer_(std::move(reducer)) {}

@@ -106,6 +106,13 @@ Dispatcher::Group& Dispatcher::groupFor(const ProcessSet& set) {
 void Dispatcher::setPacing(const Pacing& pacing) {
   pacing_ = pacing;
   for (auto& [id, group] : groups_) group->communicator.setPacing(pacing);
+  if (hierarchy_) hierarchy_->setPacing(pacing);
+}
+
+void Dispatcher::setHostLevels(std::shared_ptr<Transport> local,
+                               std::shared_ptr<Transport> cross) {
+  hierarchy_ = std::make_unique<HierarchicalAllreduce>(std::move(local), std::move(cross));
+  hierarchy_->setPacing(pacing_);
 }
 
 DeviceUnit Dispatcher::run(const std::vector<const Response*>& units,

@@ -20,6 +20,7 @@
 #include "core/execution/timeline.h"
 #include "ops/adasum_run.h"
 #include "ops/communicator.h"
+#include "ops/hierarchical.h"
 
 namespace cerar {
 
@@ -57,6 +58,9 @@ class Dispatcher {
   void setPacing(const Pacing& pacing);
   // What budgeted decisions' predicted errors are (CERAR_ERROR_BOUND, job-wide).
   void setErrorBound(ErrorBound bound) { errorBound_ = bound; }
+  // A layered job's levels (core/config/bootstrap.h, JobLinks): set 0's host sums decided
+  // host by host run over them.
+  void setHostLevels(std::shared_ptr<Transport> local, std::shared_ptr<Transport> cross);
   // Whether lossy wires' losses are fed back (CERAR_ERROR_FEEDBACK, job-wide).
   void setErrorFeedback(bool on) { errorFeedback_ = on; }
 
@@ -125,6 +129,7 @@ class Dispatcher {
   Group* group_ = nullptr;        // the set of the group being run
   const ProcessSet* set_ = nullptr;
   AdasumRunner adasum_;
+  std::unique_ptr<HierarchicalAllreduce> hierarchy_;  // a layered job's, else null
   Timeline& timeline_;
   DeviceSlot& devices_;
   std::vector<std::byte> fusion_;  // grows to the largest group, then reused

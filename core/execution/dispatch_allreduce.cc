@@ -97,6 +97,7 @@ void countAllreduce(RuntimeStats& stats, const RunStats& run, const FusedGroup& 
                                                 : "ring";
   }
   stats.nonFiniteFallbacks += run.nonFiniteFallback ? 1 : 0;
+  stats.hierarchicalBuffers += decision.hierarchical ? 1 : 0;
   stats.lastComponents = ranCerar ? decision.components : N;
 }
 
@@ -168,7 +169,12 @@ Dispatcher::AllreduceRun Dispatcher::buildAllreduce(const std::vector<const Resp
   // The predicted error of what was decided (relative to max sum_i |g_i|): CERAR's and a
   // lossy wire's always, the exact ring's under an error budget.
   if (cerar || lossyWire || decision.budgeted) {
-    const double bound = reportedError({r.N, d.dtype, op, total, false}, cerar,
+    // Host by host, CERAR and the wires run across the hosts on the local ranks' slices.
+    const int across = decision.hierarchical ? hierarchy_->hosts() : r.N;
+    const size_t slice = decision.hierarchical ? (total + size_t(r.N / across) - 1) /
+                                                     size_t(r.N / across)
+                                               : total;
+    const double bound = reportedError({across, d.dtype, op, slice, false}, cerar,
                                        decision.components, decision.eps, options.wire,
                                        decision.budgeted ? errorBound_ : ErrorBound::kStrict);
     stats.predictedErrorMax = std::max(stats.predictedErrorMax, bound);
@@ -181,7 +187,8 @@ Dispatcher::AllreduceRun Dispatcher::buildAllreduce(const std::vector<const Resp
       "\"algorithm\": \"", algorithmName(decision.algorithm), "\", \"c\": ",
       decision.components, ", \"eps\": ", decision.eps, ", \"bytes\": ",
       total * dtypeSize(d.dtype), ", \"tensors\": ", units.size(),
-      lossyWire ? detail::concat(", \"wire\": \"", wireName(options.wire), "\"") : "");
+      lossyWire ? detail::concat(", \"wire\": \"", wireName(options.wire), "\"") : "",
+      decision.hierarchical ? ", \"hierarchical\": true" : "");
 
   // The group's layout and steps, the same wherever it is reduced.
   PipelineJob& job = r.job;
@@ -282,6 +289,10 @@ DeviceUnit Dispatcher::allreduceOnDevice(AllreduceRun r, OperationRows rows,
 void Dispatcher::allreduceOnHost(AllreduceRun& r, const std::vector<const Response*>& units,
                                  const OperationRows& rows, RuntimeStats& stats) {
   HostPipelineMemory::Reducer reducer{&group_->communicator, r.options, r.N};
+  if (r.decision->hierarchical) {
+    CERAR_ENFORCE(hierarchy_ && set_->id == 0, "a host-by-host decision without host levels");
+    reducer.hierarchy = hierarchy_.get();
+  }
   if (r.decision->algorithm == Algorithm::kAdasum) {
     reducer.adasum = &adasum_;
     reducer.transport = group_->transport.get();

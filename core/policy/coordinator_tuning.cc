@@ -32,6 +32,9 @@ SelectionPolicy selectionPolicyOf(const RuntimeConfig& config) {
   if (config.linksInMemory && policy.algorithm == "auto") policy.algorithm = "ring";
   policy.components = config.components;
   policy.eps = config.eps;
+  policy.hierarchical = config.hierarchicalAllreduce;
+  policy.hosts = config.hosts;
+  policy.ranksPerHost = config.ranksPerHost;
   policy.shareCorrection = config.shareCorrection;
   policy.measureError = config.debugError;
   // CERAR_COMPRESSION: without a budget fp16/bf16 force that wire; with one they, or allow

@@ -41,6 +41,50 @@ Wire wireFor(const Response& unit, const SelectionPolicy& policy) {
   return wireFits(unit, wire) ? wire : Wire::kNone;
 }
 
+// The flat choice on N ranks for `total` elements: a sum on the host with a lossy wire (the
+// unit's request, else the job's) takes the exact ring with that wire; with an error budget
+// (policy.maxError > 0 under auto) selectWithinBudget chooses, which may take a lossy wire the
+// policy allows; else the cost model's algorithm. A forced c is rounded up to a multiple of N.
+Selection chooseFlat(const Response& first, int N, size_t total, const LinkModel& link,
+                     const SelectionPolicy& jobPolicy) {
+  const Description& d = first.description;
+  SelectionPolicy policy = jobPolicy;
+  policy.components = componentsForSet(jobPolicy.components, N);
+  const Wire wire = wireFor(first, policy);
+  if (wire != Wire::kNone) {
+    Selection ring{Algorithm::kRing, N, 0,
+                   ringSeconds(N, double(total) * dtypeSize(d.dtype), link)};
+    ring.wire = wire;
+    return ring;
+  }
+  return policy.maxError > 0 && policy.algorithm == "auto"
+             ? selectWithinBudget({N, d.dtype, reduceOpOf(d.op), total,
+                                   !first.reducedOnDevice()},
+                                  link, policy)
+             : selectAlgorithm(N, d.dtype, reduceOpOf(d.op), total, link, policy);
+}
+
+// An all-reduce's choice: flat, or host by host where the job is layered and the sum is the
+// whole job's on the host ("1"; "auto" where the model predicts it faster). Host by host, the
+// step across hosts is chosen as a flat one on H ranks for one local rank's slice, over the
+// host's link shared by its L rings; CERAR's c, rounds and error bound follow H.
+Selection chooseAllreduce(const Response& first, int N, size_t total, const LinkModel& link,
+                          const SelectionPolicy& policy) {
+  const Selection flat = chooseFlat(first, N, total, link, policy);
+  const int H = policy.hosts, L = policy.ranksPerHost;
+  const bool layered = H > 1 && L > 1 && H * L == N && first.description.processSet == 0 &&
+                       !first.reducedOnDevice() && policy.hierarchical != "0";
+  if (!layered) return flat;
+  Selection across = chooseFlat(first, H, (total + size_t(L) - 1) / size_t(L),
+                                sharedHostLink(link, L), policy);
+  across.predictedSeconds +=
+      localSeconds(double(total) * dtypeSize(first.description.dtype), L, link);
+  across.hierarchical = true;
+  return policy.hierarchical == "1" || across.predictedSeconds < flat.predictedSeconds
+             ? across
+             : flat;
+}
+
 }  // namespace
 
 bool wireMayCarry(Wire wire, DType dtype, Op op) {
@@ -108,8 +152,6 @@ std::vector<FusedGroup> decideGroups(const UnitRefs& units,
     const Response& first = *units[members.front()];
     const Description& d = first.description;
     const int N = setSize(d.processSet);
-    SelectionPolicy policy = jobPolicy;
-    policy.components = componentsForSet(jobPolicy.components, N);
     FusedGroup group;
     group.algorithm = Algorithm::kRing;
     group.components = N;
@@ -120,27 +162,17 @@ std::vector<FusedGroup> decideGroups(const UnitRefs& units,
     } else if (first.error.empty() && d.kind == Kind::kAllreduce) {
       size_t total = 0;
       for (size_t index : members) total += units[index]->description.elements();
-      const Wire wire = wireFor(first, policy);
-      if (wire != Wire::kNone) {
-        group.wire = wire;  // the exact ring, as set above
-        decided.push_back(std::move(group));
-        continue;
-      }
-      const Selection choice =
-          policy.maxError > 0 && policy.algorithm == "auto"
-              ? selectWithinBudget({N, d.dtype, reduceOpOf(d.op), total,
-                                    !first.reducedOnDevice()},
-                                   link, policy)
-              : selectAlgorithm(N, d.dtype, reduceOpOf(d.op), total, link, policy);
+      const Selection choice = chooseAllreduce(first, N, total, link, jobPolicy);
       group.algorithm = choice.algorithm;
       group.components = choice.components;
       group.eps = choice.eps;
       group.wire = choice.wire;
       group.budgeted = choice.budgeted;
+      group.hierarchical = choice.hierarchical;
       const bool cerar = choice.algorithm == Algorithm::kCerar;
       // Share correction is a host pass over the decoded buffer; device buffers skip it.
-      group.shareCorrection = cerar && policy.shareCorrection && !first.reducedOnDevice();
-      group.measureError = (cerar || choice.wire != Wire::kNone) && policy.measureError;
+      group.shareCorrection = cerar && jobPolicy.shareCorrection && !first.reducedOnDevice();
+      group.measureError = (cerar || choice.wire != Wire::kNone) && jobPolicy.measureError;
     }
     decided.push_back(std::move(group));
   }

@@ -130,4 +130,19 @@ Selection selectAlgorithm(int N, DType dtype, ReduceOp op, size_t elements,
   return cerar;
 }
 
+LinkModel sharedHostLink(const LinkModel& link, int ranksPerHost) {
+  LinkModel shared = link;
+  const double L = std::max(1, ranksPerHost);
+  shared.beta *= L;
+  for (auto* points : {&shared.rounds, &shared.ringRounds, &shared.wireRounds}) {
+    for (LinkModel::RoundPoint& point : *points) point.bytes /= L;
+  }
+  return shared;
+}
+
+double localSeconds(double bytes, int ranksPerHost, const LinkModel& link) {
+  const double L = std::max(1, ranksPerHost);
+  return 2 * (L - 1) * (link.localAlpha + bytes / L * link.localBeta);
+}
+
 }  // namespace cerar

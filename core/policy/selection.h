@@ -47,6 +47,11 @@ struct LinkModel {
   // The send window the probe found to stream faster than none (ops/paced_link.h), 0 for
   // none; the rounds above were streamed through it.
   double windowBytes = 0;
+  // Inside a host of a hierarchical job (ops/hierarchical.h): a local round's latency (s) and
+  // per-byte cost of moving and adding (s/byte) over the host's links, shared memory where it
+  // has them. The defaults are the shared-memory ring's on a small CPU host.
+  double localAlpha = 5e-6;
+  double localBeta = 0.3e-9;
 };
 
 struct SelectionPolicy {
@@ -74,6 +79,13 @@ struct SelectionPolicy {
   bool allowFp16 = false;
   bool allowBf16 = false;
   bool allowInt8 = false;
+  // CERAR_HIERARCHICAL_ALLREDUCE: "0" | "1" | "auto". Where the job is layered (more than one
+  // host, as many ranks on each, more than one: core/config/host_topology.h), the host sums of
+  // the whole job may run host by host (ops/hierarchical.h): "1" always, "auto" where the cost
+  // model predicts it faster. `hosts` 1: the job is not layered.
+  std::string hierarchical = "auto";
+  int hosts = 1;
+  int ranksPerHost = 1;
 };
 
 struct Selection {
@@ -84,6 +96,8 @@ struct Selection {
   Wire wire = Wire::kNone;  // a lossy wire on the ring (the error budget's choice)
   bool budgeted = false;    // chosen within CERAR_MAX_ERROR
   double predictedError = 0;  // the bound of the choice (error budget only)
+  // Host by host: algorithm, components and wire are the step across hosts (ops/hierarchical.h).
+  bool hierarchical = false;
 };
 
 // The bytes a streamed round of an m-byte message costs on the wire, s the segment:
@@ -128,5 +142,13 @@ int scaledComponents(int N, int best, double scale, size_t elements);
 // where CERAR can run at all (min/max and integer/half always take the ring).
 Selection selectAlgorithm(int N, DType dtype, ReduceOp op, size_t elements,
                           const LinkModel& link, const SelectionPolicy& policy);
+
+// The hierarchical all-reduce's step across hosts as the cost model sees it: the L rings of a
+// host (one per local rank) share its link, so a round of m bytes on each costs what a round
+// of L m bytes costs one ring.
+LinkModel sharedHostLink(const LinkModel& link, int ranksPerHost);
+// Its steps inside a host: a reduce-scatter and an all-gather of `bytes` among L ranks,
+// 2(L-1) rounds of bytes/L.
+double localSeconds(double bytes, int ranksPerHost, const LinkModel& link);
 
 }  // namespace cerar

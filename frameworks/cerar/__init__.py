@@ -135,9 +135,6 @@ from cerar._process_sets import (ProcessSet, _register_static, add_process_set, 
                                  global_process_set, remove_process_set)
 from cerar._state import current as _rt  # noqa: E402
 
-_topology = None  # (cross_rank, cross_size, is_homogeneous), learned at init
-
-
 def init(process_sets=None, **overrides):
     """Starts the runtime (connects to the other ranks); a no-op when already started.
 
@@ -168,35 +165,11 @@ def init(process_sets=None, **overrides):
         runtime = _state.runtime = _cerar.Runtime.start(config)
         _counters.clear()
         try:
-            _learn_topology(runtime)
             _register_static(runtime, process_sets or [])
         except BaseException:
             _state.runtime = None
             runtime.shutdown()
             raise
-
-
-def _learn_topology(runtime):
-    """Every rank's host and local rank, gathered once at init (every rank calls init), so that
-    cross_rank/cross_size answer as Horovod's: the ranks with this rank's local rank, one per
-    host, ordered by rank."""
-    global _topology
-    import hashlib
-    import socket
-
-    import numpy as np
-    host = int.from_bytes(hashlib.sha256(socket.gethostname().encode()).digest()[:7], "little")
-    mine = np.array([host, runtime.local_rank, runtime.local_size], dtype=np.int64)
-    handle = runtime.allgather("cerar.init.topology", mine)
-    handle.wait()
-    table = handle.output().view(np.int64).reshape(-1, 3)
-    peers = [r for r in range(len(table)) if table[r, 1] == runtime.local_rank]
-    sizes = {}
-    for host_id, _, local_size_ in table:
-        sizes.setdefault(int(host_id), set()).add(int(local_size_))
-    homogeneous = len({frozenset(v) for v in sizes.values()}) == 1 and all(
-        len(v) == 1 for v in sizes.values())
-    _topology = (peers.index(runtime.rank), len(peers), homogeneous)
 
 
 def shutdown():
@@ -234,21 +207,19 @@ def local_size():
 
 
 def cross_rank():
-    """This rank's index among the ranks that have its local rank (one per host)."""
-    _rt()
-    return _topology[0]
+    """This rank's index among the ranks that have its local rank (one per host), as the ranks
+    agreed at init where each runs."""
+    return _rt().cross_rank
 
 
 def cross_size():
     """The number of ranks that have this rank's local rank (the hosts, when homogeneous)."""
-    _rt()
-    return _topology[1]
+    return _rt().cross_size
 
 
 def is_homogeneous():
     """True when every host runs the same number of ranks."""
-    _rt()
-    return _topology[2]
+    return _rt().is_homogeneous
 
 
 def start_timeline(file_path, mark_cycles=False):

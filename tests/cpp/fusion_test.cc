@@ -73,5 +73,50 @@ TEST(Fusion, AdasumIsDecidedHereAtFullWidth) {
   EXPECT_TRUE(wireMayCarry(Wire::kInt8, DType::kFloat32, Op::kAverage));
 }
 
+// A layered job (2 hosts of 4): "1" reduces set 0's host sums host by host with the step
+// across hosts chosen for H = 2; "0" never; auto where the model predicts it faster; never for
+// another process set or device memory.
+TEST(DecideGroups, HostByHostWhereLayeredAndChosen) {
+  const LinkModel slow{50e-6, 40e-9, 0.2e-9};  // 200 Mbit/s between hosts
+  SelectionPolicy policy;
+  policy.hosts = 2;
+  policy.ranksPerHost = 4;
+  const Response big = allreduceUnit("g", 16 << 20);
+  policy.hierarchical = "1";
+  FusedGroup group = decideGroups({big}, 8, 64u << 20, slow, policy).at(0);
+  EXPECT_TRUE(group.hierarchical);
+  EXPECT_EQ(group.algorithm, Algorithm::kRing);  // CERAR has nothing to save on 2 ranks
+  EXPECT_EQ(group.components, 2);
+  policy.hierarchical = "0";
+  EXPECT_FALSE(decideGroups({big}, 8, 64u << 20, slow, policy).at(0).hierarchical);
+  policy.hierarchical = "auto";
+  EXPECT_TRUE(decideGroups({big}, 8, 64u << 20, slow, policy).at(0).hierarchical);
+  // Forced CERAR runs across hosts with c a multiple of H.
+  policy.algorithm = "cerar";
+  policy.hosts = 4;
+  policy.ranksPerHost = 2;
+  group = decideGroups({big}, 8, 64u << 20, slow, policy).at(0);
+  EXPECT_TRUE(group.hierarchical);
+  EXPECT_EQ(group.algorithm, Algorithm::kCerar);
+  EXPECT_EQ(group.components % 4, 0);
+  policy.algorithm = "auto";
+  // Fewer rounds across hosts pay for a small buffer too while the local ones are cheap; where
+  // the host's own links are as slow as the network, the flat ring's fewer steps win.
+  LinkModel fast{50e-6, 0.08e-9, 0.2e-9};
+  const Response small = allreduceUnit("s", 1024);
+  EXPECT_TRUE(decideGroups({small}, 8, 64u << 20, fast, policy).at(0).hierarchical);
+  fast.localAlpha = 50e-6;
+  fast.localBeta = 2e-9;
+  EXPECT_FALSE(decideGroups({big}, 8, 64u << 20, fast, policy).at(0).hierarchical);
+  Response inSet = big;
+  inSet.description.processSet = 1;
+  EXPECT_FALSE(decideGroups({inSet}, 8, 64u << 20, slow, policy).at(0).hierarchical);
+  Response onDevice = big;
+  onDevice.description.onDevice = true;
+  EXPECT_FALSE(decideGroups({onDevice}, 8, 64u << 20, slow, policy).at(0).hierarchical);
+  policy.hosts = 1;  // not layered
+  EXPECT_FALSE(decideGroups({big}, 8, 64u << 20, slow, policy).at(0).hierarchical);
+}
+
 }  // namespace
 }  // namespace cerar

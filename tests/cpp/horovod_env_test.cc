@@ -107,11 +107,11 @@ TEST(HorovodEnv, TheCerarVariableWinsWithAWarningNamingBoth) {
 
 TEST(HorovodEnv, NoEffectAndMisspeltNamesAreWarnedOf) {
   const std::vector<std::string> warnings = environmentWarnings(
-      {"HOROVOD_HIERARCHICAL_ALLREDUCE", "HOROVOD_NUM_NCCL_STREAMS", "HOROVOD_FUSION_THRESHOLD",
+      {"HOROVOD_HIERARCHICAL_ALLGATHER", "HOROVOD_NUM_NCCL_STREAMS", "HOROVOD_FUSION_THRESHOLD",
        "HOROVOD_FUSION_TRESHOLD", "CERAR_CYCLE_TIMES", "PATH"});
   ASSERT_EQ(warnings.size(), 4u);
   EXPECT_EQ(warnings[0],
-            "HOROVOD_HIERARCHICAL_ALLREDUCE has no effect here: hierarchical reduction is not "
+            "HOROVOD_HIERARCHICAL_ALLGATHER has no effect here: hierarchical all-gather is not "
             "built");
   EXPECT_NE(warnings[1].find("HOROVOD_NUM_NCCL_STREAMS has no effect here"),
             std::string::npos);

@@ -446,5 +446,41 @@ TEST(RuntimeInproc, OneProcessRuntimeFromStart) {
   again->barrier().wait();
 }
 
+// Ranks declared as 2 hosts of 2 (startWith's blocks of localSize): Horovod's local and cross
+// ranks follow, and with CERAR_HIERARCHICAL_ALLREDUCE=1 set 0's sums run host by host, the
+// same bits on every rank and exact on integer values; a process set's stay flat.
+TEST(RuntimeInproc, HostByHostWhereDeclaredLayered) {
+  auto results = runThreads(4, [](int rank, const Starter& start) {
+    RuntimeConfig config = testConfig();
+    config.localSize = 2;
+    config.localRank = rank % 2;
+    config.hierarchicalAllreduce = "1";
+    auto rt = start(config);
+    check(rt->localRank() == rank % 2 && rt->localSize() == 2 && rt->crossRank() == rank / 2 &&
+              rt->crossSize() == 2 && rt->isHomogeneous(),
+          "topology ", rt->localRank(), " ", rt->crossRank());
+    std::vector<float> ints(1001), grads(4099);
+    for (size_t e = 0; e < ints.size(); ++e) ints[e] = float((e + size_t(rank)) % 7);
+    std::mt19937 gen(rank);
+    std::normal_distribution<float> normal(0, 1);
+    for (float& g : grads) g = normal(gen);
+    auto a = rt->allreduce("ints", f32(ints), f32(ints), Op::kSum);
+    auto b = rt->allreduce("grads", f32(grads), f32(grads), Op::kAverage);
+    a.wait();
+    b.wait();
+    for (size_t e = 0; e < ints.size(); ++e) {
+      float want = 0;
+      for (int r = 0; r < 4; ++r) want += float((e + size_t(r)) % 7);
+      check(ints[e] == want, "element ", e, ": ", ints[e], " != ", want);
+    }
+    const RuntimeStats s = rt->stats();
+    check(s.hierarchicalBuffers >= 1 && s.hierarchicalBuffers == s.fusedBuffers,
+          "host-by-host buffers ", s.hierarchicalBuffers, " of ", s.fusedBuffers);
+    std::string bits(reinterpret_cast<const char*>(grads.data()), grads.size() * 4);
+    return bits;
+  });
+  for (const auto& r : results) EXPECT_EQ(r, results[0]);
+}
+
 }  // namespace
 }  // namespace cerar

@@ -75,7 +75,7 @@ def test_bad_and_mpi_flags_are_refused(capsys, flags, message):
 
 
 def test_flags_without_effect_warn_and_change_nothing(capsys):
-    flags = ["--hierarchical-allreduce", "--hierarchical-allgather", "--num-nccl-streams", "2",
+    flags = ["--hierarchical-allgather", "--num-nccl-streams", "2",
              "--thread-affinity", "1", "--binding-args=--bind-to core",
              "--autotune-bayes-opt-max-samples", "5", "--autotune-gaussian-process-noise", "0.5",
              "--log-with-timestamp"]
@@ -84,7 +84,13 @@ def test_flags_without_effect_warn_and_change_nothing(capsys):
     for flag in run_flags_without_effect():
         assert f"cerarrun: {flag} has no effect here: " in err
     # Asking for what already holds is silent.
-    assert _env("--no-hierarchical-allreduce", "--mpi-threads-disable", "--stall-check") == {}
+    assert _env("--no-hierarchical-allgather", "--mpi-threads-disable", "--stall-check") == {}
+    assert capsys.readouterr().err == ""
+
+
+def test_hierarchical_allreduce_flags_set_the_setting(capsys):
+    assert _env("--hierarchical-allreduce") == {"CERAR_HIERARCHICAL_ALLREDUCE": "1"}
+    assert _env("--no-hierarchical-allreduce") == {"CERAR_HIERARCHICAL_ALLREDUCE": "0"}
     assert capsys.readouterr().err == ""
 
 
@@ -145,7 +151,8 @@ logging:
         "CERAR_AUTOTUNE_WARMUP_SAMPLES": "2", "CERAR_AUTOTUNE_STEPS_PER_SAMPLE": "4",
         "CERAR_TIMELINE": "tl.json", "CERAR_TIMELINE_MARK_CYCLES": "1",
         "CERAR_STALL_CHECK_TIME_SECONDS": "0", "CERAR_STALL_SHUTDOWN_TIME_SECONDS": "99.0",
-        "CERAR_TIMEOUT_SECONDS": "40.0", "CERAR_LOG_LEVEL": "error"}
+        "CERAR_TIMEOUT_SECONDS": "40.0", "CERAR_LOG_LEVEL": "error",
+        "CERAR_HIERARCHICAL_ALLREDUCE": "0"}
     err = capsys.readouterr().err
     assert "--num-nccl-streams has no effect here" in err
     assert "logging.colour is not Horovod's" in err

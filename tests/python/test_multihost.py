@@ -54,7 +54,7 @@ def placement(host_count, per_host=2):
 def assert_job_ok(hosts, output, np, per_host=2):
     for rank in range(np):
         node = hosts.names[rank // per_host]
-        for algorithm in ("ring", "cerar"):
+        for algorithm in ("ring", "ring-hosts", "cerar-hosts"):
             line = f"multihost {algorithm} OK {rank}/{np} on {node} local {rank % per_host}/{per_host}"
             assert line in output, f"missing {line!r}\n{output}"
 
@@ -232,7 +232,7 @@ def test_cerarrun_hostfile_from_a_host_without_ranks(hosts, tmp_path):
     assert result.returncode == 0, output
     for rank in range(6):
         node = hosts.names[1 + rank // 2]
-        assert f"multihost cerar OK {rank}/6 on {node} local {rank % 2}/2" in output, output
+        assert f"multihost cerar-hosts OK {rank}/6 on {node} local {rank % 2}/2" in output, output
     assert_no_ranks_left(hosts)
 
 

@@ -9,7 +9,6 @@ import sys
 
 # Flags that change nothing here: flag -> why (a warning when given).
 NO_EFFECT = {
-    "--hierarchical-allreduce": "hierarchical reduction is not built",
     "--hierarchical-allgather": "hierarchical all-gather is not built",
     "--num-nccl-streams": "the NCCL transport's streams are not configurable",
     "--thread-affinity": "the background thread is not pinned to cores",
@@ -76,11 +75,15 @@ def add_horovod_flags(parser):
     add("--disable-cache", action="store_true", help="(cerarrun caches no host checks)")
     add("--gloo", action="store_true", help="(the default: cerar's own TCP controller)")
     add("--tcp", action="store_true", help="TCP only: NCCL_IB_DISABLE=1 for the ranks")
+    add("--hierarchical-allreduce", action="store_true", default=None,
+        help="reduce host by host (CERAR_HIERARCHICAL_ALLREDUCE=1; default auto)")
+    add("--no-hierarchical-allreduce", dest="hierarchical_allreduce", action="store_false",
+        help="never host by host (CERAR_HIERARCHICAL_ALLREDUCE=0)")
     _add_ignored(add)
 
 
 def _add_ignored(add):
-    for flag in ("--hierarchical-allreduce", "--hierarchical-allgather", "--mpi-threads-disable"):
+    for flag in ("--hierarchical-allgather", "--mpi-threads-disable"):
         dest = flag[2:].replace("-", "_")
         add(flag, dest=dest, action="store_true", default=None, help=argparse.SUPPRESS)
         add("--no-" + flag[2:], dest=dest, action="store_false", help=argparse.SUPPRESS)
@@ -150,7 +153,8 @@ def horovod_knobs(args):
     if getattr(args, "cache_capacity", None) is not None:
         env["CERAR_CACHE_CAPACITY"] = str(args.cache_capacity)
     for dest, variable in (("timeline_mark_cycles", "CERAR_TIMELINE_MARK_CYCLES"),
-                           ("autotune", "CERAR_AUTOTUNE")):
+                           ("autotune", "CERAR_AUTOTUNE"),
+                           ("hierarchical_allreduce", "CERAR_HIERARCHICAL_ALLREDUCE")):
         if getattr(args, dest, None) is not None:
             env[variable] = "1" if getattr(args, dest) else "0"
     for dest, variable in (("stall_check_warning_time_seconds", "CERAR_STALL_CHECK_TIME_SECONDS"),

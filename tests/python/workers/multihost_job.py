@@ -1,5 +1,6 @@
-"""One rank of a multi-host job: all-reduces with the exact ring and with CERAR, checks both
-against an fp64 reference, and prints where it ran. Usage:
+"""One rank of a multi-host job: all-reduces with the exact ring flat, the exact ring host by
+host and CERAR host by host (flat where the hosts are not layered), checks each against an fp64
+reference, checks the hosts the ranks agreed on, and prints where it ran. Usage:
     multihost_job.py                 run and exit 0
     multihost_job.py fail R CODE     rank R exits with CODE after the first init; the others
                                      sleep (so R's is the job's first failure)
@@ -17,9 +18,15 @@ import cerar.numpy as cn
 from common import check, check_close
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "run"
-for algorithm in ("ring", "cerar"):
-    cerar.init(algorithm=algorithm)
+for algorithm, layered in (("ring", "0"), ("ring", "1"), ("cerar", "1")):
+    cerar.init(algorithm=algorithm, hierarchical_allreduce=layered)
     r, n = cerar.rank(), cerar.size()
+    per_host = cerar.local_size()
+    # Ranks fill the hosts in order, as many on each.
+    check("topology", (cerar.local_rank(), cerar.cross_rank(), cerar.cross_size(),
+                       cerar.is_homogeneous()) == (r % per_host, r // per_host, n // per_host,
+                                                   True),
+          f"{cerar.local_rank()} {cerar.cross_rank()} {cerar.cross_size()}")
     if mode == "fail" and r == int(sys.argv[2]):
         print(f"rank {r} fails on purpose", flush=True)
         sys.exit(int(sys.argv[3]))
@@ -39,9 +46,14 @@ for algorithm in ("ring", "cerar"):
                 rtol=1e-5 if exact else 1e-2, atol=1e-4)
     stats = cerar.stats()
     check(f"{algorithm} ran", (stats["cerar_buffers"] > 0) == (not exact), str(stats))
+    host_by_host = layered == "1" and 1 < per_host < n
+    check(f"{algorithm} host by host", (stats["hierarchical_buffers"] > 0) == host_by_host,
+          str(stats))
+    # Each host's level moves through its own shared memory.
+    check("host memory", stats["shared_memory"] == (per_host > 1) or layered == "0", str(stats))
     local = f"{cerar.local_rank()}/{cerar.local_size()}"
     cerar.shutdown()
-    print(f"multihost {algorithm} OK {r}/{n} on {socket.gethostname()} local {local}",
-          flush=True)
+    label = algorithm + ("-hosts" if layered == "1" else "")
+    print(f"multihost {label} OK {r}/{n} on {socket.gethostname()} local {local}", flush=True)
 print(f"rank {r} sees PROBE_VAR={os.environ.get('PROBE_VAR')} "
       f"LAUNCHER_ONLY={os.environ.get('LAUNCHER_ONLY')}", flush=True)
