@@ -31,6 +31,7 @@ CONTENDERS = {  # name: environment (cerar), or None (torch's gloo)
                   "CERAR_COMPRESSION": "fp16"},
     "hier int8": {"CERAR_HIERARCHICAL_ALLREDUCE": "1", "CERAR_ALGORITHM": "ring",
                   "CERAR_COMPRESSION": "int8"},
+    "auto ring": {"CERAR_ALGORITHM": "ring"},
     "auto": {},
     "auto 1e-3": {"CERAR_MAX_ERROR": "1e-3", "CERAR_COMPRESSION": "allow"},
     "torch gloo": None,
@@ -69,20 +70,25 @@ def worker(mode, nbytes, repeats):
             return cn.allreduce(data, op=cerar.Max if op == "max" else cerar.Sum,
                                 name=f"x{next(calls)}")
         barrier = cn.barrier
-    best, result = float("inf"), None
+    best, result, ran = float("inf"), None, {}
     for i in range(repeats + 1):
         data = inputs(rank, count)
+        before = cerar.stats()["hierarchical_buffers"] if mode != "gloo" else 0
         barrier()
         start = time.perf_counter()
         result = reduce(data)
-        took = float(reduce(np.array([time.perf_counter() - start]), "max")[0])
+        seconds = time.perf_counter() - start
+        if mode != "gloo":  # what ran for the data, before the timing's own all-reduce
+            stats = cerar.stats()
+            ran = {k: stats[k] for k in ("last_choice", "last_components", "shared_memory")}
+            ran["host_by_host"] = stats["hierarchical_buffers"] > before
+        took = float(reduce(np.array([seconds]), "max")[0])
         if i > 0:  # the first call warms up
             best = min(best, took)
-    ran = {}
-    if mode != "gloo":
-        stats = cerar.stats()
-        ran = {k: stats[k] for k in ("last_choice", "last_components", "hierarchical_buffers",
-                                     "fused_buffers", "shared_memory")}
+    if mode == "gloo":
+        dist.barrier()
+        dist.destroy_process_group()
+    else:
         cerar.shutdown()
     if rank == 0:
         exact = np.zeros(count)
@@ -143,6 +149,7 @@ def main():
             for name in names:
                 port += 2
                 results[name].append(run_job(name, a, port))
+                print(f"{name}: {json.dumps(results[name][-1])}", file=sys.stderr, flush=True)
     finally:
         netem("down", "--name", PREFIX)
     print(f"{a.hosts} hosts x {a.per_host} ranks at {a.rate_mbit} Mbit/s, {a.size >> 20} MiB "
@@ -153,9 +160,11 @@ def main():
     for name in names:
         seconds = [r["seconds"] for r in results[name]]
         last = results[name][-1]
-        ran = (f"{last['last_choice']} c={last['last_components']}"
-               f"{' host by host' if last['hierarchical_buffers'] else ''}"
-               if "last_choice" in last else "")
+        ran = ""
+        if "last_choice" in last:
+            ran = last["last_choice"]
+            ran += f" c={last['last_components']}" if ran == "cerar" else ""
+            ran += " host by host" if last["host_by_host"] else ""
         print(f"| {name} | {statistics.median(seconds):.3f} | {min(seconds):.3f}-"
               f"{max(seconds):.3f} | {statistics.median(seconds) / base:.2f} | "
               f"{statistics.median(r['error'] for r in results[name]):.1e} | {ran} |")

@@ -55,6 +55,11 @@ Coordinator::Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport>
 void Coordinator::probe() {
   const LinkSetup setup = setUpLink(*transport_, config_, logger_);
   link_ = setup.link;
+  if (local_ && config_.measureLink) {
+    probeLocalStep(local_, *transport_, link_);
+    logger_.log(LogLevel::kInfo, detail::concat("host step: alpha ", link_.localAlpha * 1e6,
+                                                " us, beta ", link_.localBeta * 1e9, " ns/B"));
+  }
   dispatcher_.setPacing(setup.pacing);
 }
 

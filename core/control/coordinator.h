@@ -39,7 +39,9 @@ class Coordinator {
   // Where a failure is posted so that survivors agree on a lost rank (core/control/blame.h). Every
   // rank calls it before run(), all with a board or all without: rank 0 picks the scope.
   // A layered job's levels, for set 0's host-by-host all-reduces (Dispatcher::setHostLevels).
+  // Before probe(), which then also times the local step.
   void setHostLevels(std::shared_ptr<Transport> local, std::shared_ptr<Transport> cross) {
+    local_ = local;
     dispatcher_.setHostLevels(std::move(local), std::move(cross));
   }
   void setBlameBoard(std::shared_ptr<BlameBoard> board, bool hostedByRankZero);
@@ -69,6 +71,7 @@ class Coordinator {
 
   RuntimeConfig config_;
   std::shared_ptr<Transport> transport_;
+  std::shared_ptr<Transport> local_;  // a layered job's host level, else null
   Queue& queue_;
   ProcessSetTable& sets_;
   Timeline& timeline_;

@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "ops/communicator.h"
 #include "ops/executor.h"
+#include "ops/hierarchical.h"
 #include "ops/paced_link.h"
 
 namespace cerar {
@@ -312,6 +313,34 @@ LinkSetup setUpLink(Transport& transport, const RuntimeConfig& config, const Log
                                              ownRounds * 1e3, " ms the rings' own rounds; ",
                                              roundsText(link)));
   return setup;
+}
+
+void probeLocalStep(const std::shared_ptr<Transport>& local, Transport& job, LinkModel& link) {
+  const int L = local->size();
+  Communicator communicator(local);
+  const auto seconds = [&](size_t bytes) {
+    std::vector<float> buffer(bytes / sizeof(float), 1.0f);
+    const std::vector<size_t> slices = hierarchicalSlices(buffer.size(), L);
+    std::vector<size_t> blockBytes;
+    for (size_t slice : slices) blockBytes.push_back(slice * sizeof(float));
+    double best = 1e9;
+    for (int trial = 0; trial < 3; ++trial) {
+      const auto start = Clock::now();
+      communicator.reduceScatter(buffer.data(), slices, DType::kFloat32, ReduceOp::kSum);
+      ringAllgather(*local, buffer.data(), blockBytes);
+      best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    return best;
+  };
+  const double small = 16 << 10, large = 4 << 20;
+  const double tSmall = seconds(size_t(small)), tLarge = seconds(size_t(large));
+  // t(d) = 2(L-1) (alpha + d/L beta), from the two sizes.
+  const double rounds = 2.0 * (L - 1);
+  const double beta = std::max(0.0, (tLarge - tSmall) / (rounds * (large - small) / L));
+  const double alpha = std::max(0.0, tSmall / rounds - small / L * beta);
+  const std::vector<double> slowest = slowestOverRanks(job, {alpha, beta});
+  link.localAlpha = slowest[0];
+  link.localBeta = slowest[1];
 }
 
 }  // namespace cerar

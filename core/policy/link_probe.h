@@ -6,6 +6,7 @@
 // cost); and the codec's per-byte times (gamma, gammaWire).
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "core/log.h"
@@ -36,6 +37,12 @@ std::vector<size_t> probeMessageSizes(size_t segmentBytes);
 // round of a ring, and all ranks must hold the same figures (selection agrees bit for bit).
 // Collective; every rank passes as many values.
 std::vector<double> slowestOverRanks(Transport& transport, std::vector<double> values);
+
+// A layered job's local step (docs/hierarchical.md): a reduce-scatter and an all-gather among
+// the host's ranks (`local`) of 16 KiB and of 4 MiB, the best of 3 each, fitted to
+// LinkModel::localAlpha and localBeta, each the slowest rank's over the whole job (`job`).
+// Every rank calls it at the same point.
+void probeLocalStep(const std::shared_ptr<Transport>& local, Transport& job, LinkModel& link);
 
 // The coordinator's link model and the executor's pacing that goes with it.
 struct LinkSetup {

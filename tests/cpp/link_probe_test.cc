@@ -9,6 +9,7 @@
 #include "core/policy/link_probe.h"
 #include "ops/paced_link.h"
 #include "ops/transport/inproc.h"
+#include "ops/transport/subset.h"
 
 namespace cerar {
 namespace {
@@ -99,6 +100,33 @@ TEST(LinkProbe, OneRankMeasuresNothing) {
   EXPECT_TRUE(link.rounds.empty());
   EXPECT_TRUE(link.ringRounds.empty());
   EXPECT_TRUE(link.wireRounds.empty());
+}
+
+// A layered job's local step (2 hosts of 2): every rank ends with the same non-negative figures,
+// and they replace the defaults.
+TEST(LinkProbe, LocalStepFiguresAgreedOnEveryRank) {
+  const int N = 4;
+  InprocHub hub(N, std::chrono::seconds(20));
+  std::vector<LinkModel> links(N);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < N; ++rank) {
+    threads.emplace_back([&, rank] {
+      std::shared_ptr<Transport> base = hub.connect(rank);
+      const int host = rank / 2;
+      auto local = std::make_shared<SubsetTransport>(base->channel(1),
+                                                     std::vector<int>{2 * host, 2 * host + 1});
+      links[rank].localAlpha = links[rank].localBeta = -1;
+      probeLocalStep(local, *base, links[rank]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const LinkModel& link : links) {
+    EXPECT_EQ(link.localAlpha, links[0].localAlpha);
+    EXPECT_EQ(link.localBeta, links[0].localBeta);
+    EXPECT_GE(link.localAlpha, 0);
+    EXPECT_GE(link.localBeta, 0);
+    EXPECT_LT(link.localAlpha + 4e6 * link.localBeta, 5.0);  // seconds: measured, not a sentinel
+  }
 }
 
 }  // namespace
