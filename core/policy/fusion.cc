@@ -80,9 +80,13 @@ Selection chooseAllreduce(const Response& first, int N, size_t total, const Link
   across.predictedSeconds +=
       localSeconds(double(total) * dtypeSize(first.description.dtype), L, link);
   across.hierarchical = true;
-  return policy.hierarchical == "1" || across.predictedSeconds < flat.predictedSeconds
-             ? across
-             : flat;
+  if (policy.hierarchical == "1") return across;
+  // An approximate flat choice must beat an exact host-by-host one by minGain, as CERAR must
+  // beat the ring: a near tie is not worth the error.
+  const bool exactAcross = across.algorithm == Algorithm::kRing && across.wire == Wire::kNone;
+  const bool exactFlat = flat.algorithm == Algorithm::kRing && flat.wire == Wire::kNone;
+  const double margin = exactAcross && !exactFlat ? 1.0 - policy.minGain : 1.0;
+  return flat.predictedSeconds < margin * across.predictedSeconds ? flat : across;
 }
 
 }  // namespace

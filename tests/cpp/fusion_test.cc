@@ -91,6 +91,13 @@ TEST(DecideGroups, HostByHostWhereLayeredAndChosen) {
   EXPECT_FALSE(decideGroups({big}, 8, 64u << 20, slow, policy).at(0).hierarchical);
   policy.hierarchical = "auto";
   EXPECT_TRUE(decideGroups({big}, 8, 64u << 20, slow, policy).at(0).hierarchical);
+  // An approximate flat choice (CERAR on 8 ranks) must beat the exact host-by-host ring by
+  // minGain.
+  policy.minGain = 0.99;
+  group = decideGroups({big}, 8, 64u << 20, slow, policy).at(0);
+  EXPECT_TRUE(group.hierarchical);
+  EXPECT_EQ(group.algorithm, Algorithm::kRing);
+  policy.minGain = SelectionPolicy{}.minGain;
   // Forced CERAR runs across hosts with c a multiple of H.
   policy.algorithm = "cerar";
   policy.hosts = 4;
