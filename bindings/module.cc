@@ -35,6 +35,14 @@ std::unique_ptr<Runtime> startRuntime(RuntimeConfig config) {
   return Runtime::start(config);
 }
 
+// A name still in flight on this rank is refused at the call, as Horovod's ValueError, with
+// the runtime's message (Runtime::inFlight, the one check: the runtime refuses it again at
+// enqueue, so that of two threads racing with one name the later one's handle fails).
+void refuseInFlight(const Runtime& rt, const std::vector<std::string>& names, int32_t set) {
+  const Status busy = rt.inFlight(names, set);
+  if (!busy.ok()) throw py::value_error(busy.message);
+}
+
 std::unique_ptr<PyHandle> makeHandle(Handle h, Keep keep, DType dtype) {
   return std::make_unique<PyHandle>(std::move(h), std::move(keep), dtype);
 }
@@ -56,6 +64,7 @@ std::unique_ptr<PyHandle> enqueueAllreduce(Runtime& rt, const std::string& name,
 std::unique_ptr<PyHandle> allreduce(Runtime& rt, const std::string& name, py::handle input,
                                     py::object output, Op op, double prescale,
                                     double postscale, const std::string& wire, int32_t set) {
+  refuseInFlight(rt, {name}, set);
   const Wire format = parseWire(wire);
   bindings::pruneParked();
   Keep keep;
@@ -71,6 +80,7 @@ std::unique_ptr<PyHandle> allreduce(Runtime& rt, const std::string& name, py::ha
 std::unique_ptr<PyHandle> allreduceHost(Runtime& rt, const std::string& name, py::object owner,
                                         uintptr_t ptr, DType dtype, std::vector<int64_t> shape,
                                         Op op, double prescale, double postscale) {
+  refuseInFlight(rt, {name}, 0);
   bindings::pruneParked();
   Keep keep;
   keep.hold(std::move(owner));
@@ -87,6 +97,7 @@ std::unique_ptr<PyHandle> groupedAllreduce(Runtime& rt, const std::vector<std::s
                                            const py::list& inputs, py::object outputs, Op op,
                                            double prescale, double postscale,
                                            const std::string& wire, int32_t set) {
+  refuseInFlight(rt, names, set);
   const Wire format = parseWire(wire);
   bindings::pruneParked();
   Keep keep;
@@ -111,6 +122,7 @@ std::unique_ptr<PyHandle> groupedAllreduce(Runtime& rt, const std::vector<std::s
 std::unique_ptr<PyHandle> reducescatter(Runtime& rt, const std::vector<std::string>& names,
                                         const py::list& inputs, const py::list& outputs, Op op,
                                         double prescale, double postscale, int32_t set) {
+  refuseInFlight(rt, names, set);
   bindings::pruneParked();
   Keep keep;
   std::vector<Tensor> ins, outs;
@@ -128,6 +140,7 @@ std::unique_ptr<PyHandle> reducescatter(Runtime& rt, const std::vector<std::stri
 
 std::unique_ptr<PyHandle> alltoall(Runtime& rt, const std::string& name, py::handle input,
                                    std::vector<int64_t> splits, int32_t set) {
+  refuseInFlight(rt, {name}, set);
   bindings::pruneParked();
   Keep keep;
   Tensor in = viewTensor(input, false, keep);
@@ -141,6 +154,7 @@ std::unique_ptr<PyHandle> alltoall(Runtime& rt, const std::string& name, py::han
 
 std::unique_ptr<PyHandle> allgather(Runtime& rt, const std::string& name, py::handle input,
                                     int32_t set) {
+  refuseInFlight(rt, {name}, set);
   bindings::pruneParked();
   Keep keep;
   Tensor in = viewTensor(input, false, keep);
@@ -154,6 +168,7 @@ std::unique_ptr<PyHandle> allgather(Runtime& rt, const std::string& name, py::ha
 
 std::unique_ptr<PyHandle> groupedAllgather(Runtime& rt, const std::vector<std::string>& names,
                                            const py::list& inputs, int32_t set) {
+  refuseInFlight(rt, names, set);
   bindings::pruneParked();
   Keep keep;
   std::vector<Tensor> ins;
@@ -169,6 +184,7 @@ std::unique_ptr<PyHandle> groupedAllgather(Runtime& rt, const std::vector<std::s
 
 std::unique_ptr<PyHandle> broadcast(Runtime& rt, const std::string& name, py::handle tensor,
                                     int root, int32_t set) {
+  refuseInFlight(rt, {name}, set);
   bindings::pruneParked();
   Keep keep;
   Tensor t = viewTensor(tensor, true, keep);
@@ -351,6 +367,9 @@ PYBIND11_MODULE(_cerar, m) {
            "The global ranks of set `id`, or None when there is none.")
       .def("process_set_ids", &Runtime::processSetIds)
       .def_property_readonly("dynamic_process_sets", &Runtime::dynamicProcessSets)
+      .def("check_not_in_flight", &refuseInFlight, py::arg("names"), py::arg("process_set") = 0,
+           "Raises ValueError while an operation of one of `names` is in flight in the set on "
+           "this rank (every enqueue above checks its own names so)")
       .def("join", [](Runtime& rt) { return simple([&] { return rt.join(); }); })
       .def("start_timeline", &Runtime::startTimeline, py::arg("path"),
            py::arg("mark_cycles") = false, py::call_guard<py::gil_scoped_release>())

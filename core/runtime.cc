@@ -39,6 +39,7 @@ class RuntimeImpl final : public Runtime {
         rendezvous_(std::move(links.rendezvous)), storeTraffic_(std::move(links.storeTraffic)),
         logger_(transport_->rank(), parseLogLevel(config_.logLevel), config_.logSink),
         timeline_(transport_->rank()),
+        queue_(transport_->rank()),
         sets_(transport_->size()),
         devices_(config_.deviceOps, deviceSetup(config_, transport_)),
         coordinator_(config_, transport_, queue_, timeline_, logger_, devices_, sets_,
@@ -176,6 +177,9 @@ class RuntimeImpl final : public Runtime {
     return {set->rankOf(rank()), set->size()};
   }
   bool dynamicProcessSets() const override { return config_.dynamicProcessSets; }
+  Status inFlight(const std::vector<std::string>& names, int32_t processSet) const override {
+    return queue_.inFlight(names, processSet);
+  }
 
   Handle join(Callback callback) override {
     auto state = std::make_shared<OperationState>();

@@ -43,7 +43,8 @@ class Runtime {
   virtual int crossSize() const = 0;
   virtual bool isHomogeneous() const = 0;
 
-  // Every operation is matched across ranks by name; a name may be in flight only once.
+  // Every operation is matched across ranks by name; a name may be in flight only once (in
+  // its process set): enqueueing one again fails its handle with InvalidArgumentError.
   // `output` may alias `input` (in place).
   // `wire`: fp16, bf16 or int8 asks for that lossy wire on the exact ring for a sum on the
   // host (docs/wires.md); kNone leaves it to the job (CERAR_COMPRESSION). Negotiated: ranks
@@ -112,6 +113,12 @@ class Runtime {
   // The job's CERAR_DYNAMIC_PROCESS_SETS (agreed at start): whether the Python layers let
   // sets change after init.
   virtual bool dynamicProcessSets() const = 0;
+
+  // Why operations of these names in set `processSet` would be refused now because one of the
+  // names is still in flight on this rank (InvalidArgumentError's status, the message every
+  // enqueue's refusal has), or ok: the runtime keeps the names in flight, and the frameworks
+  // ask it before any work of their own.
+  virtual Status inFlight(const std::vector<std::string>& names, int32_t processSet) const = 0;
 
   // Starts writing the timeline (docs/timeline.md): `path` with "{rank}" is every rank's file,
   // else rank 0 alone writes; `markCycles`: a CYCLE_START mark at each coordinator cycle.

@@ -1,5 +1,7 @@
 #include "core/control/operation.h"
 
+#include "common/error.h"
+
 namespace cerar {
 
 void OperationState::complete(const Status& outcome) {
@@ -20,14 +22,26 @@ namespace {
 // its unit key (core/control/message.h); a one-name unit's is its Entry::key, made at enqueue
 // outside the lock that every enqueue takes.
 std::string inFlightKey(const std::string& name, int32_t set) { return unitKey({name}, set); }
-
-Status inFlightRefusal(const std::string& name) {
-  return Status(StatusCode::kInvalidArgument,
-                "cerar: a collective named '" + name +
-                    "' is already in flight on this rank; names must be unique until it "
-                    "completes");
-}
 }  // namespace
+
+Status Queue::refusal(const std::string& name) const {
+  return Status(StatusCode::kInvalidArgument,
+                detail::concat("cerar: an operation named '", name,
+                               "' is already in flight on rank ", rank_,
+                               "; names must be unique among pending operations"));
+}
+
+Status Queue::findInFlight(const std::vector<std::string>& names, int32_t set) const {
+  for (const auto& name : names) {
+    if (inFlight_.count(inFlightKey(name, set))) return refusal(name);
+  }
+  return {};
+}
+
+Status Queue::inFlight(const std::vector<std::string>& names, int32_t set) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return findInFlight(names, set);
+}
 
 Status Queue::push(std::unique_ptr<Entry> entry) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -35,13 +49,12 @@ Status Queue::push(std::unique_ptr<Entry> entry) {
   const int32_t set = entry->request.description.processSet;
   // One name: its in-flight key is the unit's key, made at enqueue.
   if (entry->request.names.size() == 1 && !entry->key.empty()) {
-    if (!inFlight_.insert(entry->key).second) return inFlightRefusal(entry->request.names[0]);
+    if (!inFlight_.insert(entry->key).second) return refusal(entry->request.names[0]);
     incoming_.push_back(std::move(entry));
     return {};
   }
-  for (const auto& name : entry->request.names) {
-    if (inFlight_.count(inFlightKey(name, set))) return inFlightRefusal(name);
-  }
+  const Status busy = findInFlight(entry->request.names, set);
+  if (!busy.ok()) return busy;
   // Names repeated within one group are caught by enqueue's validation.
   for (const auto& name : entry->request.names) inFlight_.insert(inFlightKey(name, set));
   incoming_.push_back(std::move(entry));

@@ -57,8 +57,12 @@ struct Entry {
 // thread.
 class Queue {
  public:
+  explicit Queue(int rank) : rank_(rank) {}
   // Accepts the entry (ok), or returns why not (a name in flight, or the queue is closed).
   Status push(std::unique_ptr<Entry> entry);
+  // Why push would refuse an entry of these names in set `set` now because one of them is in
+  // flight (InvalidArgumentError: the one in-flight check and its message), or ok.
+  Status inFlight(const std::vector<std::string>& names, int32_t set) const;
   // Accepts a join (ok), or returns why not.
   Status pushJoin(std::shared_ptr<OperationState> state);
   // Takes what was pushed since the last call; `join` is set when a join is new.
@@ -79,13 +83,20 @@ class Queue {
                                             std::shared_ptr<OperationState>& join);
 
  private:
+  // Under mutex_: the refusal of the first of `names` in flight in `set`, or ok.
+  Status findInFlight(const std::vector<std::string>& names, int32_t set) const;
+  // The refusal of an operation named `name` while one of that name is in flight.
+  Status refusal(const std::string& name) const;
   // Under mutex_: the request's names leave the in-flight set; `key` is its Entry::key ("" if
   // not at hand), the in-flight key of a one-name unit.
   void forget(const Request& request, const std::string& key);
 
-  std::mutex mutex_;
+  const int rank_;
+  mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::unique_ptr<Entry>> incoming_;
+  // The names in flight on this rank, each under its unit key (unitKey({name}, set)): the
+  // runtime's one record of them.
   std::unordered_set<std::string> inFlight_;
   std::shared_ptr<OperationState> join_;
   bool joinNew_ = false;

@@ -1,8 +1,9 @@
 """What cerar.numpy, cerar.torch and cerar.jax do alike before they call the runtime: names for
-unnamed operations, the check that a name is not already in flight, and the checks of the
-user's arguments, so that one misuse raises one class whichever framework it comes through
-(the user's wrong arguments raise InvalidArgumentError, a ValueError; a name in flight raises
-ValueError, as Horovod's); and barrier and join, which all three offer alike."""
+unnamed operations and the checks of the user's arguments, so that one misuse raises one class
+whichever framework it comes through (the user's wrong arguments raise InvalidArgumentError, a
+ValueError; a name in flight raises ValueError, as Horovod's: the runtime keeps the names in
+flight and refuses one at the call, or when asked first by check_not_in_flight); and barrier and
+join, which all three offer alike."""
 import itertools
 
 from cerar import _state
@@ -24,44 +25,16 @@ def auto_name(kind, name=None):
         return f"{kind}.noname.{next(counter)}"
 
 
-# Operations still in flight on this rank, by (process set id, name): a second one with the
-# same name would make the result ambiguous, so it is refused before anything is sent. Handles
-# are held here (a caller may drop its own) until they are seen done.
-_inflight = {}
-_PRUNE_AT = 1024  # unnamed calls add names without end: past this, finished ones are forgotten
-# The next size that prunes: twice what the last pruning kept, so that more than _PRUNE_AT
-# operations really in flight cost one scan per doubling, not one per call.
-_prune_at = _PRUNE_AT
-
-
 def begin(kind, name=None, process_set=None):
-    """(the operation's name, its process set's id) for a new operation of `kind`; raises
-    ValueError while an operation of that name is in flight in that set."""
-    name = auto_name(kind, name)
-    process_set_id = _set_id(process_set)
-    check_not_in_flight(name, process_set_id)
-    return name, process_set_id
+    """(the operation's name, its process set's id) for a new operation of `kind`."""
+    return auto_name(kind, name), _set_id(process_set)
 
 
-def check_not_in_flight(name, process_set_id=0):
-    """Raises ValueError while an operation named `name` is in flight in that set."""
-    held = _inflight.get((process_set_id, name))
-    if held is not None and not held.poll():
-        raise ValueError(f"cerar: an operation named {name!r} is already in flight on rank "
-                         f"{_state.current().rank}; names must be unique among pending "
-                         "operations")
-
-
-def track(name, handle, process_set_id=0):
-    """`handle`, remembered as in flight under `name` until it is done."""
-    global _prune_at
-    if len(_inflight) > _prune_at:
-        for key, held in list(_inflight.items()):
-            if held.poll():
-                del _inflight[key]
-        _prune_at = max(_PRUNE_AT, 2 * len(_inflight))
-    _inflight[(process_set_id, name)] = handle
-    return handle
+def check_not_in_flight(names, process_set_id=0):
+    """Raises ValueError while an operation of one of `names` (the runtime's names of the
+    units about to be enqueued) is in flight in that set: asked of the runtime before work
+    that must not start for a call it would refuse (every enqueue checks its own names)."""
+    _state.current().check_not_in_flight(names, process_set_id)
 
 
 def barrier(process_set=None):

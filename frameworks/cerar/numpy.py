@@ -15,7 +15,7 @@ from cerar import (BUILD_FLAGS, ERRORS, Adasum, Average, CerarError,  # noqa: F4
                    size)
 from cerar._cerar import DType, RawTensor
 from cerar._frontend import (alltoall_splits, barrier, begin,  # noqa: F401
-                             check_first_dimension, check_in_place, join, track)
+                             check_first_dimension, check_in_place, join)
 from cerar._process_sets import (ProcessSet, _membership,  # noqa: F401
                                  add_process_set, global_process_set, remove_process_set)
 from cerar._handle import Handle, poll, synchronize
@@ -60,7 +60,7 @@ def allreduce_async_(array, op=Average, name=None,
     name, set_id = begin("allreduce", name, process_set)
     handle = _rt().allreduce(name, _view(array), None, op, prescale_factor, postscale_factor,
                              "none", set_id)
-    return track(name, Handle(handle, lambda _: array), set_id)
+    return Handle(handle, lambda _: array)
 
 
 def allreduce_async(tensor, op=Average, name=None,
@@ -90,7 +90,7 @@ def grouped_allreduce_async_(arrays, op=Average, name=None, prescale_factor=1.0,
     names = [f"{base}.{i}" for i in range(len(arrays))]
     handle = _rt().grouped_allreduce(names, [_view(a) for a in arrays], None, op,
                                      prescale_factor, postscale_factor, "none", set_id)
-    return track(base, Handle(handle, lambda _: arrays), set_id)
+    return Handle(handle, lambda _: arrays)
 
 
 def grouped_allreduce_async(tensors, op=Average, name=None, prescale_factor=1.0,
@@ -123,7 +123,7 @@ def allgather_async(tensor, name=None, process_set=None):
     def finish(h):
         out = h.output()
         return out.view(dtype) if out.dtype != dtype else out
-    return track(name, Handle(handle, finish), set_id)
+    return Handle(handle, finish)
 
 
 def allgather(tensor, name=None, process_set=None):
@@ -135,7 +135,7 @@ def broadcast_async_(array, root_rank, name=None, process_set=None):
     _writable(array)
     name, set_id = begin("broadcast", name, process_set)
     handle = _rt().broadcast(name, _view(array), int(root_rank), set_id)
-    return track(name, Handle(handle, lambda _: array), set_id)
+    return Handle(handle, lambda _: array)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
@@ -164,7 +164,7 @@ def reducescatter_async(tensor, op=Average, name=None, prescale_factor=1.0,
     out = np.empty(shape, dtype=array.dtype)
     handle = _rt().reducescatter([name], [_view(array)], [_view(out)], op, prescale_factor,
                                  postscale_factor, set_id)
-    return track(name, Handle(handle, lambda _: out), set_id)
+    return Handle(handle, lambda _: out)
 
 
 def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -189,7 +189,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
         out = h.output()
         return (out.view(dtype) if out.dtype != dtype else out,
                 np.asarray(h.received_splits(), dtype=np.int32))
-    return track(name, Handle(handle, finish), set_id)
+    return Handle(handle, finish)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None):

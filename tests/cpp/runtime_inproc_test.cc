@@ -232,6 +232,12 @@ TEST(RuntimeInproc, DuplicateNameAndBadArgumentsFailAtOnce) {
         continue;
       }
       Handle first = rt->allreduce(name, f32(v), f32(v), Op::kSum);
+      // What the frameworks ask first: the same refusal, in this set only.
+      const Status asked = rt->inFlight({"other", name}, 0);
+      check(asked.code == StatusCode::kInvalidArgument &&
+                asked.message.find("'" + name + "' is already in flight on rank " +
+                                   std::to_string(rank)) != std::string::npos, asked.message);
+      check(rt->inFlight({"other"}, 0).ok(), "a name never enqueued is in flight");
       bool called = false;
       Handle second = rt->allreduce(name, f32(v), f32(v), Op::kSum,
                                     1.0, 1.0, [&](const Status& s) { called = !s.ok(); });
@@ -239,8 +245,9 @@ TEST(RuntimeInproc, DuplicateNameAndBadArgumentsFailAtOnce) {
       const std::string why = failure(second);
       tried[k].set_value();
       check(refused, "duplicate not refused at once");
-      check(why.find("already in flight") != std::string::npos, why);
+      check(why == asked.message, why);
       first.wait();
+      check(rt->inFlight({name}, 0).ok(), "a completed name still in flight");
     }
     Tensor i32{ints.data(), DType::kInt32, {4}, -1};
     check(failure(rt->allreduce("avg-int", i32, i32, Op::kAverage)).find("average needs") !=

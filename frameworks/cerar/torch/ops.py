@@ -13,7 +13,7 @@ import torch
 from cerar import Average, Max, Min, Op, Product, Sum, _rt
 from cerar._cerar import InvalidArgumentError, wire_carries
 from cerar._frontend import (alltoall_splits, auto_name, begin, check_first_dimension,
-                             check_not_in_flight, track)
+                             check_not_in_flight)
 from cerar._handle import Handle, synchronize
 from cerar._process_sets import _membership, global_process_set
 from cerar.torch._tensors import DTYPES, WIDENED, fresh, from_numpy, view, wire_source
@@ -99,7 +99,6 @@ _LEAN_OPS = (Sum, Average, Min, Max, Op.Adasum)
 
 def _lean_allreduce_(tensor, name, op, prescale, postscale):
     name = auto_name("allreduce") if name is None else str(name)
-    check_not_in_flight(name)
     data = tensor.data if type(tensor) is torch.nn.Parameter else tensor
     if not data.is_cuda and not data.is_sparse and data.is_contiguous():
         handle = _rt().allreduce_host(name, data, data.data_ptr(), DTYPES[data.dtype],
@@ -107,7 +106,7 @@ def _lean_allreduce_(tensor, name, op, prescale, postscale):
     else:  # view() checks and refuses as for every call
         handle = _rt().allreduce(name, view(data), None, op, float(prescale),
                                  float(postscale), "none", 0)
-    return track(name, Handle(handle, None, tensor))
+    return Handle(handle, None, tensor)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -156,32 +155,34 @@ def _grouped_async_(tensors, average, name, op, prescale, postscale, single=Fals
     if not tensors:
         return Handle(_Combined([]), lambda _: result())
     datas = [_data(t) for t in tensors]
+    # The runtime's names (Product's are its allgathers'), refused before any tensor changes.
+    names = ([f"{name}.product.{i}" for i in range(len(datas))] if op is Product
+             else [name] if single else [f"{name}.{i}" for i in range(len(datas))])
+    check_not_in_flight(names, set_id)
     if op is Product:
-        return track(name, _product_async(datas, name, prescale, postscale, result,
-                                          process_set), set_id)
+        return _product_async(datas, names, prescale, postscale, result, process_set)
     runtime_op, wires, after, pre, post = _plan(datas, op, float(prescale), float(postscale),
                                                 process_set)
     views = [view(w) for w in wires]
     if single:
         handle = _rt().allreduce(name, views[0], None, runtime_op, pre, post, wire, set_id)
     else:
-        names = [f"{name}.{i}" for i in range(len(views))]
         handle = _rt().grouped_allreduce(names, views, None, runtime_op, pre, post, wire, set_id)
 
     def finish(_):
         after()
         return result()
-    return track(name, Handle(handle, finish), set_id)
+    return Handle(handle, finish)
 
 
-def _product_async(tensors, name, prescale, postscale, result, process_set=None):
-    """Product from every rank's tensor (allgathered), multiplied in rank order."""
+def _product_async(tensors, names, prescale, postscale, result, process_set=None):
+    """Product from every rank's tensor (allgathered under `names`), multiplied in rank
+    order."""
     if prescale != 1.0:
         for t in tensors:
             t.copy_(t * prescale)
-    gathers = [allgather_async(t.reshape(1, -1), name=f"{name}.product.{i}",
-                               process_set=process_set)
-               for i, t in enumerate(tensors)]
+    gathers = [allgather_async(t.reshape(1, -1), name=n, process_set=process_set)
+               for t, n in zip(tensors, names)]
 
     def finish(_):
         for t, g in zip(tensors, gathers):
@@ -203,7 +204,7 @@ def allgather_async(tensor, name=None, process_set=None):
 
     def finish(h):
         return from_numpy(h.output(), source.dtype).to(device=device, dtype=dtype)
-    return track(name, Handle(handle, finish), set_id)
+    return Handle(handle, finish)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=None):
@@ -211,6 +212,7 @@ def grouped_allgather_async(tensors, name=None, process_set=None):
     unit (all or none, one buffer). The Handle's result is the list of gathered tensors."""
     tensors = list(tensors)
     base, set_id = begin("grouped_allgather", name, process_set)
+    check_not_in_flight([f"{base}.{i}" for i in range(len(tensors))], set_id)  # several units
     sources = [wire_source(t) for t in tensors]
     by_dtype = {}
     for i, source in enumerate(sources):
@@ -232,7 +234,7 @@ def grouped_allgather_async(tensors, name=None, process_set=None):
                                                                  dtype=tensors[i].dtype)
                 at += count
         return outs
-    return track(base, Handle(_Combined([h for _, h in units]), finish), set_id)
+    return Handle(_Combined([h for _, h in units]), finish)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
@@ -242,9 +244,9 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=None):
     if data.dtype in WIDENED:
         wire = data.to(WIDENED[data.dtype])
         handle = _rt().broadcast(name, view(wire), int(root_rank), set_id)
-        return track(name, Handle(handle, lambda _: (data.copy_(wire), tensor)[1]), set_id)
+        return Handle(handle, lambda _: (data.copy_(wire), tensor)[1])
     handle = _rt().broadcast(name, view(data), int(root_rank), set_id)
-    return track(name, Handle(handle, lambda _: tensor), set_id)
+    return Handle(handle, lambda _: tensor)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
@@ -341,7 +343,7 @@ def _reducescatter_async(tensors, name, op, prescale, postscale, single, process
                 _scale(out, post_integer)
             results.append(out)
         return results[0] if single else results
-    return track(name, Handle(handle, finish), set_id)
+    return Handle(handle, finish)
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
@@ -367,4 +369,4 @@ def alltoall_async(tensor, splits=None, name=None, process_set=None):
         out = from_numpy(h.output(), source.dtype).to(device=device, dtype=dtype)
         received = torch.tensor(h.received_splits(), dtype=torch.int32, device=splits_device)
         return out, received
-    return track(name, Handle(handle, finish), set_id)
+    return Handle(handle, finish)

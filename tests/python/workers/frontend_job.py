@@ -50,23 +50,36 @@ r, n = cerar.rank(), cerar.size()
 
 # A name still in flight: rank 0 submits each first alone, so they stay pending until the
 # others submit theirs after the barrier. jax has no asynchronous call: its second call meets
-# an operation numpy holds (names are the runtime's, whichever framework submitted them).
+# an operation numpy holds (names are the runtime's, whichever framework submitted them: a
+# group's tensors are "<name>.<i>", and the message is the runtime's).
+def submit_firsts():
+    return {"numpy": cn.allreduce_async(np.ones(3), name="dup.numpy"),
+            "torch": hvd.allreduce_async(torch.ones(3), name="dup.torch"),
+            "jax": cn.allreduce_async(np.ones(3), name="dup.jax"),
+            "group": hvd.grouped_allreduce_async([torch.ones(3)] * 2, name="dup.group")}
+
+
 firsts = {}
 if r == 0:
-    firsts = {"numpy": cn.allreduce_async(np.ones(3), name="dup.numpy"),
-              "torch": hvd.allreduce_async(torch.ones(3), name="dup.torch"),
-              "jax": cn.allreduce_async(np.ones(3), name="dup.jax")}
+    firsts = submit_firsts()
     same_class("a name in flight", ValueError,
                numpy=lambda: cn.allreduce_async(np.ones(3), name="dup.numpy"),
                torch=lambda: hvd.allreduce_async(torch.ones(3), name="dup.torch"),
                jax=jax_call(lambda: cj.allreduce(jnp.ones(3), name="dup.jax")))
+    try:
+        cn.allreduce_async(np.ones(3), name="dup.group.1")
+        fail("a group's tensor name accepted while the group is in flight")
+    except ValueError as error:
+        check("the runtime's message", "named 'dup.group.1' is already in flight on rank 0"
+              in str(error), str(error))
 cn.barrier()
 if r > 0:
-    firsts = {"numpy": cn.allreduce_async(np.ones(3), name="dup.numpy"),
-              "torch": hvd.allreduce_async(torch.ones(3), name="dup.torch"),
-              "jax": cn.allreduce_async(np.ones(3), name="dup.jax")}
+    firsts = submit_firsts()
 for fw, handle in firsts.items():
-    check(f"the first {fw} dup completes", np.allclose(np.asarray(handle.wait()), 1.0))
+    result = handle.wait()
+    results = result if isinstance(result, list) else [result]
+    check(f"the first {fw} dup completes",
+          all(np.allclose(np.asarray(t), 1.0) for t in results))
 
 read_only = np.ones(4)
 read_only.flags.writeable = False
