@@ -219,9 +219,11 @@ void Coordinator::process(const ResponseMessage& message) {
     if (!timeline_.active()) continue;
     const int32_t set = unit.description.processSet;
     const std::string activity = negotiateActivity(unit.description);
+    JsonObject args;
+    if (set != 0) args.add("process_set", set);
     for (const auto& name : unit.names) {
       timeline_.record(tensorRow(unit.description, name), activity, entry->enqueued, responded,
-                       set == 0 ? "" : detail::concat("\"process_set\": ", set));
+                       args);
     }
   }
 

@@ -136,7 +136,7 @@ DeviceUnit Dispatcher::run(const std::vector<const Response*>& units,
   }
   const Response& first = *units.front();
   OperationRows rows = operationRows(units, entries);
-  std::string args;
+  JsonObject args;
   switch (first.description.kind) {
     case Kind::kAllreduce: return allreduce(units, entries, decision, stats, std::move(rows));
     case Kind::kReducescatter: args = reducescatter(units, entries, stats); break;

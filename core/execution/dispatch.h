@@ -73,7 +73,7 @@ class Dispatcher {
   };
   OperationRows operationRows(const std::vector<const Response*>& units,
                               const std::vector<Entry*>& entries) const;
-  void recordOperation(const OperationRows& rows, Clock::time_point end, const std::string& args);
+  void recordOperation(const OperationRows& rows, Clock::time_point end, const JsonObject& args);
 
   // A fused all-reduce (dispatch_allreduce.cc): built once from the decision (what it runs
   // with), then run on a device or the host, each of which accounts for what ran.
@@ -88,27 +88,27 @@ class Dispatcher {
   void allreduceOnHost(AllreduceRun& run, const std::vector<const Response*>& units,
                        const OperationRows& rows, RuntimeStats& stats);
   // Debug error mode: the measured error's timeline arguments, where the run allows one.
-  std::string measuredArgs(const AllreduceRun& run, const RunStats& ran, RuntimeStats& stats);
+  JsonObject measuredArgs(const AllreduceRun& run, const RunStats& ran, RuntimeStats& stats);
   // Debug error mode: the exact ring on `exactCopy_` (the input, on the host), compared with
   // `result` (host memory); returns the timeline arguments.
-  std::string measureError(const std::byte* result, size_t total, DType dtype,
-                           const AllreduceOptions& options, RuntimeStats& stats);
+  JsonObject measureError(const std::byte* result, size_t total, DType dtype,
+                          const AllreduceOptions& options, RuntimeStats& stats);
   // A fused group of reducescatter units: packed rank-major (every tensor's rows for rank 0,
   // then for rank 1, ...) so that rank i's share is one chunk, reduced by the exact ring's
   // reduce-scatter plan, and this rank's chunk unpacked into the outputs. Device tensors are
   // staged through host memory.
   // Each returns the operation's timeline args.
-  std::string reducescatter(const std::vector<const Response*>& units,
-                            const std::vector<Entry*>& entries, RuntimeStats& stats);
-  std::string alltoall(const Response& unit, Entry* entry, RuntimeStats& stats);
+  JsonObject reducescatter(const std::vector<const Response*>& units,
+                           const std::vector<Entry*>& entries, RuntimeStats& stats);
+  JsonObject alltoall(const Response& unit, Entry* entry, RuntimeStats& stats);
   // A fused group of allgather units (each of one or more tensors): every rank's rows of
   // every tensor in one ring allgather, then each unit's output assembled tensor by tensor.
-  std::string allgather(const std::vector<const Response*>& units,
-                        const std::vector<Entry*>& entries, RuntimeStats& stats);
-  std::string broadcast(const Response& unit, Entry* entry, RuntimeStats& stats);
+  JsonObject allgather(const std::vector<const Response*>& units,
+                       const std::vector<Entry*>& entries, RuntimeStats& stats);
+  JsonObject broadcast(const Response& unit, Entry* entry, RuntimeStats& stats);
   // Timeline events of one activity for every tensor of the group.
   void record(const std::vector<const Response*>& units, const std::string& activity,
-              Clock::time_point start, Clock::time_point end, const std::string& args = "");
+              Clock::time_point start, Clock::time_point end, const JsonObject& args = {});
 
   // One process set's view of the links (the job's transport itself for set 0), over a
   // channel of its own where the transport has channels.

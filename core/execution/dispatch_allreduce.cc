@@ -34,9 +34,11 @@ double maxRelativeDifference(DType dtype, const std::byte* a, const std::byte* b
                                reinterpret_cast<const float*>(b), n);
 }
 
-// Timeline arguments of a CERAR buffer that took the exact ring (non-finite input).
-std::string fallbackArgs(const RunStats& run) {
-  return run.nonFiniteFallback ? ", \"non_finite_fallback\": true" : "";
+// The timeline arguments of what ran other than decided: a CERAR buffer's exact ring on
+// non-finite input, a lossy wire's full width.
+void addFallbacks(JsonObject& args, const RunStats& run) {
+  if (run.nonFiniteFallback) args.add("non_finite_fallback", true);
+  if (run.wireFallback) args.add("wire_fallback", true);
 }
 
 // Where one tensor of a fusion group lies in the fusion buffer; entry is null for a joined
@@ -103,8 +105,8 @@ void countAllreduce(RuntimeStats& stats, const RunStats& run, const FusedGroup& 
 
 }  // namespace
 
-std::string Dispatcher::measureError(const std::byte* result, size_t total, DType dtype,
-                                     const AllreduceOptions& options, RuntimeStats& stats) {
+JsonObject Dispatcher::measureError(const std::byte* result, size_t total, DType dtype,
+                                    const AllreduceOptions& options, RuntimeStats& stats) {
   // Every rank runs the same extra ring (the knob is the same everywhere), so it pairs up.
   AllreduceOptions exact = options;
   exact.algorithm = Algorithm::kRing;
@@ -116,7 +118,7 @@ std::string Dispatcher::measureError(const std::byte* result, size_t total, DTyp
   stats.measuredErrorMax = std::max(stats.measuredErrorMax, error);
   stats.measuredErrorSum += error;
   stats.measuredBuffers += 1;
-  return detail::concat(", \"measured_error\": ", error);
+  return JsonObject().add("measured_error", error);
 }
 
 // Everything one fused all-reduce runs with, built once from the decision and the entries.
@@ -132,8 +134,8 @@ struct Dispatcher::AllreduceRun {
   bool feed = false;     // error feedback keeps this buffer's residuals
   bool measure = false;  // debug error mode
   std::vector<ErrorFeedback::Part> fed;
-  std::string args;       // the timeline's arguments: what was decided ...
-  std::string errorArgs;  // ... and its predicted (and measured) error
+  JsonObject args;       // the timeline's arguments: what was decided ...
+  JsonObject errorArgs;  // ... and its predicted (and measured) error
 };
 
 Dispatcher::AllreduceRun Dispatcher::buildAllreduce(const std::vector<const Response*>& units,
@@ -179,16 +181,17 @@ Dispatcher::AllreduceRun Dispatcher::buildAllreduce(const std::vector<const Resp
                                        decision.budgeted ? errorBound_ : ErrorBound::kStrict);
     stats.predictedErrorMax = std::max(stats.predictedErrorMax, bound);
     stats.predictedErrorLast = bound;
-    r.errorArgs = detail::concat(", \"predicted_error\": ", bound,
-                                 decision.budgeted ? ", \"budgeted\": true" : "");
+    r.errorArgs.add("predicted_error", bound);
+    if (decision.budgeted) r.errorArgs.add("budgeted", true);
   }
   r.measure = (cerar || lossyWire) && decision.measureError;
-  r.args = detail::concat(
-      "\"algorithm\": \"", algorithmName(decision.algorithm), "\", \"c\": ",
-      decision.components, ", \"eps\": ", decision.eps, ", \"bytes\": ",
-      total * dtypeSize(d.dtype), ", \"tensors\": ", units.size(),
-      lossyWire ? detail::concat(", \"wire\": \"", wireName(options.wire), "\"") : "",
-      decision.hierarchical ? ", \"hierarchical\": true" : "");
+  r.args.add("algorithm", algorithmName(decision.algorithm))
+      .add("c", decision.components)
+      .add("eps", decision.eps)
+      .add("bytes", total * dtypeSize(d.dtype))
+      .add("tensors", units.size());
+  if (lossyWire) r.args.add("wire", wireName(options.wire));
+  if (decision.hierarchical) r.args.add("hierarchical", true);
 
   // The group's layout and steps, the same wherever it is reduced.
   PipelineJob& job = r.job;
@@ -239,9 +242,9 @@ Dispatcher::AllreduceRun Dispatcher::buildAllreduce(const std::vector<const Resp
   return r;
 }
 
-std::string Dispatcher::measuredArgs(const AllreduceRun& r, const RunStats& run,
-                                     RuntimeStats& stats) {
-  if (!r.measure || run.nonFiniteFallback || run.wireFallback) return "";
+JsonObject Dispatcher::measuredArgs(const AllreduceRun& r, const RunStats& run,
+                                    RuntimeStats& stats) {
+  if (!r.measure || run.nonFiniteFallback || run.wireFallback) return {};
   return measureError(staged_.data(), r.job.total, r.job.dtype, r.options, stats);
 }
 
@@ -267,8 +270,10 @@ DeviceUnit Dispatcher::allreduceOnDevice(AllreduceRun r, OperationRows rows,
   });
   if (r.measure) {
     queue.run([](DeviceOps&) {});  // debug error mode waits for the downloads
-    r.errorArgs += measuredArgs(r, *ran, stats);
+    r.errorArgs.merge(measuredArgs(r, *ran, stats));
   }
+  JsonObject args = std::move(r.args);
+  args.add("device", true).merge(r.errorArgs);
   DeviceUnit unit;
   unit.mark = queue.record();
   // The run's figures are there once the mark is reached: counted then, before the handles
@@ -277,10 +282,12 @@ DeviceUnit Dispatcher::allreduceOnDevice(AllreduceRun r, OperationRows rows,
                  wire = r.options.wire, N = r.N, tensors = r.tensors,
                  collective = collectiveActivity(algorithmName(r.decision->algorithm),
                                                  *r.description),
-                 args = r.args + ", \"device\": true" + r.errorArgs](RuntimeStats& s) {
+                 args = std::move(args)](RuntimeStats& s) {
     const auto end = Clock::now();
     for (const auto& row : rows.starts) timeline_.record(row.first, collective, start, end);
-    recordOperation(rows, end, args + fallbackArgs(*ran));
+    JsonObject ranArgs = args;
+    addFallbacks(ranArgs, *ran);
+    recordOperation(rows, end, ranArgs);
     countAllreduce(s, *ran, decision, wire, N, tensors);
   };
   return unit;
@@ -306,13 +313,13 @@ void Dispatcher::allreduceOnHost(AllreduceRun& r, const std::vector<const Respon
   const auto end = Clock::now();
   const bool lossyWire = r.options.wire != Wire::kNone;
   if (r.feed) feedback_.keep(r.fed, lossyWire && !run.wireFallback ? lost_.data() : nullptr);
-  r.errorArgs += measuredArgs(r, run, stats);
+  r.errorArgs.merge(measuredArgs(r, run, stats));
   record(units, kMemcpyInActivity, packStart, reduceStart);
   record(units, collectiveActivity(algorithmName(r.decision->algorithm), *r.description),
          reduceStart, unpackStart);
   record(units, kMemcpyOutActivity, unpackStart, end);
-  recordOperation(rows, end, r.args + r.errorArgs + fallbackArgs(run) +
-                                 (run.wireFallback ? ", \"wire_fallback\": true" : ""));
+  addFallbacks(r.args.merge(r.errorArgs), run);
+  recordOperation(rows, end, r.args);
   countAllreduce(stats, run, *r.decision, r.options.wire, r.N, r.tensors);
 }
 

@@ -26,7 +26,7 @@ const std::byte* hostBytes(const Tensor& t, const Entry& entry, DeviceSlot& devi
 }  // namespace
 
 void Dispatcher::record(const std::vector<const Response*>& units, const std::string& activity,
-                        Clock::time_point start, Clock::time_point end, const std::string& args) {
+                        Clock::time_point start, Clock::time_point end, const JsonObject& args) {
   if (!timeline_.active()) return;
   for (const Response* unit : units) {
     for (const auto& name : unit->names) {
@@ -51,14 +51,14 @@ Dispatcher::OperationRows Dispatcher::operationRows(const std::vector<const Resp
 }
 
 void Dispatcher::recordOperation(const OperationRows& rows, Clock::time_point end,
-                                 const std::string& args) {
+                                 const JsonObject& args) {
   for (const auto& [name, start] : rows.starts) {
     timeline_.record(name, rows.activity, start, end, args);
   }
 }
 
-std::string Dispatcher::reducescatter(const std::vector<const Response*>& units,
-                               const std::vector<Entry*>& entries, RuntimeStats& stats) {
+JsonObject Dispatcher::reducescatter(const std::vector<const Response*>& units,
+                                     const std::vector<Entry*>& entries, RuntimeStats& stats) {
   const Description& d = units.front()->description;
   const size_t elementSize = dtypeSize(d.dtype);
   const int N = group_->transport->size(), rank = group_->transport->rank();
@@ -134,11 +134,13 @@ std::string Dispatcher::reducescatter(const std::vector<const Response*>& units,
   stats.reducescatterBuffers += 1;
   stats.tensorsScattered += parts.size();
   stats.bytesSent += run.bytesSent;
-  return detail::concat("\"algorithm\": \"ring\", \"bytes\": ", total * elementSize,
-                        ", \"tensors\": ", parts.size());
+  return JsonObject()
+      .add("algorithm", "ring")
+      .add("bytes", total * elementSize)
+      .add("tensors", parts.size());
 }
 
-std::string Dispatcher::alltoall(const Response& unit, Entry* entry, RuntimeStats& stats) {
+JsonObject Dispatcher::alltoall(const Response& unit, Entry* entry, RuntimeStats& stats) {
   CERAR_ENFORCE(entry != nullptr, "rank ", group_->transport->rank(),
                 ": alltoall without this rank");
   const Description& d = unit.description;
@@ -168,10 +170,10 @@ std::string Dispatcher::alltoall(const Response& unit, Entry* entry, RuntimeStat
   entry->state->outputShape[0] = rows;
   entry->state->receivedSplits = std::move(received);
   for (int j = 0; j < N; ++j) stats.bytesSent += j == rank ? 0 : sendBytes[j];
-  return detail::concat("\"algorithm\": \"pairwise\", \"bytes\": ", out.size());
+  return JsonObject().add("algorithm", "pairwise").add("bytes", out.size());
 }
 
-std::string Dispatcher::allgather(const std::vector<const Response*>& units,
+JsonObject Dispatcher::allgather(const std::vector<const Response*>& units,
                            const std::vector<Entry*>& entries, RuntimeStats& stats) {
   const int N = group_->transport->size(), rank = group_->transport->rank();
   const size_t elementSize = dtypeSize(units.front()->description.dtype);
@@ -252,11 +254,10 @@ std::string Dispatcher::allgather(const std::vector<const Response*>& units,
   record(units, kMemcpyOutActivity, unpackStart, Clock::now());
   stats.allgatherBuffers += 1;
   stats.bytesSent += total - blocks[rank];
-  return detail::concat("\"algorithm\": \"ring\", \"bytes\": ", total, ", \"tensors\": ",
-                        parts.size());
+  return JsonObject().add("algorithm", "ring").add("bytes", total).add("tensors", parts.size());
 }
 
-std::string Dispatcher::broadcast(const Response& unit, Entry* entry, RuntimeStats& stats) {
+JsonObject Dispatcher::broadcast(const Response& unit, Entry* entry, RuntimeStats& stats) {
   const Description& d = unit.description;
   const size_t bytes = d.bytes();
   void* data = nullptr;
@@ -282,8 +283,7 @@ std::string Dispatcher::broadcast(const Response& unit, Entry* entry, RuntimeSta
   const int n = group_->transport->size();
   const int position = (group_->transport->rank() - rootRank + n) % n;
   if (position < group_->transport->size() - 1) stats.bytesSent += bytes;
-  return detail::concat("\"algorithm\": \"chain\", \"root\": ", d.root, ", \"bytes\": ",
-                        bytes);
+  return JsonObject().add("algorithm", "chain").add("root", d.root).add("bytes", bytes);
 }
 
 }  // namespace cerar

@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include "common/error.h"
@@ -19,6 +20,16 @@ std::string upperName(const std::string& text) {
 
 // The closing of the array; each spill writes it and steps back over it.
 constexpr char kEnd[] = "\n]\n";
+
+// Horovod's metadata events of row `pid`: its name (`args`) and its place among the rows.
+std::string rowName(int pid, const JsonObject& args) {
+  return JsonObject().add("name", "process_name").add("ph", "M").add("pid", pid)
+      .add("args", args).str();
+}
+std::string rowOrder(int pid) {
+  return JsonObject().add("name", "process_sort_index").add("ph", "M").add("pid", pid)
+      .add("args", JsonObject().add("sort_index", pid)).str();
+}
 
 }  // namespace
 
@@ -42,21 +53,63 @@ std::string collectiveActivity(const std::string& algorithm, const Description& 
   return upperName(algorithm) + "_" + upperName(kindName(d.kind));
 }
 
-std::string jsonEscape(const std::string& text) {
-  std::string out;
+void JsonObject::quoted(std::string_view text) {
+  body_ += '"';
   for (unsigned char ch : text) {
     if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += char(ch);
+      body_ += '\\';
+      body_ += char(ch);
     } else if (ch < 0x20) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      out += buf;
+      body_ += buf;
     } else {
-      out += char(ch);
+      body_ += char(ch);
     }
   }
-  return out;
+  body_ += '"';
+}
+
+void JsonObject::member(std::string_view key) {
+  if (!body_.empty()) body_ += ", ";
+  quoted(key);
+  body_ += ": ";
+}
+
+JsonObject& JsonObject::add(std::string_view key, std::string_view text) {
+  member(key);
+  quoted(text);
+  return *this;
+}
+
+JsonObject& JsonObject::add(std::string_view key, bool flag) {
+  member(key);
+  body_ += flag ? "true" : "false";
+  return *this;
+}
+
+JsonObject& JsonObject::add(std::string_view key, double number) {
+  if (std::isnan(number)) return add(key, "nan");
+  if (std::isinf(number)) return add(key, number > 0 ? "inf" : "-inf");
+  member(key);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", number);
+  body_ += buf;
+  return *this;
+}
+
+JsonObject& JsonObject::add(std::string_view key, const JsonObject& object) {
+  member(key);
+  body_ += '{';
+  body_ += object.body_;
+  body_ += '}';
+  return *this;
+}
+
+JsonObject& JsonObject::merge(const JsonObject& more) {
+  if (!body_.empty() && !more.body_.empty()) body_ += ", ";
+  body_ += more.body_;
+  return *this;
 }
 
 Timeline::Timeline(int rank) : rank_(rank) {}
@@ -83,11 +136,11 @@ void Timeline::start(const std::string& path, bool markCycles) {
   const auto epoch = std::chrono::duration_cast<std::chrono::microseconds>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count();
-  write(detail::concat("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": ",
-                       "{\"name\": \"rank ", rank_, "\", \"rank\": ", rank_,
-                       ", \"start_time_since_epoch_in_micros\": ", epoch, "}}"));
-  write("{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": 0, \"args\": "
-        "{\"sort_index\": 0}}");
+  write(rowName(0, JsonObject()
+                     .add("name", detail::concat("rank ", rank_))
+                     .add("rank", rank_)
+                     .add("start_time_since_epoch_in_micros", epoch)));
+  write(rowOrder(0));
   spill();  // valid JSON from the start
   active_ = true;
 }
@@ -127,35 +180,39 @@ long Timeline::micros(Clock::time_point t) const {
 }
 
 void Timeline::record(const std::string& tensor, const std::string& activity,
-                      Clock::time_point start, Clock::time_point end, const std::string& args) {
+                      Clock::time_point start, Clock::time_point end, const JsonObject& args) {
   if (!active()) return;
   std::lock_guard<std::mutex> lock(mutex_);
   if (file_ == nullptr) return;
   if (start < origin_) start = origin_;  // began before this timeline did
   if (end < start) end = start;
   auto [row, added] = rows_.try_emplace(tensor, int(rows_.size()) + 1);
-  const std::string name = jsonEscape(tensor);
+  const int pid = row->second;
   if (added) {  // Horovod's layout: each tensor is a process, in order of appearance
-    write(detail::concat("{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": ", row->second,
-                         ", \"args\": {\"name\": \"", name, "\"}}"));
-    write(detail::concat("{\"name\": \"process_sort_index\", \"ph\": \"M\", \"pid\": ",
-                         row->second, ", \"args\": {\"sort_index\": ", row->second, "}}"));
+    write(rowName(pid, JsonObject().add("name", tensor)));
+    write(rowOrder(pid));
   }
   // Both ends from the origin, so that an event inside another stays inside once rounded.
   const long ts = micros(start);
-  write(detail::concat("{\"name\": \"", jsonEscape(activity), "\", \"cat\": \"", name,
-                       "\", \"ph\": \"X\", \"ts\": ", ts, ", \"dur\": ", micros(end) - ts,
-                       ", \"pid\": ", row->second, ", \"tid\": 0",
-                       args.empty() ? "" : ", \"args\": {", args, args.empty() ? "" : "}",
-                       "}"));
+  JsonObject event;
+  event.add("name", activity).add("cat", tensor).add("ph", "X").add("ts", ts);
+  event.add("dur", micros(end) - ts).add("pid", pid).add("tid", 0);
+  if (!args.empty()) event.add("args", args);
+  write(event.str());
 }
 
 void Timeline::markCycle() {
   if (!active()) return;
   std::lock_guard<std::mutex> lock(mutex_);
   if (file_ == nullptr || !markCycles_) return;
-  write(detail::concat("{\"name\": \"", kCycleStartMark, "\", \"ph\": \"i\", \"ts\": ",
-                       micros(Clock::now()), ", \"s\": \"g\", \"pid\": 0, \"tid\": 0}"));
+  write(JsonObject()
+            .add("name", kCycleStartMark)
+            .add("ph", "i")
+            .add("ts", micros(Clock::now()))
+            .add("s", "g")
+            .add("pid", 0)
+            .add("tid", 0)
+            .str());
 }
 
 void Timeline::flush() {

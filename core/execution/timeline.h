@@ -5,8 +5,9 @@
 // On rank 0, each rank's readiness tick (an event named "0", "1", ...). CYCLE_START marks
 // ("ph": "i", global) when asked. cerar's own facts (algorithm, c, wire, predicted error, ...)
 // are the events' args. The file is a valid JSON array from start() on: events are written in
-// whole pieces, each followed by the closing bracket (docs/timeline.md).
-// Thread safety: every member may be called from any thread.
+// whole pieces, each followed by the closing bracket (docs/timeline.md). Events and their args
+// are JsonObjects: no caller writes JSON by hand.
+// Thread safety: every member of Timeline may be called from any thread.
 #pragma once
 
 #include <atomic>
@@ -14,11 +15,48 @@
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <type_traits>
 #include <unordered_map>
 
 #include "core/control/message.h"
 
 namespace cerar {
+
+// A JSON object built member by member from typed values: keys and strings escaped, numbers
+// written as a C++ stream writes them (doubles as %g), and the non-finite ones JSON lacks as the
+// strings "inf", "-inf" and "nan".
+class JsonObject {
+ public:
+  JsonObject& add(std::string_view key, std::string_view text);
+  JsonObject& add(std::string_view key, const char* text) {
+    return add(key, std::string_view(text));
+  }
+  JsonObject& add(std::string_view key, const std::string& text) {
+    return add(key, std::string_view(text));
+  }
+  JsonObject& add(std::string_view key, bool flag);
+  JsonObject& add(std::string_view key, double number);
+  template <typename T>
+    requires(std::is_integral_v<T> && !std::is_same_v<T, bool>)
+  JsonObject& add(std::string_view key, T number) {
+    member(key);
+    body_ += std::to_string(number);
+    return *this;
+  }
+  JsonObject& add(std::string_view key, const JsonObject& object);  // nested
+  // `more`'s members after these.
+  JsonObject& merge(const JsonObject& more);
+
+  bool empty() const { return body_.empty(); }
+  std::string str() const { return "{" + body_ + "}"; }
+
+ private:
+  void quoted(std::string_view text);  // a JSON string
+  void member(std::string_view key);   // the separator and `"key": `
+
+  std::string body_;  // the members, without the braces
+};
 
 class Timeline {
  public:
@@ -35,10 +73,9 @@ class Timeline {
   void stop();
   bool active() const { return active_.load(std::memory_order_relaxed); }
 
-  // One complete event of `activity` on the row of `tensor`. `args` is the body of a JSON
-  // object (e.g. "\"algorithm\": \"ring\""), or empty.
+  // One complete event of `activity` on the row of `tensor`, with `args` unless empty.
   void record(const std::string& tensor, const std::string& activity, Clock::time_point start,
-              Clock::time_point end, const std::string& args = "");
+              Clock::time_point end, const JsonObject& args = {});
   // A CYCLE_START mark now, if start() asked for them.
   void markCycle();
   // Writes the events held back, with the array's closing bracket, at most every
@@ -82,8 +119,5 @@ inline constexpr const char* kQueueActivity = "QUEUE";
 inline constexpr const char* kMemcpyInActivity = "MEMCPY_IN_FUSION_BUFFER";
 inline constexpr const char* kMemcpyOutActivity = "MEMCPY_OUT_FUSION_BUFFER";
 inline constexpr const char* kCycleStartMark = "CYCLE_START";
-
-// Escapes a string for a JSON string literal (without the quotes).
-std::string jsonEscape(const std::string& text);
 
 }  // namespace cerar

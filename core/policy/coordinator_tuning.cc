@@ -14,10 +14,11 @@ std::string describe(const TuningPoint& p) {
                         " ms, c scale ", p.componentsScale);
 }
 
-std::string timelineArgs(const TuningPoint& p) {
-  return detail::concat("\"fusion_threshold_bytes\": ", p.thresholdBytes,
-                        ", \"cycle_time_ms\": ", p.cycleTimeMs, ", \"components_scale\": ",
-                        p.componentsScale);
+JsonObject timelineArgs(const TuningPoint& p) {
+  return JsonObject()
+      .add("fusion_threshold_bytes", p.thresholdBytes)
+      .add("cycle_time_ms", p.cycleTimeMs)
+      .add("components_scale", p.componentsScale);
 }
 
 constexpr const char* kTuningRow = "cerar.autotune";

@@ -3,6 +3,7 @@
 // runtime's file, written by rank 0 alone for a path without "{rank}".
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <thread>
 
@@ -97,6 +98,40 @@ TEST(Timeline, ActivitiesHaveHorovodsNames) {
   EXPECT_STREQ(kMemcpyOutActivity, "MEMCPY_OUT_FUSION_BUFFER");
 }
 
+// Events' args are built member by member: each value typed, strings escaped, so that the
+// object is JSON whatever a name holds.
+TEST(Timeline, JsonObjectEscapesAndTypesItsMembers) {
+  EXPECT_EQ(JsonObject().str(), "{}");
+  const std::string awkward = std::string("q\"b\\n\nt\tc\x01\x1f/\x7f") + '\0' + "end";
+  JsonObject args;
+  args.add("text", awkward)
+      .add("literal", "ring")
+      .add("flag", true)
+      .add("off", false)
+      .add("count", size_t(7))
+      .add("negative", int32_t(-3))
+      .add("eps", 0.001)
+      .add("tiny", 1.25e-07)
+      .add("nan", std::nan(""))
+      .add("inf", -HUGE_VAL)
+      .add("nested", JsonObject().add("k\"ey", 1))
+      .merge(JsonObject().add("after", "merge"))
+      .merge(JsonObject());
+  EXPECT_EQ(args.str(),
+            "{\"text\": \"q\\\"b\\\\n\\u000at\\u0009c\\u0001\\u001f/\x7f\\u0000end\", "
+            "\"literal\": \"ring\", \"flag\": true, \"off\": false, \"count\": 7, "
+            "\"negative\": -3, \"eps\": 0.001, \"tiny\": 1.25e-07, \"nan\": \"nan\", "
+            "\"inf\": \"-inf\", \"nested\": {\"k\\\"ey\": 1}, \"after\": \"merge\"}");
+  const Json parsed = testing::JsonParser(args.str()).parse();
+  ASSERT_EQ(parsed.type, Json::kObject);
+  EXPECT_EQ(parsed.field("text")->text, awkward);
+  EXPECT_TRUE(parsed.field("flag")->boolean);
+  EXPECT_EQ(parsed.field("count")->number, 7);
+  EXPECT_EQ(parsed.field("tiny")->number, 1.25e-07);
+  EXPECT_EQ(parsed.field("nested")->field("k\"ey")->number, 1);
+  EXPECT_EQ(parsed.fields.size(), 12u);
+}
+
 TEST(Timeline, RowsPerTensorNestedEventsAndCycleMarks) {
   const std::string path = tempPath("layout.json");
   {
@@ -109,7 +144,7 @@ TEST(Timeline, RowsPerTensorNestedEventsAndCycleMarks) {
     timeline.record("grad \"a\"", kMemcpyInActivity, t(12), t(15));
     timeline.record("grad \"a\"", "RING_ALLREDUCE", t(15), t(40));
     timeline.record("grad \"a\"", kMemcpyOutActivity, t(40), t(41));
-    timeline.record("grad \"a\"", "ALLREDUCE", t(10), t(41), "\"algorithm\": \"ring\"");
+    timeline.record("grad \"a\"", "ALLREDUCE", t(10), t(41), JsonObject().add("algorithm", "ring"));
     timeline.record("b", "NEGOTIATE_BROADCAST", t(0), t(5));
     timeline.markCycle();
   }  // the destructor stops it

@@ -54,6 +54,8 @@ def test_horovod_timeline_is_rank_zeros_with_horovods_names_and_cycle_marks(tmp_
 
     rows, marks, _ = _rows(second)
     assert "ALLREDUCE" in {e["name"] for e in rows["allreduce.grad.v"]}
+    odd = rows['allreduce.grad."odd"\\name\t\x01']  # escaped in the file, whole once read
+    assert {e["cat"] for e in odd} == {'allreduce.grad."odd"\\name\t\x01'}, odd
     assert "allreduce.grad.w" not in rows and not marks  # mark_cycles=False
 
 

@@ -10,6 +10,7 @@ import torch
 
 import cerar.torch as hvd
 
+ODD = 'grad."odd"\\name\t\x01'  # a name the file's JSON must escape (test_timeline.py)
 hvd.init()
 hvd.allreduce(torch.ones(8), name="grad.w")
 if hvd.rank() == 0:
@@ -18,6 +19,7 @@ if hvd.rank() == 0:
     print(f"[0] while running: {len(events)} events", flush=True)
 hvd.start_timeline(sys.argv[1], mark_cycles=False)
 hvd.allreduce(torch.ones(8), name="grad.v")
+hvd.allreduce(torch.ones(8), name=ODD)
 hvd.stop_timeline()
 print(f"[{hvd.rank()}] done", flush=True)
 hvd.shutdown()
