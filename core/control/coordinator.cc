@@ -88,9 +88,6 @@ void Coordinator::run() {
         return;
       }
       process(answer);
-      // An idle cycle and nothing of this rank's in flight: the next call starts a cycle at
-      // once. While units keep coming, they gather at the cycle's pace and fuse.
-      queue_.wakeOnPush(answer.groups.empty() && pending_.empty());
       stats_.publish();
       timeline_.flush();
     }

@@ -51,7 +51,6 @@ Status Queue::push(std::unique_ptr<Entry> entry) {
   if (entry->request.names.size() == 1 && !entry->key.empty()) {
     if (!inFlight_.insert(entry->key).second) return refusal(entry->request.names[0]);
     incoming_.push_back(std::move(entry));
-    wakeIfAsked();
     return {};
   }
   const Status busy = findInFlight(entry->request.names, set);
@@ -59,7 +58,6 @@ Status Queue::push(std::unique_ptr<Entry> entry) {
   // Names repeated within one group are caught by enqueue's validation.
   for (const auto& name : entry->request.names) inFlight_.insert(inFlightKey(name, set));
   incoming_.push_back(std::move(entry));
-  wakeIfAsked();
   return {};
 }
 
@@ -72,7 +70,6 @@ Status Queue::pushJoin(std::shared_ptr<OperationState> state) {
   }
   join_ = std::move(state);
   joinNew_ = true;
-  wakeIfAsked();
   return {};
 }
 
@@ -127,20 +124,7 @@ bool Queue::shutdownRequested() {
 
 void Queue::sleepUntil(Clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
-  wake_.wait_until(lock, deadline, [&] { return shutdown_ || woken_; });
-  woken_ = false;
-}
-
-void Queue::wakeOnPush(bool on) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  wakeOnPush_ = on && incoming_.empty();
-}
-
-void Queue::wakeIfAsked() {
-  if (!wakeOnPush_) return;
-  wakeOnPush_ = false;
-  woken_ = true;
-  wake_.notify_all();  // under the lock: the sleeper sees woken_ once it has it
+  wake_.wait_until(lock, deadline, [&] { return shutdown_; });
 }
 
 std::vector<std::unique_ptr<Entry>> Queue::close(const Status& why,

@@ -76,19 +76,13 @@ class Queue {
 
   void requestShutdown();
   bool shutdownRequested();
-  // Sleeps until `deadline`, a shutdown request, or, after wakeOnPush(), the next push.
+  // Sleeps until `deadline` or a shutdown request.
   void sleepUntil(Clock::time_point deadline);
-  // The next push (or join) ends the coordinator's sleep at once: set after an idle cycle while
-  // this rank has nothing in flight, so that a lone call on an idle job does not wait out a
-  // cycle; a busy step's tensors still gather for a cycle and fuse.
-  void wakeOnPush(bool on);
   // Refuses every later push with `why`; returns the entries and join not yet drained.
   std::vector<std::unique_ptr<Entry>> close(const Status& why,
                                             std::shared_ptr<OperationState>& join);
 
  private:
-  // Under mutex_: after wakeOnPush(true), the first push wakes the sleeper.
-  void wakeIfAsked();
   // Under mutex_: the refusal of the first of `names` in flight in `set`, or ok.
   Status findInFlight(const std::vector<std::string>& names, int32_t set) const;
   // The refusal of an operation named `name` while one of that name is in flight.
@@ -107,8 +101,6 @@ class Queue {
   std::shared_ptr<OperationState> join_;
   bool joinNew_ = false;
   bool shutdown_ = false;
-  bool wakeOnPush_ = false;  // the next push wakes the sleeper
-  bool woken_ = false;       // a push woke it
   Status closed_;  // ok while open
 };
 

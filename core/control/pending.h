@@ -26,7 +26,6 @@ class PendingUnits {
   explicit PendingUnits(Queue& queue) : queue_(queue) {}
 
   void add(std::unique_ptr<Entry> entry);
-  bool empty() const { return entries_.empty(); }
   // The unit's entry; null when this rank never submitted it (it has joined).
   Entry* find(const std::string& key) const;
   // Completes the unit, if this rank submitted it.

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include "core/control/message.h"
-#include "core/control/operation.h"
 #include "ops/control_frame.h"
 #include "ops/algorithms/plan.h"
 #include "ops/transport/inproc.h"
@@ -488,26 +487,6 @@ TEST(RuntimeInproc, HostByHostWhereDeclaredLayered) {
     return bits;
   });
   for (const auto& r : results) EXPECT_EQ(r, results[0]);
-}
-
-// A lone call on an idle job: after wakeOnPush(true) the coordinator's sleep ends at the next
-// push; otherwise a push waits for the cycle's deadline (a busy step's units gather and fuse).
-TEST(RuntimeInproc, APushWakesTheCoordinatorOnlyWhenIdle) {
-  const auto sleepAndPush = [](bool idle) {
-    Queue queue(0);
-    queue.wakeOnPush(idle);
-    const auto start = Clock::now();
-    std::thread sleeper([&] { queue.sleepUntil(start + std::chrono::milliseconds(600)); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    auto entry = std::make_unique<Entry>();
-    entry->request.names = {"lone"};
-    entry->key = entry->request.key();
-    EXPECT_TRUE(queue.push(std::move(entry)).ok());
-    sleeper.join();
-    return Clock::now() - start;
-  };
-  EXPECT_LT(sleepAndPush(true), std::chrono::milliseconds(500));
-  EXPECT_GE(sleepAndPush(false), std::chrono::milliseconds(600));
 }
 
 }  // namespace
