@@ -260,7 +260,7 @@ def main(argv=None):
                    help="seconds per launch (900, scaled with the largest size above 64 MiB)")
     p.add_argument("--torch-python", help="the interpreter of every torch and cerar contender "
                    "(default: Debian's torch for torch's, .venv for cerar's; e.g. "
-                   ".venv-torch2/bin/python of scripts/torch2-env.sh, whose torch 2.x gloo sums "
+                   "build-torch2/venv/bin/python of scripts/torch2-env.sh, whose torch 2.x gloo sums "
                    "bfloat16: DDP's bf16 hook runs there)")
     p.add_argument("--dry-run", action="store_true", help="print the plan, run nothing")
     a = p.parse_args(argv)

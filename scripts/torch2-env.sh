@@ -1,67 +1,39 @@
 #!/usr/bin/env bash
-# cerar on a current torch 2.x from PyPI: makes a second venv .venv-torch2, installs cerar into
-# it, runs the whole Python suite and the examples' smoke runs there with deprecation warnings
-# as errors, and ends with one summary line naming the torch version and counting the tests of
-# the integrations (FSDP, torchrun, Lightning, Ray Train) that only this environment runs.
+# cerar on torch 2.x: the pinned environment scripts/envs/torch2.txt (torch 2.15.0 from PyPI,
+# lightning, ray[train], jax; scripts/pinned-env.sh makes it, once per machine, outside the
+# clone), cerar built for it, the torch modules of the Python suite and the examples' smoke
+# runs there, with deprecation warnings as errors. CI runs it: `scripts/test.sh --envs`.
 #
-# CI does not run this (scripts/test.sh and .ci/run stay on Debian's torch 1.13 in .venv and
-# download no torch). Run it by hand after changing frameworks/cerar/torch/.
+# Usage: scripts/torch2-env.sh [--all | pytest arguments]
+#   (none)  CI's selection: the modules of MODULES below, two at a time, then the smoke runs.
+#   --all   every module of tests/python the same way, then the smoke runs.
+#   pytest arguments: one pytest run with them (e.g. tests/python/test_fsdp.py -k sharded).
 #
-# Disk: .venv-torch2 takes about 6 GiB (measured with torch 2.15.0), 5.2 GiB of it the CUDA
-# build of torch (`pip install torch` brings triton and the nvidia-* CUDA libraries although
-# only the CPU is used here); pip keeps no cache of it (--no-cache-dir). The first run
-# downloads about 3 GiB (a few minutes) and builds the extension (a few minutes on 2 cores);
-# later runs skip both when nothing changed (the pip installs when the packages import, the
-# build by a stamp).
-#
-# Usage: scripts/torch2-env.sh [pytest arguments; default: -q tests/python]
+# Disk: the environment takes about 6.5 GiB, 5.2 GiB of it the CUDA build of torch (PyPI's
+# `pip install torch` brings triton and the nvidia-* CUDA libraries although only the CPU is
+# used here); pip keeps no second copy (--no-cache-dir). Building it downloads about 3 GiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
-VENV=.venv-torch2
-PY=$VENV/bin/python
-
-# --- the environment -------------------------------------------------------------------------
-# Without --system-site-packages: Debian's torch 1.13, numpy 1.24 and scikit-learn stay out of
-# sight, so no import can fall back to Debian's torch, and every compiled package (torch, jax,
-# scikit-learn) comes from PyPI built against the same numpy 2.x (Debian's were built against
-# numpy 1.x and would break when the current torch pulls numpy 2.x into the same path).
-[ -x "$PY" ] || /usr/bin/python3 -m venv "$VENV"
-if ! "$PY" -c 'import torch, numpy, pytest, scikit_build_core, pybind11, sklearn, jax,
-lightning, ray.train.torch' 2>/dev/null
-then
-  echo "torch2-env: pip-installing torch (CUDA build, used on the CPU), numpy, jax[cpu]," \
-    "scikit-learn, lightning, ray[train], pytest, scikit-build-core and pybind11 into $VENV" \
-    "(about 3.5 GiB)"
-  # scikit-learn: examples/torch_train.py and fidelity_train.py; jax: tests/python/test_jax.py;
-  # lightning and ray[train]: test_lightning.py and test_ray_train.py.
-  "$PY" -m pip install -q --no-cache-dir torch numpy "jax[cpu]" scikit-learn lightning \
-    "ray[train]" pytest "scikit-build-core>=0.10" "pybind11>=2.10"
-fi
+# What the build and the tests need from Debian (emulated hosts, Open MPI), where missing.
+scripts/setup.sh test --no-build
+source scripts/pinned-env.sh
+pinned_env torch2
 TORCH=$("$PY" -c 'import torch; print(torch.__version__)')
-case $TORCH in
-  1.*) echo "torch2-env: $VENV has torch $TORCH, not 2.x"; exit 1 ;;
-esac
 
-# --- cerar, built for this interpreter --------------------------------------------------------
-# As scripts/setup.sh's pip install (no build isolation: the build uses the venv's scikit-build-core
-# and pybind11), but in a build folder of its own inside the venv: build/ is .venv's, configured
-# for another interpreter. The stamp hashes the sources and the torch version.
-stamp=$VENV/cerar-build.stamp
-hash=$( (echo "$TORCH"
-  find pyproject.toml CMakeLists.txt cmake bindings frameworks core ops -type f \
-    \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.py' \
-    -o -name '*.txt' -o -name '*.cmake' -o -name '*.toml' \) -print0 | sort -z |
-    xargs -0 sha256sum) | sha256sum | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" != "$hash" ] || ! "$PY" -c 'import cerar' 2>/dev/null; then
-  echo "torch2-env: pip install . (the cerar package into $VENV)"
-  CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
-    "$PY" -m pip install -q --no-build-isolation \
-    --config-settings=build-dir="$ROOT/$VENV/cerar-build" .
-  echo "$hash" >"$stamp"
-fi
+# The modules CI runs here, the longest first: every one whose ranks drive torch through cerar
+# (cerar.torch, the DDP hook, the backend, FSDP, torchrun, Lightning, Ray Train, Horovod's API
+# and its parity, the elastic API's torch state and sampler). The others run on Debian's torch
+# only, in scripts/test.sh's release tests: those of numpy, jax, Ray, the launcher, the
+# runtime and rendezvous, whose code does not change with torch's version, and test_elastic,
+# which drives the elastic driver across emulated hosts (2.5 min; its torch parts are
+# test_elastic_api's).
+MODULES=(
+  test_fsdp test_ray_train test_lightning test_adasum test_dist_backend test_ddp test_torch
+  test_elastic_api test_torchrun test_process_sets test_horovod_parity test_scatter_join
+  test_torch_compat test_sync_batch_norm test_frontend test_timeline test_from_horovod test_api
+  test_torch_cuda
+)
 
-# --- strict warnings ---------------------------------------------------------------------------
 # Deprecations are errors: DeprecationWarning, PendingDeprecationWarning, FutureWarning, and the
 # UserWarnings by which torch announces deprecated APIs (their text says "deprecated"), wherever
 # cerar, the tests or the examples call torch, numpy or jax. The last lines exempt warnings
@@ -69,62 +41,50 @@ fi
 # expression matched at the start of the warning's module) when merely imported or used by
 # torch, the examples' data loading, jax, Lightning or Ray Train: not cerar's to fix, so they are
 # shown once and do not fail the run (lightning 2.6.6 warns that its own _pytree.py uses a
-# deprecated torch API). cerar's code and the tests still may not warn. pytest gets the list
-# through -o filterwarnings; every process the tests start (workers, cerarrun's ranks, examples,
-# torchrun's, Lightning's and Ray's workers) gets it through sitecustomize.
-filters=(
-  "error::DeprecationWarning"
-  "error::PendingDeprecationWarning"
-  "error::FutureWarning"
-  "error:.*deprecat:UserWarning"
-  "default::Warning:(sklearn|scipy|sympy|networkx|triton|jaxlib|ml_dtypes|opt_einsum)(\\.|$)"
-  "default::Warning:(lightning|lightning_fabric|lightning_utilities|pytorch_lightning)(\\.|$)"
+# deprecated torch API). cerar's code and the tests still may not warn.
+strict_warnings \
+  "error::DeprecationWarning" \
+  "error::PendingDeprecationWarning" \
+  "error::FutureWarning" \
+  "error:.*deprecat:UserWarning" \
+  "default::Warning:(sklearn|scipy|sympy|networkx|triton|jaxlib|ml_dtypes|opt_einsum)(\\.|$)" \
+  "default::Warning:(lightning|lightning_fabric|lightning_utilities|pytorch_lightning)(\\.|$)" \
   "default::Warning:(torchmetrics|ray|pyarrow|pandas|pydantic|fsspec|tensorboardX)(\\.|$)"
-)
-CERAR_WARNING_FILTERS=$(printf '%s\n' "${filters[@]}")
-export CERAR_WARNING_FILTERS
-export PYTHONPATH=$ROOT/scripts/torch2-warnings${PYTHONPATH:+:$PYTHONPATH}
+# The integrations' tests fail here, instead of skipping, when a package is missing
+# (tests/python/torch_ranks.py): running them is this environment's reason to be.
+export CERAR_REQUIRE_TORCH2=1
 
-# --- the suite and the examples -----------------------------------------------------------------
 failed=()
-pytest_args=("$@")
-((${#pytest_args[@]})) || pytest_args=(-q tests/python)
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-junit=$(mktemp)
-trap 'rm -f "$log" "$junit"' EXIT
-echo "torch2-env: python -m pytest ${pytest_args[*]} (torch $TORCH)"
-if ! "$PY" -m pytest -p no:cacheprovider -o filterwarnings="$CERAR_WARNING_FILTERS" \
-    --junitxml="$junit" "${pytest_args[@]}" 2>&1 | tee "$log"; then
-  failed+=(pytest)
-fi
-summary=$(grep -E '(passed|failed|error|skipped)' "$log" | tail -n 1 | tr -d '=' | xargs)
-# The integrations' tests, counted from pytest's report (a skip there is a missing package)
-integrations=$("$PY" - "$junit" <<'EOF2'
-import sys
-import xml.etree.ElementTree as ET
-files = ("test_fsdp", "test_torchrun", "test_lightning", "test_ray_train")
-counts = dict.fromkeys(("passed", "failed", "skipped"), 0)
-for case in ET.parse(sys.argv[1]).iter("testcase"):
-    if case.get("classname", "").split(".")[-1] in files:
-        outcome = ("failed" if case.find("failure") is not None or case.find("error") is not None
-                   else "skipped" if case.find("skipped") is not None else "passed")
-        counts[outcome] += 1
-print(", ".join(f"{n} {k}" for k, n in counts.items()))
-EOF2
-) || integrations="not counted"
+t=$SECONDS
+case "${1:-}" in
+  "") run_modules "${MODULES[@]}" ;;
+  --all)
+    others=()
+    for path in tests/python/test_*.py; do
+      module=$(basename "$path" .py)
+      [[ " ${MODULES[*]} " == *" $module "* ]] || others+=("$module")
+    done
+    run_modules "${MODULES[@]}" "${others[@]}" ;;
+  *)
+    echo "torch2-env: python -m pytest $* (torch $TORCH)"
+    "$PY" -m pytest -p no:cacheprovider -o filterwarnings="$CERAR_WARNING_FILTERS" "$@"
+    exit ;;
+esac
+echo "torch2-env: pytest modules took $((SECONDS - t)) s"
 
 # The examples as frameworks/README.md and scripts/main.sh run them, shortened.
+t=$SECONDS
 out=$(mktemp -d)
-trap 'rm -f "$log" "$junit"; rm -rf "$out"' EXIT
-run=("$VENV/bin/cerarrun" --max-time 300)
+trap 'rm -rf "$out"' EXIT
+run=("$(dirname "$PY")/cerarrun" --max-time 300)
 smoke() {  # smoke NAME MARKER COMMAND...: the command must exit 0 and print MARKER
-  local name=$1 marker=$2
+  local name=$1 marker=$2 t=$SECONDS
   shift 2
-  echo "torch2-env: example $name"
   if "$@" >"$out/$name.log" 2>&1 && grep -q -- "$marker" "$out/$name.log"; then
+    echo "example $name: passed in $((SECONDS - t)) s"
     return
   fi
+  echo "example $name: FAILED in $((SECONDS - t)) s"
   tail -n 40 "$out/$name.log"
   failed+=("$name")
 }
@@ -155,11 +115,10 @@ smoke ddp_train_cerar "RESULT " \
   timeout 300 "$PY" -m torch.distributed.run --standalone --nproc_per_node 4 \
   examples/ddp_train.py --comm cerar --algorithm cerar --components 16 --amp --epochs 1
 
+echo "torch2-env: examples took $((SECONDS - t)) s"
+
 if ((${#failed[@]})); then
-  echo "torch2-env: FAILED (${failed[*]}) on torch $TORCH; pytest: $summary;" \
-    "integrations (FSDP, torchrun, Lightning, Ray Train): $integrations"
+  echo "torch2-env: FAILED on torch $TORCH: ${failed[*]}"
   exit 1
 fi
-echo "torch2-env: OK on torch $TORCH, numpy $("$PY" -c 'import numpy; print(numpy.__version__)');" \
-  "pytest: $summary; integrations (FSDP, torchrun, Lightning, Ray Train): $integrations;" \
-  "examples: 9 smoke runs passed"
+echo "torch2-env: OK on torch $TORCH, numpy $("$PY" -c 'import numpy; print(numpy.__version__)')"

@@ -1,5 +1,6 @@
 """cerar.torch's version-specific branches (frameworks/cerar/torch/_compat.py), each exercised
-on whichever torch runs the suite: Debian's 1.13 in CI, a current 2.x in scripts/torch2-env.sh."""
+on whichever torch runs the suite: in CI Debian's 1.13 and the pinned 2.x of
+scripts/torch2-env.sh."""
 import os
 import re
 import subprocess

@@ -13,6 +13,9 @@ from conftest import WORKERS
 
 torch = pytest.importorskip("torch")
 TORCH_VERSION = tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2])
+# Set by scripts/torch2-env.sh, whose environment exists to run these tests: there a missing
+# package or an old torch fails the module's collection instead of skipping its tests.
+REQUIRED = os.environ.get("CERAR_REQUIRE_TORCH2") == "1"
 
 
 def needs_package(module, what):
@@ -23,15 +26,20 @@ def needs_package(module, what):
             return importlib.util.find_spec(module) is None
         except ImportError:
             return True
+    if REQUIRED and missing():
+        raise ImportError(f"{what} is not installed, and CERAR_REQUIRE_TORCH2=1")
     return pytest.mark.skipif(TORCH_VERSION >= (2, 4) and missing(),
-                              reason=f"{what} is not installed (scripts/torch2-env.sh installs it)")
+                              reason=f"{what} is not installed (scripts/envs/torch2.txt has it)")
 
 
 def needs_torch2(what):
     """A skip mark for tests of `what` on a torch older than 2.4 (Debian's 1.13 in CI)."""
+    if REQUIRED and TORCH_VERSION < (2, 4):
+        raise ImportError(f"{what} needs torch 2.4 or newer, this is {torch.__version__}, "
+                          "and CERAR_REQUIRE_TORCH2=1")
     return pytest.mark.skipif(TORCH_VERSION < (2, 4),
                               reason=f"{what} on CPU needs torch 2.4 or newer, this is "
-                                     f"{torch.__version__} (scripts/torch2-env.sh runs it)")
+                                     f"{torch.__version__} (CI runs it in scripts/torch2-env.sh)")
 
 
 def clean_env(**extra):
