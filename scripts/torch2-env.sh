@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cerar on torch 2.x: the pinned environment scripts/envs/torch2.txt (torch 2.15.0 from PyPI,
-# lightning, ray[train], jax; scripts/pinned-env.sh makes it, once per machine, outside the
+# lightning, ray[train], jax; scripts/envs/pinned-env.sh makes it, once per machine, outside the
 # clone), cerar built for it, the torch modules of the Python suite and the examples' smoke
 # runs there, with deprecation warnings as errors. CI runs it: `scripts/test.sh --envs`.
 #
@@ -16,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # What the build and the tests need from Debian (emulated hosts, Open MPI), where missing.
 scripts/setup.sh test --no-build
-source scripts/pinned-env.sh
+source scripts/envs/pinned-env.sh
 pinned_env torch2
 TORCH=$("$PY" -c 'import torch; print(torch.__version__)')
 

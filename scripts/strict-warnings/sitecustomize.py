@@ -1,5 +1,5 @@
 """Warning filters for every Python process of a pinned environment's run (scripts/torch2-env.sh):
-pytest's workers, cerarrun's ranks and the examples (scripts/pinned-env.sh's strict_warnings
+pytest's workers, cerarrun's ranks and the examples (scripts/envs/pinned-env.sh's strict_warnings
 puts this folder on PYTHONPATH for that run only). Each line of CERAR_WARNING_FILTERS is
 "action:message:category:module" with message and module as regular expressions, as in pytest's
 filterwarnings, which the script passes to pytest itself; later lines win.
