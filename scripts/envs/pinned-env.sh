@@ -2,7 +2,7 @@
 # scripts/envs/<name>.txt ready and cerar built for it, and sets PY, the interpreter to run.
 #
 # The packages live outside the clone, in a venv on /usr/bin/python3 (no system site-packages)
-# named by a hash of the pins and the interpreter:
+# named by a hash of the pins (not of the comments) and the interpreter:
 #   ${CERAR_ENV_CACHE:-~/.cache/cerar}/<name>-<hash>/
 # so every clone and every later run on the machine reuses it, and raising a pin builds a new
 # one. It is complete once it holds the file `complete`, and is not written after that (a
@@ -16,8 +16,9 @@ pinned_env() {
   local pins=scripts/envs/$name.txt
   local cache=${CERAR_ENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cerar}
   local key
+  # The pins without their comments: rewording the file's header does not rebuild 6 GiB.
   key=$( (/usr/bin/python3 -c 'import platform, sys; print(sys.version, platform.machine())'
-    cat "$pins") | sha256sum | cut -c1-16)
+    grep -v -e '^#' -e '^[[:space:]]*$' "$pins") | sha256sum | cut -c1-16)
   ENV_DIR=$cache/$name-$key
   mkdir -p "$cache"
   # One build at a time per environment name: CI runs and clones of one machine share the cache.
