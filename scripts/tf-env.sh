@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# cerar on TensorFlow 2: the pinned environment scripts/envs/tf.txt (tensorflow-cpu and keras 3
+# from PyPI; scripts/envs/pinned-env.sh makes it, once per machine, outside the clone), cerar
+# built for it, the TensorFlow modules of the Python suite and the example's smoke run there,
+# with deprecation warnings as errors. CI runs it: `scripts/test.sh --envs`.
+#
+# Usage: scripts/tf-env.sh [pytest arguments]
+#   (none)  CI's selection: the modules of MODULES below, then the smoke run.
+#   pytest arguments: one pytest run with them (e.g. tests/python/test_tensorflow.py -x).
+#
+# Disk: the environment takes about 1.6 GiB; building it downloads about 300 MiB.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# What the build needs from Debian (compiler, Gloo, Boost.Asio), where missing.
+scripts/setup.sh test --no-build
+source scripts/envs/pinned-env.sh
+pinned_env tf
+TF=$("$PY" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null)
+
+# The modules whose ranks drive TensorFlow through cerar, and the doc check of its names.
+MODULES=(test_tensorflow test_from_horovod)
+
+# Deprecations are errors wherever cerar, the tests or the example call TensorFlow or numpy.
+# The last line exempts warnings that third-party packages raise inside their own modules when
+# merely imported (TensorFlow's and Keras's own, of their dependencies): not cerar's to fix.
+strict_warnings \
+  "error::DeprecationWarning" \
+  "error::PendingDeprecationWarning" \
+  "error::FutureWarning" \
+  "default::Warning:(tensorflow|keras|tf_keras|absl|google|flatbuffers|h5py|ml_dtypes|optree)(\\.|$)"
+# The TensorFlow tests fail here, instead of skipping, when TensorFlow is missing.
+export CERAR_REQUIRE_TF=1
+# TensorFlow's C++ start-up chatter (oneDNN, CPU features) on every rank's stderr.
+export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
+
+failed=()
+t=$SECONDS
+case "${1:-}" in
+  "") run_modules "${MODULES[@]}" ;;
+  *)
+    echo "tf-env: python -m pytest $* (tensorflow $TF)"
+    "$PY" -m pytest -p no:cacheprovider -o filterwarnings="$CERAR_WARNING_FILTERS" "$@"
+    exit ;;
+esac
+echo "tf-env: pytest modules took $((SECONDS - t)) s"
+
+t=$SECONDS
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+run=("$(dirname "$PY")/cerarrun" --max-time 300)
+smoke() {  # smoke NAME MARKER COMMAND...: the command must exit 0 and print MARKER
+  local name=$1 marker=$2 t=$SECONDS
+  shift 2
+  if "$@" >"$out/$name.log" 2>&1 && grep -q -- "$marker" "$out/$name.log"; then
+    echo "example $name: passed in $((SECONDS - t)) s"
+    return
+  fi
+  echo "example $name: FAILED in $((SECONDS - t)) s"
+  tail -n 40 "$out/$name.log"
+  failed+=("$name")
+}
+smoke tensorflow_train "RESULT " \
+  "${run[@]}" -np 2 "$PY" examples/tensorflow_train.py --steps 20
+echo "tf-env: examples took $((SECONDS - t)) s"
+
+if ((${#failed[@]})); then
+  echo "tf-env: FAILED on tensorflow $TF: ${failed[*]}"
+  exit 1
+fi
+echo "tf-env: OK on tensorflow $TF, numpy $("$PY" -c 'import numpy; print(numpy.__version__)')"
