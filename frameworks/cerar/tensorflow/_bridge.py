@@ -1,0 +1,74 @@
+"""How a TensorFlow tensor reaches the runtime: through numpy, in host memory.
+
+Eagerly, a collective converts its inputs with `.numpy()`, runs the host function (cerar.numpy's
+calls) and converts the results back. Inside `tf.function` it is one `tf.numpy_function` op,
+stateful, so TensorFlow's automatic control dependencies run a function's collectives one after
+another in program order: every rank issues its blocking collectives in the same order, as it
+would running the step op by op. The op's results get the shapes the caller declares (a `None`
+dimension where only the run knows it, as an allgather's first).
+
+Inside `tf.function(jit_compile=True)` no Python op can run (XLA compiles the whole graph), so
+a collective refuses at trace time with an error that names jit_compile.
+"""
+import numpy as np
+import tensorflow as tf
+
+from cerar._cerar import InvalidArgumentError
+from cerar._frontend import auto_name
+
+try:  # TF's record of an XLA compilation context during tracing (jit_compile=True)
+    from tensorflow.python.ops import control_flow_util as _flow_util
+except ImportError:  # pragma: no cover - a TensorFlow that moved it
+    _flow_util = None
+
+
+def in_xla():
+    """True while tracing a function that XLA will compile (jit_compile=True)."""
+    if _flow_util is None or tf.executing_eagerly():
+        return False
+    return bool(_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()))
+
+
+def check_not_xla(what):
+    if in_xla():
+        raise InvalidArgumentError(
+            f"cerar.tensorflow.{what} cannot run inside tf.function(jit_compile=True): XLA "
+            "compiles the whole function and cannot call the Python op that carries the "
+            "collective; call it from a function without jit_compile (e.g. compute the "
+            "gradients in a jit_compile function and reduce them outside it)")
+
+
+def op_name(kind, name):
+    """The runtime's name of a collective: the user's, or "<kind>.noname.<n>" in call order
+    (inside tf.function, fixed when tracing: every rank traces the same calls in one order)."""
+    return auto_name(kind, name)
+
+
+def host(tensor):
+    """A tensor (or anything tf.convert_to_tensor takes) as a numpy array, eagerly."""
+    if isinstance(tensor, np.ndarray):
+        return tensor
+    return tf.convert_to_tensor(tensor).numpy()
+
+
+def call(what, host_function, inputs, outputs):
+    """host_function(*numpy arrays) -> list of numpy arrays, on tensors. `outputs`: one
+    (dtype, shape) per result (shape a list, None for a dimension known only when it runs).
+    Eagerly it runs now; in a graph it is a stateful numpy_function op."""
+    inputs = [tf.convert_to_tensor(t) for t in inputs]
+    if tf.executing_eagerly():
+        results = host_function(*[t.numpy() for t in inputs])
+        return [tf.convert_to_tensor(np.asarray(r, dtype=d.as_numpy_dtype))
+                for r, (d, _) in zip(results, outputs)]
+    check_not_xla(what)
+
+    def run(*arrays):
+        results = host_function(*arrays)
+        return [np.asarray(r, dtype=d.as_numpy_dtype) for r, (d, _) in zip(results, outputs)]
+    tensors = tf.numpy_function(run, inputs, [d for d, _ in outputs], stateful=True,
+                                name=f"cerar_{what}")
+    if not isinstance(tensors, (list, tuple)):
+        tensors = [tensors]
+    for tensor, (_, shape) in zip(tensors, outputs):
+        tensor.set_shape(shape)
+    return list(tensors)

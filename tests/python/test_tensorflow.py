@@ -1,0 +1,38 @@
+"""cerar.tensorflow: Horovod's TensorFlow API on 2 ranks (workers/tf_*.py say what each checks).
+Skips where TensorFlow is absent, unless CERAR_REQUIRE_TF=1 (scripts/tf-env.sh)."""
+import os
+
+import pytest
+
+from conftest import assert_ok, needs_runtime, run_job
+
+if os.environ.get("CERAR_REQUIRE_TF") != "1":
+    pytest.importorskip("tensorflow", reason="TensorFlow is not installed "
+                        "(scripts/tf-env.sh runs these tests)")
+pytestmark = needs_runtime
+ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+
+
+def test_collectives_eager_and_in_tf_function():
+    assert_ok(run_job("tf_ops.py", np=2, env=ENV), "tf ops OK", np=2)
+
+
+def test_errors_reach_every_rank():
+    assert_ok(run_job("tf_errors.py", np=2, env=ENV), "tf errors OK", np=2)
+
+
+def test_training_matches_one_process():
+    assert_ok(run_job("tf_train.py", np=2, env=ENV), "tf train OK", np=2)
+
+
+def test_import_error_names_tensorflow(tmp_path):
+    """Where TensorFlow does not import, the error says what cerar.tensorflow needs."""
+    import subprocess
+    import sys
+    (tmp_path / "tensorflow").mkdir()
+    (tmp_path / "tensorflow" / "__init__.py").write_text("raise ImportError('absent')\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    result = subprocess.run([sys.executable, "-c", "import cerar.tensorflow"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "cerar.tensorflow needs TensorFlow >= 2.16" in result.stderr, result.stderr

@@ -1,0 +1,53 @@
+"""DistributedGradientTape inside tf.function, and DistributedOptimizer: each rank trains on
+its half of every batch; the losses must equal one process's training on the whole batches."""
+import numpy as np
+import tensorflow as tf
+
+import cerar.tensorflow as hvd
+from common import check_close
+
+hvd.init()
+r, n = hvd.rank(), hvd.size()
+STEPS, BATCH = 8, 16
+data = np.random.default_rng(0)
+x_all = data.normal(size=(STEPS, BATCH, 5)).astype(np.float32)
+y_all = (x_all @ data.normal(size=(5, 1)) + 0.1).astype(np.float32)
+start = data.normal(size=(5, 1)).astype(np.float32)
+
+
+def train(xs, ys, distributed, optimizer_wrapper=None):
+    """The losses of STEPS steps of linear regression with SGD (global mean loss)."""
+    w = tf.Variable(start + (0.0 if r == 0 else 1.0))  # differs until broadcast
+    b = tf.Variable(0.0)
+    optimizer = tf.keras.optimizers.SGD(0.1)
+    if optimizer_wrapper:
+        optimizer = optimizer_wrapper(optimizer)
+    if distributed:
+        hvd.broadcast_variables([w, b], root_rank=0)
+    else:
+        w.assign(start)
+
+    @tf.function
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(x @ w + b - y))
+        if distributed and not optimizer_wrapper:
+            tape = hvd.DistributedGradientTape(tape)
+        grads = tape.gradient(loss, [w, b])
+        optimizer.apply_gradients(zip(grads, [w, b]))
+        return loss
+
+    losses = [float(step(x, y)) for x, y in zip(xs, ys)]
+    return losses, w.numpy()
+
+
+half = BATCH // n
+mine = (x_all[:, r * half:(r + 1) * half], y_all[:, r * half:(r + 1) * half])
+alone, w_alone = train(x_all, y_all, distributed=False)
+for label, wrapper in (("tape", None), ("optimizer", hvd.DistributedOptimizer)):
+    local, w = train(*mine, distributed=True, optimizer_wrapper=wrapper)
+    together = hvd.allreduce(tf.constant(local, tf.float64), op=hvd.Average).numpy()
+    check_close(f"{label} losses", together, alone, rtol=1e-5)
+    check_close(f"{label} weights", w, w_alone, rtol=1e-5)
+hvd.shutdown()
+print("tf train OK", flush=True)
