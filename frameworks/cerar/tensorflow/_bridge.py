@@ -22,6 +22,13 @@ except ImportError:  # pragma: no cover - a TensorFlow that moved it
     _flow_util = None
 
 
+class JitCompileError(InvalidArgumentError):
+    """A collective inside tf.function(jit_compile=True). Exception's own constructor, so that
+    autograph, which rebuilds an error raised while tracing from its message when it can, gives
+    the user this class and not its StagingError."""
+    __init__ = Exception.__init__
+
+
 def in_xla():
     """True while tracing a function that XLA will compile (jit_compile=True)."""
     if _flow_util is None or tf.executing_eagerly():
@@ -31,7 +38,7 @@ def in_xla():
 
 def check_not_xla(what):
     if in_xla():
-        raise InvalidArgumentError(
+        raise JitCompileError(
             f"cerar.tensorflow.{what} cannot run inside tf.function(jit_compile=True): XLA "
             "compiles the whole function and cannot call the Python op that carries the "
             "collective; call it from a function without jit_compile (e.g. compute the "

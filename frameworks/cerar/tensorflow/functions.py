@@ -23,10 +23,10 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set,
     from cerar.tensorflow.ops import broadcast
     variables = list(variables)
     if not tf.executing_eagerly():
-        check_not_xla("broadcast_variables")
-        return tf.group(*[v.assign(broadcast(v, root_rank, name=f"{name}.{i}",
-                                             process_set=process_set))
-                          for i, v in enumerate(variables)])
+        check_not_xla("broadcast_variables")  # in tf.function: the assignments run in order
+        for i, v in enumerate(variables):
+            v.assign(broadcast(v, root_rank, name=f"{name}.{i}", process_set=process_set))
+        return None
     set_ = _set(process_set)
     arrays = [np.array(v.numpy(), order="C", copy=True, ndmin=1) for v in variables]
     handles = [cn.broadcast_async_(a, root_rank, f"{name}.{i}", set_)

@@ -22,10 +22,14 @@ def rank_data(rank, dtype, shape=(3, 4)):
 
 
 def reference(dtype, op, pre=1.0, post=1.0):
-    stack = np.stack([rank_data(k, dtype).astype(np.float64) * pre for k in range(n)])
-    out = {"Sum": stack.sum(0), "Average": stack.mean(0), "Min": stack.min(0),
-           "Max": stack.max(0), "Product": stack.prod(0)}[op] * post
-    return np.trunc(out) if not tf.as_dtype(dtype).is_floating else out
+    """Horovod's result in float64; integers are scaled before and after the reduction, each
+    time truncated toward zero (Average: the sum times post / size)."""
+    integer = not tf.as_dtype(dtype).is_floating
+    cut = np.trunc if integer else (lambda a: a)
+    stack = np.stack([cut(rank_data(k, dtype).astype(np.float64) * pre) for k in range(n)])
+    out = {"Sum": stack.sum(0), "Average": stack.sum(0) / n, "Min": stack.min(0),
+           "Max": stack.max(0), "Product": stack.prod(0)}[op]
+    return cut(out * post) if not (integer and op == "Average") else cut(stack.sum(0) * (post / n))
 
 
 # allreduce: every dtype x op, eagerly and inside tf.function, with scales.
@@ -105,8 +109,9 @@ for mode, wrap in MODES.items():
             loss = tf.reduce_sum(summed) + tf.reduce_sum(gathered) + tf.reduce_sum(root)
         return tape.gradient(loss, x)
     got = wrap(grads)(tf.ones([3]))
-    # d/dx: sum(r+1 over ranks)*(r+1) + 2*n (gathered rows summed) + n on the root only.
-    want = n * (n + 1) / 2 * (r + 1) + 2 * n + (n if r == 0 else 0)
+    # d/dx: the allreduced ones (n) times r+1, + 2 * n (this rank's rows of the summed
+    # gradient), + n on the root only (the summed gradient; zero elsewhere).
+    want = n * (r + 1) + 2 * n + (n if r == 0 else 0)
     check_close(f"{mode} gradients", got.numpy(), np.full(3, want))
 
 # Objects and variables.
