@@ -13,9 +13,11 @@ _cerar = pytest.importorskip("cerar._cerar")
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 STATUSES = {"api": {"same", "differs"},
+            "tensorflow": {"same", "differs", "missing"},
             "variables": {"alias", "same", "no effect", "not read"},
             "flags": {"same", "differs", "no effect", "refused"}}
-SECTIONS = {"## The API": "api", "## Variables": "variables", "## horovodrun's flags": "flags"}
+SECTIONS = {"## The API": "api", "## The TensorFlow API": "tensorflow",
+            "## Variables": "variables", "## horovodrun's flags": "flags"}
 
 
 def _rows():
@@ -37,8 +39,12 @@ ROWS = _rows()
 def test_every_listed_name_has_one_row_and_every_row_a_listed_name():
     listed = (DOCS / "horovod-names.txt").read_text().split()
     assert len(listed) == len(set(listed)), "a name is listed twice"
-    named = [name for section in ROWS.values() for names, _, _ in section for name in names]
+    named = [name for key, section in ROWS.items() if key != "tensorflow"
+             for names, _, _ in section for name in names]
     assert sorted(named) == sorted(listed)
+    listed_tf = (DOCS / "horovod-tf-names.txt").read_text().split()
+    assert len(listed_tf) == len(set(listed_tf)), "a TensorFlow name is listed twice"
+    assert sorted(n for names, _, _ in ROWS["tensorflow"] for n in names) == sorted(listed_tf)
     for section, statuses in STATUSES.items():
         assert ROWS[section], section
         for names, status, _ in ROWS[section]:
@@ -54,6 +60,22 @@ def test_api_rows_exist_in_cerar_torch():
             assert hasattr(target, part), f"{name} is said {status} but cerar.torch lacks it"
             target = getattr(target, part)
         if status == "differs":
+            assert text, name
+
+
+def test_tensorflow_rows_are_what_cerar_tensorflow_has():
+    """Every TensorFlow row said same or differs names something cerar.tensorflow has; every
+    row said missing, something it lacks."""
+    if os.environ.get("CERAR_REQUIRE_TF") != "1":
+        pytest.importorskip("tensorflow", reason="TensorFlow is not installed")
+    import cerar.tensorflow as hvd
+    for (name,), status, text in ROWS["tensorflow"]:
+        target, found = hvd, True
+        for part in name.split(".")[1:]:
+            found = found and hasattr(target, part)
+            target = getattr(target, part, None)
+        assert found == (status != "missing"), f"{name} is said {status}"
+        if status in ("differs", "missing"):
             assert text, name
 
 
