@@ -16,6 +16,10 @@ import tensorflow as tf
 from cerar._cerar import InvalidArgumentError
 from cerar._frontend import auto_name
 
+try:  # whether a gradient tape is recording (eagerly, a collective then skips custom_gradient)
+    from tensorflow.python.eager import record as _record
+except ImportError:  # pragma: no cover - a TensorFlow that moved it
+    _record = None
 try:  # TF's record of an XLA compilation context during tracing (jit_compile=True)
     from tensorflow.python.ops import control_flow_util as _flow_util
 except ImportError:  # pragma: no cover - a TensorFlow that moved it
@@ -43,6 +47,13 @@ def check_not_xla(what):
             "compiles the whole function and cannot call the Python op that carries the "
             "collective; call it from a function without jit_compile (e.g. compute the "
             "gradients in a jit_compile function and reduce them outside it)")
+
+
+def untaped():
+    """True when running eagerly with no gradient tape recording: no gradient can be asked
+    for, so a collective runs without tf.custom_gradient's bookkeeping."""
+    return (_record is not None and tf.executing_eagerly()
+            and not _record.could_possibly_record())
 
 
 def op_name(kind, name):

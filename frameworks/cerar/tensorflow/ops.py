@@ -11,7 +11,7 @@ from cerar import Average, Sum
 from cerar._cerar import InvalidArgumentError
 from cerar._process_sets import _membership, global_process_set
 from cerar.tensorflow import _host
-from cerar.tensorflow._bridge import call, op_name
+from cerar.tensorflow._bridge import call, op_name, untaped
 from cerar.tensorflow.compression import Compression
 
 
@@ -38,11 +38,14 @@ def _grouped_allreduce(tensors, op, name, prescale, postscale, process_set):
     base = op_name("grouped_allreduce" if len(tensors) > 1 else "allreduce", name)
     names = [base] if len(tensors) == 1 else [f"{base}.{i}" for i in range(len(tensors))]
 
+    def host(*arrays):
+        return _host.grouped_allreduce(list(arrays), op, names, prescale, postscale,
+                                       process_set)
+    if untaped():
+        return call("allreduce", host, tensors, [(x.dtype, x.shape) for x in tensors])
+
     @tf.custom_gradient
     def forward(*xs):
-        def host(*arrays):
-            return _host.grouped_allreduce(list(arrays), op, names, prescale, postscale,
-                                           process_set)
         ys = call("allreduce", host, xs, [(x.dtype, x.shape) for x in xs])
 
         def grad(*dys):
