@@ -47,6 +47,7 @@ from cerar.tensorflow.functions import (allgather_object, broadcast_object,  # n
                                         broadcast_object_fn, broadcast_variables)
 from cerar.tensorflow.gradient_tape import DistributedGradientTape  # noqa: E402,F401
 from cerar.tensorflow.optimizer import DistributedOptimizer  # noqa: E402,F401
+from cerar.tensorflow.sync_batch_normalization import SyncBatchNormalization  # noqa: E402,F401
 
 # Horovod code catches HorovodInternalError when a collective fails (as cerar.torch's).
 HorovodInternalError = CerarError

@@ -1,5 +1,7 @@
 """DistributedGradientTape inside tf.function, and DistributedOptimizer: each rank trains on
-its half of every batch; the losses must equal one process's training on the whole batches."""
+its half of every batch; the losses must equal one process's training on the whole batches.
+SyncBatchNormalization on half a batch: the outputs and input gradients of Keras's
+BatchNormalization on the whole batch."""
 import numpy as np
 import tensorflow as tf
 
@@ -49,5 +51,25 @@ for label, wrapper in (("tape", None), ("optimizer", hvd.DistributedOptimizer)):
     together = hvd.allreduce(tf.constant(local, tf.float64), op=hvd.Average).numpy()
     check_close(f"{label} losses", together, alone, rtol=1e-5)
     check_close(f"{label} weights", w, w_alone, rtol=1e-5)
+
+
+def batch_norm(layer, x):
+    """The training-mode outputs of `layer` and d(weighted sum of squared outputs)/dx."""
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layer(x, training=True)
+        loss = tf.reduce_sum(tf.square(y) * tf.range(1.0, 4.0))
+    return y, tape.gradient(loss, x)
+
+
+features = data.normal(size=(8, 3)).astype(np.float32) * 3 + 1
+want_y, want_dx = batch_norm(tf.keras.layers.BatchNormalization(), tf.constant(features))
+mine = slice(r * 4, (r + 1) * 4)
+for label, wrap in (("eager", lambda f: f), ("function", tf.function)):
+    layer = hvd.SyncBatchNormalization()
+    layer.build((4, 3))
+    got_y, got_dx = wrap(batch_norm)(layer, tf.constant(features[mine]))
+    check_close(f"sync bn {label}", got_y.numpy(), want_y.numpy()[mine], atol=1e-4)
+    check_close(f"sync bn {label} grad", got_dx.numpy(), want_dx.numpy()[mine], atol=1e-4)
 hvd.shutdown()
 print("tf train OK", flush=True)
