@@ -38,7 +38,7 @@ from cerar._frontend import barrier  # noqa: E402,F401
 from cerar._frontend import join as _join  # noqa: E402
 from cerar._process_sets import (ProcessSet, add_process_set,  # noqa: E402,F401
                                  global_process_set, remove_process_set)
-from cerar import elastic  # noqa: E402,F401
+from cerar.tensorflow import elastic  # noqa: E402,F401
 from cerar.tensorflow.compression import Compression  # noqa: E402,F401
 from cerar.tensorflow.ops import (allgather, allreduce, alltoall, broadcast,  # noqa: E402,F401
                                   broadcast_, grouped_allgather, grouped_allreduce,

@@ -1,7 +1,7 @@
 """DistributedGradientTape inside tf.function, and DistributedOptimizer: each rank trains on
 its half of every batch; the losses must equal one process's training on the whole batches.
 SyncBatchNormalization on half a batch: the outputs and input gradients of Keras's
-BatchNormalization on the whole batch."""
+BatchNormalization on the whole batch. TensorFlowKerasState: restore and sync."""
 import numpy as np
 import tensorflow as tf
 
@@ -71,5 +71,22 @@ for label, wrap in (("eager", lambda f: f), ("function", tf.function)):
     got_y, got_dx = wrap(batch_norm)(layer, tf.constant(features[mine]))
     check_close(f"sync bn {label}", got_y.numpy(), want_y.numpy()[mine], atol=1e-4)
     check_close(f"sync bn {label} grad", got_dx.numpy(), want_dx.numpy()[mine], atol=1e-4)
+
+# elastic.TensorFlowKerasState without an elastic driver: commit saves, restore assigns the
+# commit back, sync makes every rank's variables (model's and optimizer's) rank 0's.
+model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2)])
+model.layers[0].kernel.assign(tf.fill([3, 2], float(r)))
+sgd = tf.keras.optimizers.SGD(0.1, momentum=0.9)
+sgd.build(model.trainable_variables)
+state = hvd.elastic.TensorFlowKerasState(model, sgd, epoch=r)
+state.commit()
+model.layers[0].kernel.assign(tf.fill([3, 2], 7.0))
+state.epoch = 9
+state.restore()
+check_close("elastic restore", model.layers[0].kernel.numpy(), np.full((3, 2), float(r)))
+check_close("elastic restore epoch", state.epoch, r)
+state.sync()
+check_close("elastic sync", model.layers[0].kernel.numpy(), np.zeros((3, 2)))
+check_close("elastic sync epoch", state.epoch, 0)
 hvd.shutdown()
 print("tf train OK", flush=True)
