@@ -27,7 +27,7 @@ strict_warnings \
   "error::DeprecationWarning" \
   "error::PendingDeprecationWarning" \
   "error::FutureWarning" \
-  "default::Warning:(tensorflow|keras|tf_keras|absl|google|flatbuffers|h5py|ml_dtypes|optree)(\\.|$)"
+  "default::Warning:(tensorflow|keras|absl|google|flatbuffers|h5py|ml_dtypes|optree)(\\.|$)"
 # The TensorFlow tests fail here, instead of skipping, when TensorFlow is missing.
 export CERAR_REQUIRE_TF=1
 # TensorFlow's C++ start-up chatter (oneDNN, CPU features) on every rank's stderr.

@@ -65,7 +65,8 @@ for mode, wrap in MODES.items():
     g1, g2 = wrap(lambda p, q: hvd.grouped_allgather([p, q]))(
         tf.constant([r], tf.int32), tf.fill([1, 3], float(r)))
     check_close(f"{mode} grouped_allgather", g1.numpy(), np.arange(n))
-    check_close(f"{mode} grouped_allgather 2", g2.numpy(), np.repeat(np.arange(float(n)), 3).reshape(n, 3))
+    check_close(f"{mode} grouped_allgather 2", g2.numpy(),
+                np.repeat(np.arange(float(n)), 3).reshape(n, 3))
     # broadcast from the last rank.
     got = wrap(lambda t: hvd.broadcast(t, root_rank=n - 1))(tf.fill([3], tf.cast(r, tf.int8)))
     check_close(f"{mode} broadcast", got.numpy(), np.full(3, n - 1))
