@@ -55,8 +55,12 @@ class Exporter:
 
     def start(self, runtime):
         from cerar._metrics_families import RuntimeCollector
+        self.start_with(lambda client: RuntimeCollector(runtime, client))
+
+    def start_with(self, make_collector):
+        """Serves the collector make_collector(prometheus_client) returns."""
         registry = self._client.CollectorRegistry(auto_describe=False)
-        registry.register(RuntimeCollector(runtime, self._client))
+        registry.register(make_collector(self._client))
         self._server.render = lambda: self._client.generate_latest(registry)
         self._server.content_type = self._client.CONTENT_TYPE_LATEST
         self._thread = threading.Thread(target=self._server.serve_forever,
@@ -84,7 +88,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.path.split("?", 1)[0] != PATH or render is None:
             self.send_error(404)
             return
-        body = render()
+        try:
+            body = render()
+        except Exception as e:  # a scrape's failure is the scraper's to see, not the job's
+            self.send_error(500, explain=f"cerar metrics: {type(e).__name__}: {e}")
+            return
         self.send_response(200)
         self.send_header("Content-Type", self.server.content_type)
         self.send_header("Content-Length", str(len(body)))

@@ -29,11 +29,11 @@ class _Families:
     def __init__(self, core, base):
         self._core, self._base, self._by_name = core, base, {}
 
-    def add(self, kind, name, doc, value, **labels):
+    def add(self, metric_type, name, doc, value, **labels):
         family = self._by_name.get(name)
         if family is None:
             cls = {"counter": self._core.CounterMetricFamily,
-                   "gauge": self._core.GaugeMetricFamily}[kind]
+                   "gauge": self._core.GaugeMetricFamily}[metric_type]
             family = self._by_name[name] = cls(name, doc, labels=[*BASE_LABELS, *labels])
         family.add_metric([*self._base, *labels.values()], value)
 

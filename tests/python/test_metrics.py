@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -98,8 +99,9 @@ def scraped(tmp_path_factory):
 
 
 def _matching(server, expr, expected):
-    """Waits until Prometheus holds `expected` ({rank: value}) for `expr`."""
-    return _wait_for(f"{expr} == {expected}", lambda: _query(server, expr) == expected)
+    """Waits until Prometheus holds `expected` ({rank: value}) for `expr`; returns it."""
+    _wait_for(f"{expr} == {expected}", lambda: _query(server, expr) == expected)
+    return expected
 
 
 def test_series_match_the_ranks_stats(scraped):
@@ -142,7 +144,9 @@ def test_the_slowed_rank_is_the_one_the_others_wait_for(scraped):
 def test_dashboard_asks_only_for_exported_metrics(scraped):
     from cerar._metrics_families import BASE_LABELS
     _, server = scraped
+    from cerar.runner.elastic_metrics import FAMILIES  # the elastic driver's own exporter
     exported = set(json.loads(_get(f"{server}/api/v1/label/__name__/values"))["data"])
+    exported |= {name for name, _, _ in FAMILIES}
     dashboard = json.loads(DASHBOARD.read_text())
     exprs = [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
     assert exprs, "the dashboard has no queries"
@@ -167,3 +171,32 @@ def test_a_port_in_use_fails_init_naming_it(tmp_path):
     assert result.returncode != 0, output
     assert f"cannot serve metrics on port {base + 1}" in output, output
     assert "CERAR_METRICS_PORT" in output, output
+
+
+def test_elastic_driver_metrics_and_only_metrics_path():
+    from types import SimpleNamespace
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from cerar.runner.elastic_metrics import FAMILIES, serve_driver_metrics
+    driver = SimpleNamespace(generation=3, plan={"0": {}, "4": {}, "5": {}},
+                             hosts=SimpleNamespace(blacklisted=lambda: ["bad"]),
+                             resets_by_reason={"failure": 1, "membership": 1},
+                             resume_seconds=[2.0, 1.5])
+    port = free_port()
+    exporter = serve_driver_metrics(driver, port)
+    try:
+        text = _get(f"http://127.0.0.1:{port}/metrics")
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            _get(f"http://127.0.0.1:{port}/")
+    finally:
+        exporter.close()
+    samples = {(s.name, s.labels.get("reason")): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    assert samples[("cerar_elastic_generation", None)] == 3
+    assert samples[("cerar_elastic_size", None)] == 3
+    assert samples[("cerar_elastic_blacklisted_hosts", None)] == 1
+    assert samples[("cerar_elastic_resets_total", "failure")] == 1
+    assert samples[("cerar_elastic_last_resume_seconds", None)] == 1.5
+    assert samples[("cerar_elastic_resume_seconds_total", None)] == 3.5
+    assert {name for name, _ in samples} == {name for name, _, _ in FAMILIES}
