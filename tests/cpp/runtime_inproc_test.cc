@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/control/message.h"
+#include "ops/communicator.h"
 #include "ops/control_frame.h"
 #include "ops/algorithms/plan.h"
 #include "ops/transport/inproc.h"
@@ -100,7 +101,7 @@ TEST(RuntimeInproc, WaitHistogramShowsWhoTheOthersWaitFor) {
     all[rank] = rt->stats();
     return std::string("ok");
   });
-  const auto allreduce = size_t(Kind::kAllreduce), ring = size_t(Algorithm::kRing);
+  const size_t allreduce = size_t(Kind::kAllreduce), ring = size_t(Algorithm::kRing);
   for (int rank = 0; rank < N; ++rank) {
     const RuntimeStats& s = all[rank];
     EXPECT_EQ(s.unitsByKind[allreduce], uint64_t(kSteps)) << rank;
