@@ -30,11 +30,11 @@ def bind(base_port, local_rank):
     when base_port is 0. InvalidArgumentError naming the port when it cannot be bound."""
     if not base_port:
         return None
-    client = _prometheus_client()
     port = base_port + local_rank
-    if port > 65535:
+    if base_port < 0 or port > 65535:
         raise InvalidArgumentError(f"cerar: metrics port {base_port} + local rank {local_rank} "
-                                   f"= {port} is above 65535 (CERAR_METRICS_PORT)")
+                                   f"= {port} is outside [1, 65535] (CERAR_METRICS_PORT)")
+    client = _prometheus_client()
     try:
         server = _Server(("", port), _Handler)
     except OSError as e:

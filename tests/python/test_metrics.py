@@ -200,3 +200,11 @@ def test_elastic_driver_metrics_and_only_metrics_path():
     assert samples[("cerar_elastic_last_resume_seconds", None)] == 1.5
     assert samples[("cerar_elastic_resume_seconds_total", None)] == 3.5
     assert {name for name, _ in samples} == {name for name, _, _ in FAMILIES}
+
+
+def test_a_port_past_65535_fails_naming_it():
+    from cerar import _metrics
+    from cerar._cerar import InvalidArgumentError
+    with pytest.raises(InvalidArgumentError, match=r"65535 \+ local rank 1 = 65536 is outside"):
+        _metrics.bind(65535, 1)
+    assert _metrics.bind(0, 3) is None  # off: nothing bound
