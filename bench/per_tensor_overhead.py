@@ -1,6 +1,11 @@
 """Per-tensor overhead of cerar.torch, layer by layer, this tree against an earlier one.
 
     python bench/per_tensor_overhead.py --before OTHER/frameworks [--np 4] [--rounds 3]
+    python bench/per_tensor_overhead.py --metrics [--scrape-interval 0.1]
+
+--metrics compares the installed cerar with its Prometheus metrics off ("before") and on
+("after": CERAR_METRICS_PORT set, every rank scraped each --scrape-interval seconds by a thread
+of this script; docs/metrics.md).
 
 OTHER/frameworks is the `frameworks` folder of another checkout with its extension built in it
 (cerar/_cerar*.so); this tree's own frameworks folder (with its extension) is the "after". Each
@@ -98,13 +103,42 @@ ROWS = (("tiny_ms", "1000 tiny tensors, ms/step"),
         ("resnet_ms", "ResNet-50 gradients, ms/step"))
 
 
-def run_job(frameworks, args):
-    env = dict(os.environ, PYTHONPATH=frameworks, CERAR_LOG_LEVEL="error", OMP_NUM_THREADS="1",
-               CERAR_ALGORITHM="ring")
+def _scrape_until(stop, ports, interval):
+    """Reads every rank's /metrics each `interval` seconds until `stop` is set; the count."""
+    import urllib.request
+    scrapes = 0
+    while not stop.wait(interval):
+        for port in ports:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read()
+                scrapes += 1
+            except OSError:
+                pass  # the rank has not started serving yet, or has ended
+    return scrapes
+
+
+def run_job(frameworks, args, metrics_port=0):
+    env = dict(os.environ, CERAR_LOG_LEVEL="error", OMP_NUM_THREADS="1", CERAR_ALGORITHM="ring")
+    if frameworks:
+        env["PYTHONPATH"] = frameworks
     command = [sys.executable, "-m", "cerar.run", "-np", str(args.np), sys.executable,
                os.path.abspath(__file__), "--worker", "--tiny-steps", str(args.tiny_steps),
                "--resnet-steps", str(args.resnet_steps)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    scraper = None
+    if metrics_port:
+        import concurrent.futures
+        import threading
+        env["CERAR_METRICS_PORT"] = str(metrics_port)
+        stop = threading.Event()
+        scraper = concurrent.futures.ThreadPoolExecutor(1).submit(
+            _scrape_until, stop, range(metrics_port, metrics_port + args.np),
+            args.scrape_interval)
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        if scraper is not None:
+            stop.set()
+            print(f"  scrapes answered: {scraper.result()}", flush=True)
     found = re.search(r"FIGURES (\{.*\})", done.stdout)
     if done.returncode != 0 or not found:
         raise SystemExit(f"job with {frameworks} failed ({done.returncode}):\n"
@@ -119,22 +153,33 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tiny-steps", type=int, default=30)
     parser.add_argument("--resnet-steps", type=int, default=10)
+    parser.add_argument("--metrics", action="store_true",
+                        help="compare the installed cerar with metrics off and on")
+    parser.add_argument("--metrics-port", type=int, default=29400,
+                        help="--metrics: the ranks' CERAR_METRICS_PORT (default 29400)")
+    parser.add_argument("--scrape-interval", type=float, default=0.1,
+                        help="--metrics: seconds between scrapes of every rank (default 0.1)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(args.tiny_steps, args.resnet_steps)
-    if not args.before:
-        parser.error("--before is required")
-    versions = {"before": os.path.abspath(args.before),
-                "after": os.path.join(os.path.dirname(HERE), "frameworks")}
+    if args.metrics:
+        versions = {"before": None, "after": None}
+        ports = {"before": 0, "after": args.metrics_port}
+    elif not args.before:
+        parser.error("--before (or --metrics) is required")
+    else:
+        versions = {"before": os.path.abspath(args.before),
+                    "after": os.path.join(os.path.dirname(HERE), "frameworks")}
+        ports = {"before": 0, "after": 0}
     runs = {v: [] for v in versions}
     for round_ in range(args.rounds):
         for version, frameworks in versions.items():
-            runs[version].append(run_job(frameworks, args))
+            runs[version].append(run_job(frameworks, args, ports[version]))
             print(f"round {round_ + 1} {version}: tiny {runs[version][-1]['tiny_ms']:.1f} ms, "
                   f"resnet {runs[version][-1]['resnet_ms']:.1f} ms", flush=True)
     print(f"\n{args.np} ranks, loopback, exact ring; medians over {args.rounds} rounds "
-          "(range)")
+          "(range)" + ("; before: metrics off, after: on and scraped" if args.metrics else ""))
     print(f"{'':38} {'before':>22} {'after':>22} {'after/before':>12}")
     for key, label in ROWS:
         cells = []

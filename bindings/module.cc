@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bindings/settings.h"
+#include "bindings/stats.h"
 #include "bindings/store.h"
 #include "bindings/tensors.h"
 #include "core/control/message.h"
@@ -246,6 +247,7 @@ py::dict statsDict(const RuntimeStats& s) {
   d["components_scale"] = s.componentsScale;
   d["autotuning"] = s.autotuning;
   d["autotune_frozen"] = s.autotuneFrozen;
+  bindings::addBreakdowns(d, s);
   return d;
 }
 

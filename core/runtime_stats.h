@@ -1,10 +1,38 @@
 // The runtime's counters (Runtime::stats()).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 
 namespace cerar {
+
+// Upper bounds in seconds of the negotiation wait's histogram buckets (RuntimeStats), from a
+// cycle's millisecond to a stall's seconds; a last bucket holds the rest.
+inline constexpr std::array<double, 14> kWaitBounds = {
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+
+// A histogram of durations in kWaitBounds' buckets (counts per bucket, not cumulative).
+struct WaitHistogram {
+  std::array<uint64_t, kWaitBounds.size() + 1> buckets{};
+  uint64_t count = 0;
+  double sumSeconds = 0;
+  void add(double seconds);
+};
+
+inline void WaitHistogram::add(double seconds) {
+  size_t b = 0;
+  while (b < kWaitBounds.size() && seconds > kWaitBounds[b]) ++b;
+  ++buckets[b];
+  ++count;
+  sumSeconds += seconds;
+}
+
+// Indices of the by-kind, by-algorithm and by-wire counters: Kind, Algorithm and Wire's values
+// (core/control/message.h, ops/communicator.h, ops/codec/wire.h).
+inline constexpr size_t kKindCount = 7;       // allreduce ... process set change
+inline constexpr size_t kAlgorithmCount = 3;  // ring, cerar, adasum
+inline constexpr size_t kWireCount = 4;       // none, fp16, bf16, int8
 
 // Counters for tests and benchmarks.
 struct RuntimeStats {
@@ -62,6 +90,18 @@ struct RuntimeStats {
   double componentsScale = 1.0;   // the factor on the cost model's c
   bool autotuning = false;        // CERAR_AUTOTUNE and still sampling
   bool autotuneFrozen = false;    // sampling done; the parameters are its best
+  // Units this rank took part in and their tensors, by Kind, as responses reached it.
+  std::array<uint64_t, kKindCount> unitsByKind{};
+  std::array<uint64_t, kKindCount> tensorsByKind{};
+  // Fused all-reduce buffers as run (after fallbacks) and the bytes this rank sent for them,
+  // by [algorithm][wire].
+  std::array<std::array<uint64_t, kWireCount>, kAlgorithmCount> allreduceBuffers{};
+  std::array<std::array<uint64_t, kWireCount>, kAlgorithmCount> allreduceBytesSent{};
+  // Per unit of this rank: from its enqueue to the coordinator's answer that runs it. Large
+  // where this rank waits for the others; the rank they wait for has the smallest.
+  WaitHistogram negotiationWait;
+  // Stall warnings logged (the coordinator rank inspects; 0 elsewhere).
+  uint64_t stallWarnings = 0;
 };
 
 }  // namespace cerar

@@ -2,8 +2,8 @@
 # Installs what cerar needs (idempotent) and builds it, once, into build/.
 # Usage: scripts/setup.sh [main|test] [--no-build]
 #   main  (default) what the main job needs: Debian's compiler, Gloo, Boost.Asio, pybind11,
-#         torch 1.13, numpy and scikit-learn; the venv .venv; `pip install .` (the library and
-#         the extension cerar._cerar, built in build/).
+#         torch 1.13, numpy and scikit-learn; the venv .venv with prometheus-client; `pip install
+#         .` (the library and the extension cerar._cerar, built in build/).
 #   test  also every test's and benchmark's dependencies (below, each with its reason), and the
 #         C++ tests and programs, built in the same folder from the same library objects.
 set -euo pipefail
@@ -34,6 +34,7 @@ APT_TEST=(
   python3-matplotlib  # bench/ plots
   fortunes  # English text for the time-to-accuracy language model (bench/tta_model.py)
   clang libclang-rt-dev  # clang with libFuzzer, for scripts/fuzz.sh
+  prometheus  # the server that scrapes a job in tests/python/test_metrics.py
 )
 packages=("${APT_MAIN[@]}")
 [ "$mode" = test ] && packages+=("${APT_TEST[@]}")
@@ -67,6 +68,12 @@ pip_install() { "$PY" -m pip install -q --disable-pip-version-check -c "$constra
 if ! "$PY" -c 'import scikit_build_core' 2>/dev/null; then
   echo "setup: pip-installing scikit-build-core into $VENV"
   pip_install "scikit-build-core>=0.10"
+fi
+# CERAR_METRICS_PORT's exporter (the optional extra cerar[metrics]; docs/metrics.md): pure
+# Python and small, so the main job has it too.
+if ! "$PY" -c 'import prometheus_client' 2>/dev/null; then
+  echo "setup: pip-installing prometheus-client into $VENV (cerar[metrics])"
+  pip_install "prometheus-client>=0.12"
 fi
 if [ "$mode" = test ]; then
   if ! "$PY" -c 'import jax, pytest' 2>/dev/null; then

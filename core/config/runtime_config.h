@@ -78,6 +78,9 @@ struct RuntimeConfig {
   int autotuneStepsPerSample = 10;            // CERAR_AUTOTUNE_STEPS_PER_SAMPLE
   std::string timeline;                       // CERAR_TIMELINE
   bool timelineMarkCycles = false;            // CERAR_TIMELINE_MARK_CYCLES
+  // CERAR_METRICS_PORT: Prometheus metrics on this port + local rank, served by the Python
+  // layer (frameworks/cerar/_metrics.py; docs/metrics.md); 0 = none. Per rank.
+  int metricsPort = 0;
   double stallCheckSeconds = 60;              // CERAR_STALL_CHECK_TIME_SECONDS
   double stallShutdownSeconds = 0;            // CERAR_STALL_SHUTDOWN_TIME_SECONDS; 0 = never
   double timeoutSeconds = 60;                 // CERAR_TIMEOUT_SECONDS: a dead peer's limit

@@ -192,6 +192,15 @@ std::vector<Setting> makeSettings() {
       {.field = &C::timelineMarkCycles, .attribute = "timeline_mark_cycles",
        .variable = "CERAR_TIMELINE_MARK_CYCLES", .aliases = {"HOROVOD_TIMELINE_MARK_CYCLES"},
        .kind = kRank, .why = "local output: a CYCLE_START mark in the timeline at each cycle"},
+      {.field = &C::metricsPort, .attribute = "metrics_port", .variable = "CERAR_METRICS_PORT",
+       .kind = kRank,
+       .why = "local output: Prometheus metrics on this port plus the local rank, `/metrics` "
+              "(0: none; docs/metrics.md)",
+       .low = 0, .high = 65535,
+       .flag = {.name = "metrics-port",
+                .help = "serve each rank's Prometheus metrics on PORT + local rank "
+                        "(CERAR_METRICS_PORT; 0 = off)",
+                .metavar = "PORT"}},
   };
 }
 

@@ -12,6 +12,16 @@ namespace cerar {
 namespace {
 
 constexpr int kCoordinatorRank = 0;
+static_assert(size_t(Kind::kProcessSet) + 1 == kKindCount, "RuntimeStats' by-kind counters");
+
+// One unit of this rank answered: its kind, its tensors and how long it waited for the others.
+void countAnswered(RuntimeStats& stats, const Response& unit, const Entry& entry,
+                   Clock::time_point responded) {
+  const auto kind = size_t(unit.description.kind);
+  ++stats.unitsByKind[kind];
+  stats.tensorsByKind[kind] += unit.names.size();
+  stats.negotiationWait.add(std::chrono::duration<double>(responded - entry.enqueued).count());
+}
 
 // Horovod's readiness ticks, on the coordinator rank's timeline: an instant named after `rank`
 // on the row of each tensor it asked for, at the cycle its request arrived (the ranks' requests
@@ -158,7 +168,10 @@ ResponseMessage Coordinator::negotiate(const RequestMessage& request) {
     if (now - lastInspection_ >= std::chrono::milliseconds(50)) {
       lastInspection_ = now;
       auto report = stallInspector_.inspect(table_->waiting(), now);
-      if (!report.warning.empty()) logger_.log(LogLevel::kWarning, report.warning);
+      if (!report.warning.empty()) {
+        logger_.log(LogLevel::kWarning, report.warning);
+        ++stats_.working().stallWarnings;
+      }
       for (const auto& [key, error] : report.failures) {
         logger_.log(LogLevel::kError, error.message);
         table_->fail(key, error);
@@ -216,6 +229,7 @@ void Coordinator::process(const ResponseMessage& message) {
     Entry* entry = entries[i];
     if (entry == nullptr) continue;
     entry->responded = responded;
+    countAnswered(stats_.working(), unit, *entry, responded);
     if (!timeline_.active()) continue;
     const int32_t set = unit.description.processSet;
     const std::string activity = negotiateActivity(unit.description);

@@ -79,6 +79,9 @@ bool reducesInPlace(const std::vector<const Response*>& units,
 }
 
 
+static_assert(size_t(Algorithm::kAdasum) + 1 == kAlgorithmCount, "RuntimeStats' algorithms");
+static_assert(size_t(Wire::kInt8) + 1 == kWireCount, "RuntimeStats' wires");
+
 // What one fused all-reduce adds to the stats. What ran: a CERAR decision that fell back on
 // non-finite input ran the exact ring; Adasum counts as neither ring nor CERAR.
 void countAllreduce(RuntimeStats& stats, const RunStats& run, const FusedGroup& decision,
@@ -101,6 +104,10 @@ void countAllreduce(RuntimeStats& stats, const RunStats& run, const FusedGroup& 
   stats.nonFiniteFallbacks += run.nonFiniteFallback ? 1 : 0;
   stats.hierarchicalBuffers += decision.hierarchical ? 1 : 0;
   stats.lastComponents = ranCerar ? decision.components : N;
+  const auto ran = size_t(adasum ? Algorithm::kAdasum : ranCerar ? Algorithm::kCerar
+                                                                 : Algorithm::kRing);
+  stats.allreduceBuffers[ran][size_t(ranWire)] += 1;
+  stats.allreduceBytesSent[ran][size_t(ranWire)] += run.bytesSent;
 }
 
 }  // namespace

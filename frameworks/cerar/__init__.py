@@ -129,7 +129,7 @@ def ccl_built():
 def ddl_built():
     return False
 
-from cerar import _state  # noqa: E402
+from cerar import _metrics, _state  # noqa: E402
 from cerar._frontend import auto_name as _auto_name, counters as _counters  # noqa: E402,F401
 from cerar._process_sets import (ProcessSet, _register_static, add_process_set,  # noqa: E402,F401
                                  global_process_set, remove_process_set)
@@ -162,20 +162,35 @@ def init(process_sets=None, **overrides):
                 raise ValueError(f"cerar.init: process_sets must be a list or 'dynamic', "
                                  f"got {process_sets!r}")
             config.dynamic_process_sets, process_sets = True, None
-        runtime = _state.runtime = _cerar.Runtime.start(config)
+        # Bound first: a port in use fails this rank before it joins the others.
+        exporter = _metrics.bind(config.metrics_port, config.local_rank)
+        try:
+            runtime = _state.runtime = _cerar.Runtime.start(config)
+        except BaseException:
+            if exporter is not None:
+                exporter.close()
+            raise
         _counters.clear()
         try:
             _register_static(runtime, process_sets or [])
         except BaseException:
             _state.runtime = None
             runtime.shutdown()
+            if exporter is not None:
+                exporter.close()
             raise
+        if exporter is not None:
+            exporter.start(runtime)
+            _state.exporter = exporter
 
 
 def shutdown():
     """Stops the runtime; pending operations fail with ShutDownError. Idempotent."""
     with _state.lock:
         runtime, _state.runtime = _state.runtime, None
+        exporter, _state.exporter = _state.exporter, None
+    if exporter is not None:
+        exporter.close()
     if runtime is not None:
         runtime.shutdown()
 

@@ -4,6 +4,7 @@ import threading
 
 lock = threading.Lock()  # init() and shutdown() change `runtime` under it
 runtime = None
+exporter = None  # this rank's metrics server (cerar._metrics), while one runs
 
 
 def current():

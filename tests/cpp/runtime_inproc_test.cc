@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/control/message.h"
+#include "ops/communicator.h"
 #include "ops/control_frame.h"
 #include "ops/algorithms/plan.h"
 #include "ops/transport/inproc.h"
@@ -82,6 +83,52 @@ TEST(RuntimeInproc, StatsIncludeEveryCompletedOperation) {
     }
     return std::string("ok");
   });
+}
+
+// The metrics' counters (docs/metrics.md): units and tensors by kind, buffers and bytes by
+// algorithm and wire, and the negotiation wait, in which the late rank waits least.
+TEST(RuntimeInproc, WaitHistogramShowsWhoTheOthersWaitFor) {
+  constexpr int N = 4, kSteps = 5, kLate = 2;
+  std::vector<RuntimeStats> all(N);
+  runThreads(N, [&](int rank, const Starter& start) {
+    auto rt = start(testConfig());
+    std::vector<float> data(1000, float(rank));
+    for (int i = 0; i < kSteps; ++i) {
+      if (rank == kLate) std::this_thread::sleep_for(std::chrono::milliseconds(40));
+      rt->allreduce("g", f32(data), f32(data), Op::kSum).wait();
+    }
+    rt->barrier().wait();
+    all[rank] = rt->stats();
+    return std::string("ok");
+  });
+  const size_t allreduce = size_t(Kind::kAllreduce), ring = size_t(Algorithm::kRing);
+  for (int rank = 0; rank < N; ++rank) {
+    const RuntimeStats& s = all[rank];
+    EXPECT_EQ(s.unitsByKind[allreduce], uint64_t(kSteps)) << rank;
+    EXPECT_EQ(s.tensorsByKind[allreduce], uint64_t(kSteps)) << rank;
+    EXPECT_EQ(s.unitsByKind[size_t(Kind::kBarrier)], 1u) << rank;
+    EXPECT_EQ(s.allreduceBuffers[ring][size_t(Wire::kNone)], s.ringBuffers) << rank;
+    EXPECT_EQ(s.allreduceBytesSent[ring][size_t(Wire::kNone)], s.bytesSent) << rank;
+    EXPECT_EQ(s.negotiationWait.count, uint64_t(kSteps + 1)) << rank;  // and the barrier
+    if (rank != kLate) {
+      EXPECT_GT(s.negotiationWait.sumSeconds, 2 * all[kLate].negotiationWait.sumSeconds)
+          << rank << " waited no longer than the late rank";
+    }
+  }
+}
+
+// The histogram's buckets: a bound holds what equals it; past the last, the overflow bucket.
+TEST(RuntimeInproc, WaitHistogramBuckets) {
+  WaitHistogram h;
+  h.add(0);
+  h.add(kWaitBounds[0]);
+  h.add(0.003);
+  h.add(1e3);
+  EXPECT_EQ(h.buckets[0], 2u);
+  EXPECT_EQ(h.buckets[3], 1u);  // (0.0025, 0.005]
+  EXPECT_EQ(h.buckets.back(), 1u);
+  EXPECT_EQ(h.count, 4u);
+  EXPECT_DOUBLE_EQ(h.sumSeconds, kWaitBounds[0] + 0.003 + 1e3);
 }
 
 // Per negotiation cycle a worker sends one control message and receives one; rank 0 receives

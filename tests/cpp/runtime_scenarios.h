@@ -352,6 +352,7 @@ inline std::string stallReport(int rank, const Starter& start) {
   if (rank == 0) {
     const std::string line = log.find("rank " + std::to_string(N - 1) + " is missing 'lonely'");
     check(!line.empty(), "no stall warning naming rank ", N - 1);
+    check(rt->stats().stallWarnings >= 1, "stall warnings not counted");
   }
   rt->barrier().wait();
   return result;

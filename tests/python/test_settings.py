@@ -37,7 +37,7 @@ def test_every_flagged_row_is_a_cerarrun_flag():
     assert {row["flag"]["name"] for row in flagged} == {
         "fusion-threshold-mb", "cycle-time-ms", "algorithm", "components", "eps", "timeline",
         "autotune", "autotune-log-file", "autotune-warmup-samples",
-        "autotune-steps-per-sample", "timeout", "network-interfaces"}
+        "autotune-steps-per-sample", "timeout", "network-interfaces", "metrics-port"}
     argv = ["-np", "1"]
     for row in flagged:
         argv.append("--" + row["flag"]["name"])

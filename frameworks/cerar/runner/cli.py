@@ -109,6 +109,9 @@ def _add_elastic_flags(parser):
                        metavar=("MIN", "MAX"),
                        help="seconds a failed host stays out, growing with its failures "
                             "(default: it stays out)")
+    group.add_argument("--elastic-metrics-port", type=int, default=0, metavar="PORT",
+                       help="serve the driver's Prometheus metrics (generation, size, resets, "
+                            "blacklist, time to resume) on PORT, /metrics (default 0: off)")
 
 
 def _check_elastic_flags(parser, args):
@@ -126,6 +129,8 @@ def _check_elastic_flags(parser, args):
         parser.error("--slots-per-host must be at least 1")
     if args.elastic_timeout <= 0:
         parser.error("--elastic-timeout must be positive")
+    if not 0 <= args.elastic_metrics_port <= 65535:
+        parser.error("--elastic-metrics-port must be in [0, 65535]")
     if args.reset_limit is not None and args.reset_limit < 0:
         parser.error("--reset-limit must be at least 0")
     cooldown = args.blacklist_cooldown_range

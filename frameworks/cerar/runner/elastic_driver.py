@@ -22,6 +22,7 @@ import threading
 import time
 
 from cerar.elastic import protocol
+from cerar.runner.elastic_metrics import serve_driver_metrics
 from cerar.runner.elastic_hosts import DiscoveryPoller, HostManager, discovery_of, place
 from cerar.runner.hosts import is_local, is_loopback, route_source
 from cerar.runner.launch import Stopped, exit_code, exported, knob_env, terminate
@@ -47,6 +48,8 @@ class ElasticDriver(Generations):
         self.workers = {}    # id -> Worker: every one started
         self.plan = {}       # id -> {"rank", "local_rank", "local_size", "host"} of generation G
         self.generation, self.resets, self.next_id = 0, 0, 0
+        self.resets_by_reason = collections.Counter()  # "failure" | "membership" -> resets
+        self.resume_seconds = []  # per reset: from its event to the new generation's training
         self.reported = set()    # ids whose failure report of G was read
         self.resume = None       # (G, time of its event) until G's rank 0 says it runs
         self.store = self.client = self.address = None
@@ -272,7 +275,9 @@ def run_elastic(args):
     """cerarrun in elastic mode: the job's exit code."""
     poller = DiscoveryPoller(discovery_of(args))
     driver = ElasticDriver(args, poller, HostManager(args.blacklist_cooldown_range))
+    exporter = None
     try:
+        exporter = serve_driver_metrics(driver, args.elastic_metrics_port)
         code = driver.run()
     except JobEnded as end:
         _stderr(end.text)
@@ -285,4 +290,6 @@ def run_elastic(args):
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, signal.SIG_IGN)  # the clean-up must not be cut short
         driver.close()
+        if exporter is not None:
+            exporter.close()
     return code

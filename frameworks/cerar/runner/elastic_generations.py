@@ -39,6 +39,7 @@ class Generations:
             available = self._wait_for_slots(self.args.min_np)
             target = min(self.args.max_np, sum(slots for _, slots in available))
         self._check_carriers(why, failure, available)
+        self.resets_by_reason["failure" if failure else "membership"] += 1
         self._new_generation(place(available, self._survivors(), target), why, started)
 
     def _check_carriers(self, why, failure, available):
@@ -107,8 +108,9 @@ class Generations:
         for worker_id in self.plan:  # G's rank 0 synced its state to every worker of G
             self.workers[worker_id].holds_state = True
         if generation > 1:
+            self.resume_seconds.append(self.clock() - started)
             self.log(f"cerarrun: generation {generation} resumed training "
-                     f"{self.clock() - started:.1f} s after the event")
+                     f"{self.resume_seconds[-1]:.1f} s after the event")
 
     def _reap_leavers(self):
         now = self.clock()

@@ -196,6 +196,10 @@ class HostManager:
     def is_blacklisted(self, host):
         return host in self._until and self._until[host] > self._clock()
 
+    def blacklisted(self):
+        """The hosts out now (any thread: a copy is read)."""
+        return [host for host in list(self._until) if self.is_blacklisted(host)]
+
     def available(self):
         """[(host, slots)] of the hosts that may get workers, in the stable order."""
         return [(host, self._slots[host]) for host in self._order]

@@ -1,0 +1,59 @@
+#include "bindings/stats.h"
+
+#include <pybind11/stl.h>
+
+#include <vector>
+
+#include "core/control/message.h"
+#include "ops/codec/wire.h"
+#include "ops/communicator.h"
+
+namespace py = pybind11;
+
+namespace cerar::bindings {
+namespace {
+
+// {"allreduce": n, ...}: one entry per Kind.
+py::dict byKind(const std::array<uint64_t, kKindCount>& counts) {
+  py::dict d;
+  for (size_t k = 0; k < kKindCount; ++k) d[kindName(static_cast<Kind>(k))] = counts[k];
+  return d;
+}
+
+// {"ring": {"none": {"buffers": n, "bytes_sent": b}, ...}, ...}
+py::dict byAlgorithm(const RuntimeStats& s) {
+  py::dict d;
+  for (size_t a = 0; a < kAlgorithmCount; ++a) {
+    py::dict wires;
+    for (size_t w = 0; w < kWireCount; ++w) {
+      py::dict cell;
+      cell["buffers"] = s.allreduceBuffers[a][w];
+      cell["bytes_sent"] = s.allreduceBytesSent[a][w];
+      wires[wireName(static_cast<Wire>(w))] = cell;
+    }
+    d[algorithmName(static_cast<Algorithm>(a))] = wires;
+  }
+  return d;
+}
+
+// {"bounds": [...], "buckets": [...] (one more than bounds, not cumulative), "count", "sum"}
+py::dict histogram(const WaitHistogram& h) {
+  py::dict d;
+  d["bounds"] = std::vector<double>(kWaitBounds.begin(), kWaitBounds.end());
+  d["buckets"] = std::vector<uint64_t>(h.buckets.begin(), h.buckets.end());
+  d["count"] = h.count;
+  d["sum"] = h.sumSeconds;
+  return d;
+}
+
+}  // namespace
+
+void addBreakdowns(py::dict& d, const RuntimeStats& s) {
+  d["units_by_kind"] = byKind(s.unitsByKind);
+  d["tensors_by_kind"] = byKind(s.tensorsByKind);
+  d["allreduce_by_algorithm"] = byAlgorithm(s);
+  d["negotiation_wait"] = histogram(s.negotiationWait);
+  d["stall_warnings"] = s.stallWarnings;
+}
+
+}  // namespace cerar::bindings

@@ -1,0 +1,135 @@
+"""The metric families of one rank, built from one `Runtime.stats()` copy per scrape
+(docs/metrics.md lists them; frameworks/cerar/_metrics.py serves them)."""
+import socket
+
+BASE_LABELS = ("rank", "local_rank", "host")
+
+
+class RuntimeCollector:
+    """A prometheus_client collector: every family carries rank, local_rank and host."""
+
+    def __init__(self, runtime, client):
+        self._runtime = runtime
+        self._core = client.core
+        self._base = [str(runtime.rank), str(runtime.local_rank), socket.gethostname()]
+
+    def collect(self):
+        stats = self._runtime.stats()
+        families = _Families(self._core, self._base)
+        _counters(families, stats)
+        _breakdowns(families, stats)
+        _gauges(families, stats)
+        _wait(families, stats["negotiation_wait"])
+        return families.all()
+
+
+class _Families:
+    """Families by name, each with the base labels first and its own after them."""
+
+    def __init__(self, core, base):
+        self._core, self._base, self._by_name = core, base, {}
+
+    def add(self, metric_type, name, doc, value, **labels):
+        family = self._by_name.get(name)
+        if family is None:
+            cls = {"counter": self._core.CounterMetricFamily,
+                   "gauge": self._core.GaugeMetricFamily}[metric_type]
+            family = self._by_name[name] = cls(name, doc, labels=[*BASE_LABELS, *labels])
+        family.add_metric([*self._base, *labels.values()], value)
+
+    def histogram(self, name, doc, buckets, total):
+        family = self._core.HistogramMetricFamily(name, doc, labels=list(BASE_LABELS))
+        family.add_metric(self._base, buckets, total)
+        self._by_name[name] = family
+
+    def all(self):
+        return list(self._by_name.values())
+
+
+# (metric, stats key, meaning) of the plain counters.
+_COUNTERS = (
+    ("cerar_cycles_total", "cycles", "Coordinator cycles run."),
+    ("cerar_cache_hits_total", "cache_hits", "Requests sent as response cache bits."),
+    ("cerar_cache_misses_total", "cache_misses", "Requests sent in full (cache on)."),
+    ("cerar_allgather_buffers_total", "allgather_buffers", "Fused allgather buffers run."),
+    ("cerar_reducescatter_buffers_total", "reducescatter_buffers",
+     "Fused reducescatter buffers run."),
+    ("cerar_hierarchical_buffers_total", "hierarchical_buffers",
+     "All-reduce buffers reduced host by host."),
+    ("cerar_budget_buffers_total", "budget_buffers",
+     "All-reduce buffers decided within CERAR_MAX_ERROR."),
+    ("cerar_non_finite_fallbacks_total", "non_finite_fallbacks",
+     "CERAR buffers run on the exact ring because of NaN, Inf or near-overflow input."),
+    ("cerar_wire_fallbacks_total", "wire_fallbacks",
+     "Budgeted lossy-wire buffers whose guard sent them on the float32 ring."),
+    ("cerar_stall_warnings_total", "stall_warnings",
+     "Stall warnings logged (the coordinator rank inspects; 0 elsewhere)."),
+)
+
+
+def _counters(f, stats):
+    for name, key, doc in _COUNTERS:
+        f.add("counter", name, doc, stats[key])
+    # Bytes by channel: the data links, the negotiation's control messages, the store.
+    for channel, sent in (("data", "bytes_sent"), ("control", "control_bytes_sent"),
+                          ("rendezvous", "rendezvous_bytes_sent")):
+        f.add("counter", "cerar_sent_bytes_total", "Bytes this rank sent, by channel.",
+              stats[sent], channel=channel)
+    for channel, received in (("control", "control_bytes_received"),
+                              ("rendezvous", "rendezvous_bytes_received")):
+        f.add("counter", "cerar_received_bytes_total",
+              "Bytes this rank received, by channel (the data links do not count theirs).",
+              stats[received], channel=channel)
+
+
+def _label(name):
+    return name.replace(" ", "_")
+
+
+def _breakdowns(f, stats):
+    for kind, count in stats["units_by_kind"].items():
+        f.add("counter", "cerar_collectives_total",
+              "Collectives (negotiated units) this rank took part in, by kind.", count,
+              kind=_label(kind))
+    for kind, count in stats["tensors_by_kind"].items():
+        f.add("counter", "cerar_tensors_total", "Tensors of those collectives, by kind.", count,
+              kind=_label(kind))
+    for algorithm, wires in stats["allreduce_by_algorithm"].items():
+        for wire, cell in wires.items():
+            f.add("counter", "cerar_allreduce_buffers_total",
+                  "Fused all-reduce buffers as run, by algorithm and wire.", cell["buffers"],
+                  algorithm=algorithm, wire=wire)
+            f.add("counter", "cerar_allreduce_sent_bytes_total",
+                  "Bytes this rank sent for fused all-reduce buffers, by algorithm and wire.",
+                  cell["bytes_sent"], algorithm=algorithm, wire=wire)
+
+
+def _gauges(f, stats):
+    f.add("gauge", "cerar_cycle_time_seconds", "The cycle time in force.",
+          stats["cycle_time_ms"] / 1000.0)
+    f.add("gauge", "cerar_fusion_threshold_bytes", "The fusion threshold in force.",
+          stats["fusion_threshold_bytes"])
+    f.add("gauge", "cerar_autotuning", "1 while the autotuner samples.",
+          float(stats["autotuning"]))
+    f.add("gauge", "cerar_autotune_frozen", "1 once the autotuner froze its best parameters.",
+          float(stats["autotune_frozen"]))
+    f.add("gauge", "cerar_predicted_error",
+          "The error budget's predicted relative error of the last lossy or budgeted buffer.",
+          stats["predicted_error_last"])
+    f.add("gauge", "cerar_predicted_error_max",
+          "The largest predicted relative error of any such buffer so far.",
+          stats["predicted_error_max"])
+    f.add("gauge", "cerar_shared_memory", "1 where the job's data moves through shared memory.",
+          float(stats["shared_memory"]))
+
+
+def _wait(f, wait):
+    cumulative, buckets = 0, []
+    for bound, count in zip(wait["bounds"], wait["buckets"]):
+        cumulative += count
+        buckets.append((repr(float(bound)), cumulative))
+    buckets.append(("+Inf", wait["count"]))
+    f.histogram("cerar_negotiation_wait_seconds",
+                "Per collective of this rank: seconds from its enqueue to the coordinator's "
+                "answer that runs it; large where this rank waits for others (a straggler's "
+                "own is small).", buckets, wait["sum"])
