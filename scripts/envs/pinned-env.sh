@@ -8,8 +8,9 @@
 # one. It is complete once it holds the file `complete`, and is not written after that (a
 # killed build is removed and redone). cerar is not installed there, since clones at different
 # commits share it: each clone has build-<name>/, a venv without packages of its own that sees
-# the cached one's (a .pth file) and holds cerar, built in build-<name>/cmake/ when the sources
-# or the environment changed (a stamp), so once per run on a clean clone.
+# the cached one's (a .pth file) and holds cerar, from a wheel built in build-pinned/ when the
+# sources or the build's packages changed, so once per run on a clean clone for every
+# environment that pins the same build packages.
 
 pinned_env() {
   local name=$1
@@ -67,22 +68,38 @@ pinned_env() {
     cp "$site/cerar-pinned-env.pth" "$here/venv.pth"
   fi
 
-  # cerar, as scripts/setup.sh installs it (no build isolation: the environment's
-  # scikit-build-core and pybind11 build it), into build-<name>/venv only (--no-deps).
-  local stamp=$here/cerar-build.stamp hash
-  hash=$( (echo "$ENV_DIR"
+  # cerar, as scripts/setup.sh builds it (no build isolation: the environment's
+  # scikit-build-core and pybind11 build it), as a wheel in build-pinned/<key>/, installed into
+  # build-<name>/venv only (--no-deps). The key hashes the sources and what the build takes from
+  # the environment (the interpreter, pybind11, numpy, scikit-build-core): environments that pin
+  # the same build it once per change of the sources, not once each.
+  local key wheels=$PWD/build-pinned wheel f
+  key=$( (/usr/bin/python3 -c 'import platform, sys; print(sys.version, platform.machine())'
+    grep -i -E '^(pybind11|numpy|scikit[-_]build[-_]core)==' "$pins" | tr 'A-Z-' 'a-z_' | sort
     find pyproject.toml CMakeLists.txt cmake bindings frameworks common rendezvous core ops \
       -type f \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name '*.py' \
       -o -name '*.txt' -o -name '*.cmake' -o -name '*.toml' \) -print0 | sort -z |
-      xargs -0 sha256sum) | sha256sum | cut -d' ' -f1)
-  if [ "$(cat "$stamp" 2>/dev/null)" != "$hash" ] || ! "$PY" -c 'import cerar' 2>/dev/null; then
-    echo "$name-env: pip install . (cerar, built in build-$name/cmake)"
+      xargs -0 sha256sum) | sha256sum | cut -c1-16)
+  wheel=""
+  for f in "$wheels/$key"/cerar-*.whl; do [ -e "$f" ] && wheel=$f; done
+  if [ -z "$wheel" ]; then
+    echo "$name-env: pip wheel . (cerar, built in build-pinned/cmake)"
     local t=$SECONDS
+    rm -rf "${wheels:?}/$key"
     CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)} \
-      "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
-      --config-settings=build-dir="$here/cmake" .
-    echo "$hash" >"$stamp"
+      "$PY" -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation \
+      --config-settings=build-dir="$wheels/cmake" -w "$wheels/$key" .
+    for f in "$wheels/$key"/cerar-*.whl; do wheel=$f; done
     echo "$name-env: cerar built in $((SECONDS - t)) s"
+    # Wheels of older sources: this clone's, removed once unused for two weeks.
+    find "$wheels" -mindepth 1 -maxdepth 1 -type d ! -name cmake ! -name "$key" -mtime +14 \
+      -exec rm -rf {} +
+  fi
+  touch "$wheels/$key"
+  if [ "$(cat "$here/cerar-build.stamp" 2>/dev/null)" != "$key" ] ||
+      ! "$PY" -c 'import cerar' 2>/dev/null; then
+    "$PY" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall "$wheel"
+    echo "$key" >"$here/cerar-build.stamp"
   fi
 }
 

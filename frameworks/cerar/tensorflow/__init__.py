@@ -56,3 +56,9 @@ HorovodInternalError = CerarError
 def join():
     """This rank has no more data; returns the rank that joined last once all have joined."""
     return _join()
+
+
+def _executing_eagerly():
+    """Horovod's helper of the same name, which scripts written for it call."""
+    import tensorflow
+    return tensorflow.executing_eagerly()
