@@ -3,27 +3,7 @@ the collective and ``decompress(tensor, ctx)`` after it. fp16 casts floating ten
 TensorFlow before they reach the runtime and back after (halving the bytes sent)."""
 import tensorflow as tf
 
-
-class Compressor:
-    """The interface: subclasses override both static methods."""
-
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+from cerar._compression import Compressor, NoneCompressor  # noqa: F401
 
 
 class FP16Compressor(Compressor):

@@ -7,27 +7,7 @@ in float32 at every hop. Other dtypes, device tensors and the other collectives 
 Python, and reduce the 16-bit tensors."""
 import torch
 
-
-class Compressor:
-    """The interface: subclasses override both static methods."""
-
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+from cerar._compression import Compressor, NoneCompressor  # noqa: F401
 
 
 class _CastCompressor(Compressor):
