@@ -77,17 +77,6 @@ t=$SECONDS
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 run=("$(dirname "$PY")/cerarrun" --max-time 300)
-smoke() {  # smoke NAME MARKER COMMAND...: the command must exit 0 and print MARKER
-  local name=$1 marker=$2 t=$SECONDS
-  shift 2
-  if "$@" >"$out/$name.log" 2>&1 && grep -q -- "$marker" "$out/$name.log"; then
-    echo "example $name: passed in $((SECONDS - t)) s"
-    return
-  fi
-  echo "example $name: FAILED in $((SECONDS - t)) s"
-  tail -n 40 "$out/$name.log"
-  failed+=("$name")
-}
 smoke numpy_allreduce "rank 0/4: sum" \
   "${run[@]}" -np 4 "$PY" examples/numpy_allreduce.py
 smoke torch_train_cerar "RESULT " \

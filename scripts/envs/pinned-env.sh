@@ -149,3 +149,18 @@ run_modules() {
   done
   rm -rf "$logs"
 }
+
+# smoke NAME MARKER COMMAND...: an example's short run, which must exit 0 and print MARKER. Its
+# output goes to $out/NAME.log (the caller's folder); a failure prints the log's end and appends
+# NAME to the array `failed`.
+smoke() {
+  local name=$1 marker=$2 t=$SECONDS
+  shift 2
+  if "$@" >"$out/$name.log" 2>&1 && grep -q -- "$marker" "$out/$name.log"; then
+    echo "example $name: passed in $((SECONDS - t)) s"
+    return
+  fi
+  echo "example $name: FAILED in $((SECONDS - t)) s"
+  tail -n 40 "$out/$name.log"
+  failed+=("$name")
+}
