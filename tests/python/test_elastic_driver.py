@@ -33,14 +33,87 @@ def test_parse_discovery_errors(text, error):
         eh.parse_discovery(text, 1)
 
 
+def _any_name(host):
+    return True
+
+
 def test_script_discovery_output_failure_and_timeout():
-    assert eh.ScriptDiscovery("printf 'h1:2\\nh2\\n'", 3).find() == [("h1", 2), ("h2", 3)]
+    assert eh.ScriptDiscovery("printf 'h1:2\\nh2\\n'", 3, resolves=_any_name).find() == [
+        ("h1", 2), ("h2", 3)]
     with pytest.raises(ValueError, match="exited with code 3: no hosts here"):
         eh.ScriptDiscovery("echo no hosts here >&2; exit 3", 1).find()
     with pytest.raises(ValueError, match="took more than 0.2 s"):
         eh.ScriptDiscovery("sleep 5", 1, timeout=0.2).find()
     with pytest.raises(ValueError, match="line 1"):
         eh.ScriptDiscovery("echo h:zero", 1).find()
+
+
+def test_lines_that_are_not_hosts_are_left_out_with_a_warning_once():
+    rejected = []
+    text = "Warning: slow API\nh1:2\n# cached\nh-2\nbad host:1\n-x\n[::1]\n"
+    assert eh.parse_discovery(text, 1, rejected) == [("h1", 2), ("h-2", 1), ("::1", 1)]
+    assert [why.split(":")[0] for why in rejected] == ["line 1", "line 3", "line 5", "line 6"]
+    lines = []
+    script = eh.ScriptDiscovery("printf 'localhost:2\\nnot a host\\nno-such-host.invalid\\n'",
+                                1, log=lines.append)
+    assert script.find() == [("localhost", 2)]
+    assert script.find() == [("localhost", 2)]
+    assert lines == ["cerarrun: host discovery: ignoring line 2: bad host 'not a host' "
+                     "(expected host:slots or host)",
+                     "cerarrun: host discovery: ignoring host 'no-such-host.invalid': its name "
+                     "does not resolve"]
+    with pytest.raises(ValueError, match="no valid host in its output"):
+        eh.ScriptDiscovery("echo 'error: quota'", 1, log=lines.append).find()
+
+
+def _left(token):
+    """Processes whose command line holds `token` (a unique sleep length)."""
+    found = subprocess.run(["pgrep", "-f", token], capture_output=True, text=True)
+    return found.stdout.split()
+
+
+def test_a_hanging_script_is_killed_with_its_whole_process_group():
+    script = eh.ScriptDiscovery("sleep 31.017 & echo h1; sleep 32.017", 1, timeout=0.5,
+                                resolves=_any_name)
+    with pytest.raises(ValueError, match="took more than 0.5 s"):
+        script.find()
+    assert _left("31.017") == [] and _left("32.017") == []
+    # a run that succeeds leaves nothing behind either
+    assert eh.ScriptDiscovery("(sleep 33.017 &); echo h1", 1, resolves=_any_name).find() == [
+        ("h1", 1)]
+    assert _left("33.017") == []
+
+
+def test_closing_kills_a_run_in_progress():
+    import threading
+    import time
+    script = eh.ScriptDiscovery("sleep 34.017", 1, timeout=60)
+    errors = []
+    thread = threading.Thread(target=lambda: errors.append(pytest.raises(ValueError,
+                                                                         script.find)))
+    thread.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    script.close()
+    thread.join(10)
+    assert not thread.is_alive() and time.monotonic() - started < 5
+    assert _left("34.017") == []
+    with pytest.raises(ValueError, match="ending"):
+        script.find()
+
+
+def test_an_empty_listing_is_no_change():
+    lines = []
+    poller = eh.DiscoveryPoller(eh.ScriptDiscovery("echo h1:2", 1, resolves=_any_name),
+                                interval=60, log=lines.append)
+    poller.start()
+    poller.stop()
+    poller._discovery = eh.ScriptDiscovery("true", 1)
+    poller.poll_once()
+    poller.poll_once()
+    assert poller.hosts() == [("h1", 2)]
+    assert lines == ["cerarrun: host discovery printed no host (exit 0): taken as no change, "
+                     "keeping the last hosts it listed"]
 
 
 def test_poller_keeps_the_last_good_list_and_logs_a_failure_once():

@@ -70,6 +70,7 @@ class ElasticDriver(Generations):
             self._check_time()
             added, _ = self._refresh()
             self._reap_leavers()
+            self._note_resumed()  # before the end: a short last generation still counts
             if self._finishing():
                 code = self._finish()
                 if code is not None:
@@ -77,7 +78,6 @@ class ElasticDriver(Generations):
                 time.sleep(TICK)
                 continue
             events = self._failures()
-            self._note_resumed()
             if events:
                 started = self.clock()
                 events += self._settle(started)
