@@ -201,6 +201,22 @@ def test_cooldown_returns_the_host_last_and_grows_with_failures():
     assert eh.cooldown_seconds(30, 2, 100, lambda: 0.0) == 100
 
 
+def test_cooldown_grows_with_failures_in_a_row_only():
+    clock = Clock()
+    hosts = eh.HostManager(cooldown_range=(10, 1000), clock=clock, draw=lambda: 0.0)
+    hosts.update([("a", 1)])
+    for out in (10, 20, 40):  # a host that fails each time it returns: 10, 20, 40 s out
+        hosts.blacklist("a")
+        clock.now += out - 0.1
+        assert hosts.is_blacklisted("a")
+        clock.now += 0.2
+        assert hosts.update([("a", 1)])[0] == ["a"]
+    hosts.worked("a")  # it trained in a generation: the next failure is a first again
+    hosts.blacklist("a")
+    clock.now += 10.1
+    assert not hosts.is_blacklisted("a")
+
+
 # -- placement ----------------------------------------------------------------------------------
 
 
@@ -364,6 +380,17 @@ def test_lost_rank0_survivor_becomes_rank0_and_the_host_returns_after_cooldown(t
     assert "[2] gen=3 rank=1 size=2 host=localhost" in result.stdout, out
     assert "[2] pid=" in result.stdout and "first_rank=1 first_size=2" in result.stdout
     assert "cerarrun: generation 3 resumed training" in result.stderr, out
+
+
+def test_a_worker_that_never_joins_fails_its_host_and_the_job_goes_on(tmp_path):
+    result = _job(tmp_path, {"hang": ["1"], "finish": 2},
+                  ["-np", "2", "--min-np", "1", "--elastic-start-timeout", "1.5"])
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert re.search(r"cerarrun: reset 1 -> generation 2: rank 1 on 127.0.0.1 did not join "
+                     r"within 1.5 s \(--elastic-start-timeout\); size 2 -> 1", result.stderr), out
+    assert "[0] gen=2 rank=0 size=1 host=localhost" in result.stdout, out
+    assert "[0] done" in result.stdout, out
 
 
 def test_blamed_peer_host_is_blacklisted_in_one_reset(tmp_path):

@@ -181,7 +181,15 @@ class ElasticDriver(Generations):
                                   f"{worker.code}{how}")
                     self._blacklist(worker.host)
                 continue
-            if worker_id in self.reported or self.store is None:
+            if self.store is None:
+                continue
+            late = self._late_start(worker)
+            if late:
+                events.append(f"rank {rank} on {worker.host} {late}")
+                worker.handled = True
+                self._blacklist(worker.host)
+                continue
+            if worker_id in self.reported:
                 continue
             data = self.store._server.try_get(protocol.failed_key(self.generation, worker_id))
             if data is None:
@@ -197,6 +205,18 @@ class ElasticDriver(Generations):
             else:
                 events.append(f"rank {rank} reported: {report.get('error', '')}")
         return events
+
+    def _late_start(self, worker):
+        """Why a started worker counts as failed for not joining in time, or None."""
+        if worker.join_by is None:
+            return None
+        if self.store._server.try_get(protocol.joined_key(worker.id)) is not None:
+            worker.join_by = None
+            return None
+        if self.clock() < worker.join_by:
+            return None
+        return (f"did not join within {self.args.elastic_start_timeout:g} s "
+                "(--elastic-start-timeout)")
 
     def _settled(self):
         return all(self.workers[w].exited() or w in self.reported

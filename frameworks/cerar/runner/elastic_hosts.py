@@ -285,7 +285,7 @@ class HostManager:
         self._cooldown, self._clock, self._draw = cooldown_range, clock, draw
         self._order = []     # available hosts, in the stable order
         self._slots = {}     # host -> slots, as last listed
-        self._failures = {}  # host -> times blacklisted
+        self._failures = {}  # host -> times blacklisted in a row
         self._until = {}     # blacklisted host -> when it may return (inf: never)
 
     def update(self, listed):
@@ -317,6 +317,11 @@ class HostManager:
                                                                  high, self._draw)
         if host in self._order:
             self._order.remove(host)
+
+    def worked(self, host):
+        """`host` took part in a generation that trained: its next failure counts as a first
+        one again (the cooldown grows with failures in a row)."""
+        self._failures.pop(host, None)
 
     def is_blacklisted(self, host):
         return host in self._until and self._until[host] > self._clock()
