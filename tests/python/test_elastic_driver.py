@@ -217,6 +217,19 @@ def test_cooldown_grows_with_failures_in_a_row_only():
     assert not hosts.is_blacklisted("a")
 
 
+def test_blames_are_judged_together():
+    from cerar.runner.elastic_blame import judge
+    # a death during a start: survivors blame their neighbours; only the dead one goes out
+    out, ignored = judge([("0", "1"), ("1", "2"), ("3", "4")], died={"2"}, reporters={"0", "1"})
+    assert out == [] and [(r, b) for r, b, _ in ignored] == [("0", "1"), ("3", "4")]
+    assert ignored[0][2] == "it reported the failure itself"
+    assert ignored[1][2] == "worker 2 died in the same failure"
+    # nobody died: a silent peer is blamed and goes out; one that reported is alive
+    assert judge([("0", "5"), ("1", "0"), ("4", "5")], died=set(),
+                 reporters={"0", "1", "4"}) == (["5"], [("1", "0",
+                                                         "it reported the failure itself")])
+
+
 # -- placement ----------------------------------------------------------------------------------
 
 
@@ -391,6 +404,22 @@ def test_a_worker_that_never_joins_fails_its_host_and_the_job_goes_on(tmp_path):
                      r"within 1.5 s \(--elastic-start-timeout\); size 2 -> 1", result.stderr), out
     assert "[0] gen=2 rank=0 size=1 host=localhost" in result.stdout, out
     assert "[0] done" in result.stdout, out
+
+
+def test_a_death_at_start_blacklists_no_healthy_host(tmp_path):
+    # worker 2 dies; its neighbours' reports blame each other's healthy ranks, as survivors of
+    # a failed start do: only the dead worker's host goes out
+    result = _job(tmp_path, {"fail": {"1": {"2": 3}}, "report": {"1": {"0": 1, "1": 2}},
+                             "report_after": 0.6, "finish": 2},
+                  ["-np", "3", "--min-np", "1"], hosts="localhost:2\n127.0.0.1:1\n")
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert re.search(r"cerarrun: reset 1 -> generation 2: rank 2 on 127.0.0.1 exited with code "
+                     r"3; size 3 -> 2\n", result.stderr), out
+    # set aside as the blame of a peer that reported itself, or as one beside a death
+    assert "cerarrun: not blacklisting localhost: rank 1 blamed by rank 0, but " in out, out
+    assert "[0] gen=2 rank=0 size=2 host=localhost" in result.stdout, out
+    assert "[1] gen=2 rank=1 size=2 host=localhost" in result.stdout, out
 
 
 def test_blamed_peer_host_is_blacklisted_in_one_reset(tmp_path):
