@@ -160,7 +160,8 @@ def init(process_sets=None, **overrides):
             raise
         _counters.clear()
         try:
-            _register_static(runtime, process_sets or [])
+            _register_static(runtime, process_sets or [],
+                             elastic="rendezvous_scope" in overrides)
         except BaseException:
             _state.runtime = None
             runtime.shutdown()

@@ -65,15 +65,24 @@ global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
 
 
-def _register_static(runtime, process_sets):
+def _register_static(runtime, process_sets, elastic=False):
     """init(process_sets=[...]): registers each set in order on every rank (the lists must be
     the same everywhere, as Horovod's); a set whose ranks are already registered gets that id
-    once, later copies are invalidated."""
+    once, later copies are invalidated. In an elastic job every start (each reset) registers
+    them again for the generation's size: a set keeps the ranks it was given that exist now,
+    and one left with none is invalidated (its operations raise) until the job grows back."""
     global_process_set.ranks = list(range(runtime.size))
     seen = {0}
     for ps in process_sets:
         if not isinstance(ps, ProcessSet):
             raise ValueError(f"init(process_sets=...) takes ProcessSet objects, got {ps!r}")
+        if elastic:
+            if getattr(ps, "_given", None) is None:
+                ps._given = list(ps.ranks)
+            ps.ranks = [r for r in ps._given if r < runtime.size]
+            if not ps.ranks:
+                ps._invalidate()
+                continue
         existing = [i for i in runtime.process_set_ids()
                     if runtime.process_set_ranks(i) == ps.ranks]
         if existing:
