@@ -422,6 +422,15 @@ def test_a_death_at_start_blacklists_no_healthy_host(tmp_path):
     assert "[1] gen=2 rank=1 size=2 host=localhost" in result.stdout, out
 
 
+def test_a_timeout_dates_the_resume_from_the_silence_not_its_report(tmp_path):
+    result = _job(tmp_path, {"report": {"1": {"0": 1}}, "silent": 5, "finish": 2},
+                  ["-np", "2", "--min-np", "1"])
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    resumed = re.search(r"generation 2 resumed training ([0-9.]+) s after the event", out)
+    assert resumed and 5.0 <= float(resumed.group(1)) < 15.0, out
+
+
 def test_blamed_peer_host_is_blacklisted_in_one_reset(tmp_path):
     result = _job(tmp_path, {"report": {"1": {"0": 1}}, "finish": 2},
                   ["-np", "2", "--min-np", "1"])

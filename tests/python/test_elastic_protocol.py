@@ -26,4 +26,6 @@ def test_keys_are_per_generation_and_failures_round_trip():
     assert protocol.failed_key(2, "w1").startswith(protocol.PREFIX)
     assert protocol.scope_of(5) == "elastic/5"
     report = protocol.decode_failure(protocol.encode_failure(3, 1, RuntimeError("peer 1 lost")))
-    assert report == {"rank": 3, "peer": 1, "error": "peer 1 lost"}
+    assert report == {"rank": 3, "peer": 1, "error": "peer 1 lost", "silent": 0.0}
+    assert protocol.decode_failure(protocol.encode_failure(3, 1, "t", 10))["silent"] == 10.0
+    assert protocol.joined_key("w1").startswith(protocol.PREFIX)

@@ -74,8 +74,11 @@ def decode_plan(data):
     return plan
 
 
-def encode_failure(rank, peer, error):
-    return json.dumps({"rank": rank, "peer": peer, "error": str(error)}).encode()
+def encode_failure(rank, peer, error, silent=0.0):
+    """`silent`: seconds the blamed peer had been silent when the report was made (a timeout's
+    length), so the driver can date the event itself, not its detection."""
+    return json.dumps({"rank": rank, "peer": peer, "error": str(error),
+                       "silent": float(silent)}).encode()
 
 
 def decode_failure(data):

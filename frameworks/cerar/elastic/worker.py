@@ -181,7 +181,11 @@ class Worker:
         host whose processes still run is known only this way)."""
         if self.generation is None:
             return
-        data = protocol.encode_failure(self.rank, getattr(error, "peer", None), error)
+        silent = 0.0
+        from cerar._cerar import CerarTimeoutError, RuntimeConfig
+        if isinstance(error, CerarTimeoutError):  # the peer went quiet a timeout ago
+            silent = RuntimeConfig.from_environment().timeout_seconds
+        data = protocol.encode_failure(self.rank, getattr(error, "peer", None), error, silent)
         try:
             self.store.set(protocol.failed_key(self.generation, self.id), data)
         except Exception as lost:  # the driver's store gone: the wait that follows says so

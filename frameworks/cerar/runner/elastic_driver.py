@@ -54,6 +54,7 @@ class ElasticDriver(Generations):
         self.reported = set()    # ids whose failure report of G was read
         self.blames = []         # [(reporter id, blamed id)] of G, judged once it settles
         self.died = set()        # ids of G that exited with an error or never joined
+        self.silent = 0.0        # longest silence a report of G's failure tells of (seconds)
         self.resume = None       # (G, time of its event) until G's rank 0 says it runs
         self.store = self.client = self.address = None
         self.stoppers = []       # threads terminating workers in the background
@@ -85,7 +86,8 @@ class ElasticDriver(Generations):
                 started = self.clock()
                 events += self._settle(started)
                 events += self._judge_blames()
-                self._reset(_summary(events), started, failure=True)
+                # a timeout dates its event that much before its report
+                self._reset(_summary(events), started - self.silent, failure=True)
                 continue
             change = self._membership_change(added)
             if change:
@@ -203,6 +205,7 @@ class ElasticDriver(Generations):
                 continue
             self.reported.add(worker_id)
             report = protocol.decode_failure(data)
+            self.silent = max(self.silent, float(report.get("silent") or 0.0))
             blamed = by_rank.get(report.get("peer"))
             if blamed is not None and blamed != worker_id:
                 self.blames.append((worker_id, blamed))  # judged with the others: _judge_blames

@@ -76,7 +76,7 @@ class Generations:
             if not self.workers[worker_id].exited() and not self.workers[worker_id].handled:
                 self.workers[worker_id].leave_by = leave_by
         self.plan, self.generation, self.reported = plan, generation, set()
-        self.blames, self.died = [], set()
+        self.blames, self.died, self.silent = [], set(), 0.0
         self.resume = (generation, started)
         if generation > 1:
             self.resets += 1

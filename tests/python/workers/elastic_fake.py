@@ -5,6 +5,7 @@ running, and it does what the JSON spec (argv[1]) asks for that generation:
   "fail":   {"G": {"id": code}}     worker id exits with code in generation G
   "report": {"G": {"id": peer}}     worker id reports G failed, blaming rank peer (or null),
                                     after "report_after" s, and waits for a new generation
+                                    (the report says the peer was silent "silent" s)
   "write":  {"G": text}             G's rank 0 writes text to spec["discovery_file"]
   "finish": G                       in generation G the others exit 0 (after "hold" s)
   "hang":   ["id"]                  worker id never joins (as behind an sshd that accepts
@@ -90,7 +91,8 @@ while True:
             client.get(f"fake/pid/{blamed[0]}")
         time.sleep(spec.get("report_after", 0))
         client.set(protocol.failed_key(generation, me),
-                   protocol.encode_failure(rank, spec["report"][key][me], "fake failure"))
+                   protocol.encode_failure(rank, spec["report"][key][me], "fake failure",
+                                           spec.get("silent", 0)))
     elif spec.get("finish") == generation:
         time.sleep(spec.get("hold", 0.3))
         print("done", flush=True)
