@@ -362,7 +362,11 @@ def test_host_updates_failure_reports_and_running_mark():
     error.peer = 1
     a.report_failure(error)
     report = protocol.decode_failure(store.data[protocol.failed_key(1, "a")])
-    assert report == {"rank": 0, "peer": 1, "error": "rank 1 lost"}
+    assert report == {"rank": 0, "peer": 1, "error": "rank 1 lost", "silent": 0.0}
+    from cerar._cerar import CerarTimeoutError, RuntimeConfig
+    a.report_failure(CerarTimeoutError("rank 1 silent"))  # dated a timeout back
+    report = protocol.decode_failure(store.data[protocol.failed_key(1, "a")])
+    assert report["silent"] == RuntimeConfig.from_environment().timeout_seconds > 0
     a.mark_running()
     assert protocol.running_key(1) in store.data
     a.wait_newer()  # generation 2 exists: no wait
