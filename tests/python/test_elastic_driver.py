@@ -431,6 +431,39 @@ def test_a_timeout_dates_the_resume_from_the_silence_not_its_report(tmp_path):
     assert resumed and 5.0 <= float(resumed.group(1)) < 15.0, out
 
 
+def test_a_killed_worker_shows_as_a_reset_on_the_drivers_metrics(tmp_path):
+    import threading
+    import time
+    import urllib.request
+
+    pytest.importorskip("prometheus_client")
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from ports import free_port
+    port, results = free_port(), []
+    job = threading.Thread(target=lambda: results.append(_job(
+        tmp_path, {"fail": {"1": {"1": 137}}, "finish": 2, "hold": 6},
+        ["-np", "2", "--min-np", "1", "--elastic-metrics-port", str(port)])))
+    job.start()
+    seen, deadline = {}, time.monotonic() + 20
+    while time.monotonic() < deadline and seen.get(("cerar_elastic_generation", None)) != 2:
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read()
+        except OSError:
+            time.sleep(0.1)
+            continue
+        seen = {(s.name, s.labels.get("reason")): s.value for family in
+                text_string_to_metric_families(text.decode()) for s in family.samples}
+        time.sleep(0.1)
+    job.join(30)
+    out = results[0].stdout + results[0].stderr if results else "(no result)"
+    assert results and results[0].returncode == 0, out
+    assert seen.get(("cerar_elastic_generation", None)) == 2, (seen, out)
+    assert seen[("cerar_elastic_resets_total", "failure")] == 1, (seen, out)
+    assert seen[("cerar_elastic_size", None)] == 1 and seen[
+        ("cerar_elastic_blacklisted_hosts", None)] == 1, (seen, out)
+
+
 def test_blamed_peer_host_is_blacklisted_in_one_reset(tmp_path):
     result = _job(tmp_path, {"report": {"1": {"0": 1}}, "finish": 2},
                   ["-np", "2", "--min-np", "1"])
