@@ -12,28 +12,14 @@ import time
 import pytest
 
 from conftest import needs_runtime
-from emulated_hosts import EmulatedHosts, unavailable
-from test_elastic import (TIMEOUT, Job, assert_finished_together, assert_no_workers_left,
-                          assert_synced_states_identical, elastic, kill_workers, synced,
-                          workers_on)
+from emulated_hosts import unavailable
+# The emulated hosts (one set for this module) and the jobs' clean-up are test_elastic.py's.
+from test_elastic import (TIMEOUT, Job, assert_finished_together,  # noqa: F401 (fixtures)
+                          assert_synced_states_identical, elastic, hosts, jobs, kill_workers,
+                          synced, workers_on)
 
 WHY_NOT = unavailable()
 pytestmark = [needs_runtime, pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))]
-
-
-@pytest.fixture(scope="module")
-def hosts():
-    with EmulatedHosts(4) as made:
-        yield made
-
-
-@pytest.fixture
-def jobs(hosts):
-    started = []
-    yield started
-    for job in started:
-        job.kill()
-    assert_no_workers_left(hosts)
 
 
 def sockets_of(hosts, host, pid):
