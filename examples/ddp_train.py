@@ -100,7 +100,8 @@ def main():
     model = wrap(make_model(), args)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     if rank == 0:
-        print(f"{size} ranks, {steps} steps/epoch, comm {args.comm}, amp {args.amp}", flush=True)
+        print(f"{size} ranks, {steps} steps/epoch, backend {args.backend}, comm {args.comm}, "
+              f"amp {args.amp}", flush=True)
     history, skipped, start = [], 0, time.perf_counter()
     for epoch in range(args.epochs):
         model.train()
