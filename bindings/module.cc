@@ -16,6 +16,7 @@
 #include "core/runtime.h"
 #ifdef CERAR_HAVE_CUDA
 #include "core/device/cuda/cuda_device_ops.h"
+#include "ops/transport/nccl_library.h"
 #endif
 #include "common/error.h"
 
@@ -265,8 +266,18 @@ PYBIND11_MODULE(_cerar, m) {
       .value("Adasum", Op::kAdasum);
 #ifdef CERAR_HAVE_CUDA
   m.attr("cuda_built") = true;
+  // NCCL is loaded at first use, from these folders first (the package passes the nvidia-nccl
+  // wheels' own), then the loader's path and the system's CUDA.
+  m.def("set_nccl_search_folders", &setNcclSearchFolders, py::arg("folders"));
+  m.def("nccl_version", [] {
+          std::string why;
+          const NcclLibrary* lib = tryNcclLibrary(&why);
+          return py::make_tuple(lib ? lib->version : 0, lib ? lib->path : why);
+        }, "(version code, path) of the NCCL loaded for CUDA tensors; (0, why) if none loads.");
 #else
   m.attr("cuda_built") = false;
+  m.def("set_nccl_search_folders", [](const std::vector<std::string>&) {}, py::arg("folders"));
+  m.def("nccl_version", [] { return py::make_tuple(0, "built without the CUDA parts"); });
 #endif
   m.def("wire_carries", [](const std::string& wire, DType dtype, Op op) {
           return wireMayCarry(parseWire(wire), dtype, op);

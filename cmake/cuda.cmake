@@ -8,8 +8,8 @@ if(CERAR_WITH_CUDA)
   find_package(CUDAToolkit QUIET)
   if(CMAKE_CUDA_COMPILER AND CUDAToolkit_FOUND)
     find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
-    find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
-    if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+    # Only NCCL's header: the library is loaded at run time (ops/transport/nccl_library.h).
+    if(NCCL_INCLUDE_DIR)
       set(CERAR_HAVE_CUDA ON)
     endif()
   endif()
@@ -32,10 +32,14 @@ if(CERAR_HAVE_CUDA)
   add_library(cerar_ops_cuda STATIC
     ${_cerar_cuda_dir}/codec_cuda.cu ${_cerar_cuda_dir}/cuda_util.cc
     ${PROJECT_SOURCE_DIR}/ops/device_executor.cc
-    ${PROJECT_SOURCE_DIR}/ops/transport/nccl.cc ${PROJECT_SOURCE_DIR}/ops/transport/staged.cc
+    ${PROJECT_SOURCE_DIR}/ops/transport/nccl.cc ${PROJECT_SOURCE_DIR}/ops/transport/nccl_library.cc
+    ${PROJECT_SOURCE_DIR}/ops/transport/staged.cc
     ${PROJECT_SOURCE_DIR}/ops/transport/device_select.cc)
   target_include_directories(cerar_ops_cuda PUBLIC ${NCCL_INCLUDE_DIR})
-  target_link_libraries(cerar_ops_cuda PUBLIC cerar_ops CUDA::cudart ${NCCL_LIBRARY})
+  # The CUDA runtime linked in (it loads the driver, libcuda.so.1, only when first used) and NCCL
+  # loaded at run time (ops/transport/nccl_library.h): the extension then imports on machines
+  # without CUDA, and finds NCCL where the nvidia-* wheels or the system put it.
+  target_link_libraries(cerar_ops_cuda PUBLIC cerar_ops CUDA::cudart_static ${CMAKE_DL_LIBS})
   add_library(cerar_cuda STATIC ${PROJECT_SOURCE_DIR}/core/device/cuda/cuda_device_ops.cc)
   target_link_libraries(cerar_cuda PUBLIC cerar cerar_ops_cuda)
   # The directory's compile options are for the host compiler: hand them to nvcc through

@@ -9,33 +9,29 @@ Framework APIs: cerar.numpy, cerar.torch, cerar.jax. Launcher: ``cerarrun -np 4 
 """
 import atexit
 
+from cerar._cerar import (CerarError, CerarTimeoutError, InternalError,  # noqa: E402
+                          InvalidArgumentError, MismatchError, Op, PeerLostError, ShutDownError)
 
-def _load_torchs_nccl_first():
-    """PyPI's torch brings its own NCCL (the nvidia-nccl package) and cannot load once another
-    NCCL with the same soname is in the process, which a CUDA build of the extension would put
-    there first. Loading torch's globally before the extension makes both use it (the
-    extension links NCCL by soname and uses only its stable API)."""
-    import ctypes
+
+def _nccl_folders():
+    """The lib folders of the nvidia-nccl wheels on sys.path (PyPI's torch depends on one):
+    searched first when CUDA tensors need NCCL, so cerar and torch share one libnccl.so.2."""
     import importlib.util
     import os
     try:
         spec = importlib.util.find_spec("nvidia.nccl")
     except (ImportError, ValueError):
-        return
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        library = os.path.join(folder, "lib", "libnccl.so.2")
-        if os.path.exists(library):
-            try:
-                ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
-            except OSError:
-                pass
-            return
+        return []
+    folders = (spec.submodule_search_locations or []) if spec else []
+    return [os.path.join(f, "lib") for f in folders if os.path.isdir(os.path.join(f, "lib"))]
 
 
-_load_torchs_nccl_first()
+def _tell_where_nccl_is():
+    from cerar import _cerar
+    _cerar.set_nccl_search_folders(_nccl_folders())
 
-from cerar._cerar import (CerarError, CerarTimeoutError, InternalError,  # noqa: E402
-                          InvalidArgumentError, MismatchError, Op, PeerLostError, ShutDownError)
+
+_tell_where_nccl_is()
 
 # Every failure raises a subclass of CerarError (a RuntimeError); `.peer` names the rank it
 # concerns (or None) and `.code` the kind. See docs/errors.md.
@@ -87,18 +83,10 @@ def gloo_enabled():
 
 
 def nccl_built():
-    """0 without NCCL; else NCCL's version code (e.g. 21805 for 2.18.5), as Horovod answers,
-    read from the NCCL library that a CUDA build of the extension has loaded."""
+    """0 without usable NCCL; else NCCL's version code (e.g. 22809 for 2.28.9), as Horovod
+    answers, of the libnccl.so.2 that cerar loads at run time for CUDA tensors."""
     from cerar import _cerar
-    if not _cerar.cuda_built:
-        return 0
-    import ctypes
-    try:
-        version = ctypes.c_int(0)
-        ctypes.CDLL("libnccl.so.2").ncclGetVersion(ctypes.byref(version))
-        return version.value or 1
-    except (OSError, AttributeError):
-        return 1
+    return _cerar.nccl_version()[0]
 
 
 def cuda_built():

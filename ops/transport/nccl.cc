@@ -13,11 +13,15 @@
 #endif
 
 #include "common/error.h"
+#include "ops/transport/nccl_library.h"
 
 namespace cerar {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// NCCL is loaded at first use (ops/transport/nccl_library.h); a missing one fails here, clearly.
+const NcclLibrary& nccl() { return ncclLibrary(); }
 
 // One ncclGroupStart/End of buffered posts and the event recorded after it.
 struct Group {
@@ -49,7 +53,7 @@ ncclResult_t settle(ncclComm_t comm, ncclResult_t result, Clock::time_point dead
   int spins = 0;
   while (result == ncclInProgress && Clock::now() < deadline) {
     backoff(spins);
-    if (ncclCommGetAsyncError(comm, &result) != ncclSuccess) return ncclInternalError;
+    if (nccl().commGetAsyncError(comm, &result) != ncclSuccess) return ncclInternalError;
   }
   return result;
 }
@@ -66,9 +70,9 @@ struct NcclTransport::Impl {
 
 NcclId newNcclId() {
   ncclUniqueId id;
-  const ncclResult_t result = ncclGetUniqueId(&id);
+  const ncclResult_t result = nccl().getUniqueId(&id);
   if (result != ncclSuccess)
-    throw Error(detail::concat("ncclGetUniqueId: ", ncclGetErrorString(result)));
+    throw Error(detail::concat("ncclGetUniqueId: ", nccl().getErrorString(result)));
   NcclId out;
   static_assert(sizeof(id) == sizeof(out));
   std::memcpy(out.data(), &id, sizeof id);
@@ -91,12 +95,12 @@ NcclTransport::~NcclTransport() {
       pending = pending || !impl_->sends[peer].empty() || !impl_->recvs[peer].empty();
     // Unwaited transfers may never complete (the peer may be gone): abort rather than hang.
     ncclResult_t state = ncclInProgress;
-    if (!pending) state = settle(impl_->comm, ncclCommFinalize(impl_->comm),
+    if (!pending) state = settle(impl_->comm, nccl().commFinalize(impl_->comm),
                                  Clock::now() + timeout_);
     if (state == ncclSuccess) {
-      ncclCommDestroy(impl_->comm);
+      nccl().commDestroy(impl_->comm);
     } else {
-      ncclCommAbort(impl_->comm);
+      nccl().commAbort(impl_->comm);
     }
   }
   if (impl_->stream) cudaStreamDestroy(impl_->stream);
@@ -114,7 +118,7 @@ void NcclTransport::checkUsable(int peer, const char* op) {
     // A failure seen by waitEvent() on another thread: abort here, on the driving thread.
     std::lock_guard<std::mutex> lock(mutex_);
     if (impl_->comm) {
-      ncclCommAbort(impl_->comm);
+      nccl().commAbort(impl_->comm);
       impl_->comm = nullptr;
     }
     throw Error(detail::concat("rank ", rank_, ": NCCL transport unusable after an earlier "
@@ -129,7 +133,7 @@ void NcclTransport::fail(const std::string& what, bool timedOut, int peer) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (failure_.empty()) failure_ = what;
     if (impl_->comm) {
-      ncclCommAbort(impl_->comm);  // also unblocks whatever NCCL left on the stream
+      nccl().commAbort(impl_->comm);  // also unblocks whatever NCCL left on the stream
       impl_->comm = nullptr;
     }
   }
@@ -156,13 +160,13 @@ void NcclTransport::flush() {
   const int peer = impl_->unflushed.front().peer;
   const auto deadline = Clock::now() + timeout_;
   cudaSetDevice(device_);
-  ncclResult_t result = ncclGroupStart();
+  ncclResult_t result = nccl().groupStart();
   for (const Post& p : impl_->unflushed) {
     if (result != ncclSuccess && result != ncclInProgress) break;
-    result = p.send ? ncclSend(p.data, p.bytes, ncclUint8, p.peer, impl_->comm, impl_->stream)
-                    : ncclRecv(p.data, p.bytes, ncclUint8, p.peer, impl_->comm, impl_->stream);
+    result = p.send ? nccl().send(p.data, p.bytes, ncclUint8, p.peer, impl_->comm, impl_->stream)
+                    : nccl().recv(p.data, p.bytes, ncclUint8, p.peer, impl_->comm, impl_->stream);
   }
-  const ncclResult_t end = ncclGroupEnd();
+  const ncclResult_t end = nccl().groupEnd();
   if (result == ncclSuccess || result == ncclInProgress) result = end;
   result = settle(impl_->comm, result, deadline);
   impl_->unflushed.clear();
@@ -171,7 +175,7 @@ void NcclTransport::flush() {
                         timeout_.count(), " ms"), true, peer);
   if (result != ncclSuccess)
     fail(detail::concat("rank ", rank_, ": NCCL send/recv with rank ", peer, " failed: ",
-                        ncclGetErrorString(result)), false, peer);
+                        nccl().getErrorString(result)), false, peer);
   auto group = std::move(impl_->open);
   impl_->open = std::make_shared<Group>();
   cudaError_t status = cudaEventCreateWithFlags(&group->event, cudaEventDisableTiming);
@@ -212,10 +216,10 @@ std::string NcclTransport::poll(void* event, Clock::time_point deadline, bool& t
     {
       std::lock_guard<std::mutex> lock(mutex_);  // the communicator may be aborted meanwhile
       if (!impl_->comm) return "the communicator was aborted";
-      ncclCommGetAsyncError(impl_->comm, &async);
+      nccl().commGetAsyncError(impl_->comm, &async);
     }
     if (async != ncclSuccess && async != ncclInProgress)
-      return detail::concat("NCCL error ", ncclGetErrorString(async));
+      return detail::concat("NCCL error ", nccl().getErrorString(async));
     if (Clock::now() >= deadline) {
       timedOut = true;
       return detail::concat("timed out after ", timeout_.count(), " ms");
@@ -263,14 +267,14 @@ std::unique_ptr<NcclTransport> connectNcclWithId(const NcclId& id, int rank, int
   std::memcpy(&uid, id.data(), sizeof uid);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // init must not hang on a missing peer: poll it against the deadline
-  ncclResult_t result = ncclCommInitRankConfig(&impl->comm, size, uid, rank, &config);
+  ncclResult_t result = nccl().commInitRankConfig(&impl->comm, size, uid, rank, &config);
   if (impl->comm) result = settle(impl->comm, result, Clock::now() + options.timeout);
   if (result != ncclSuccess) {
-    if (impl->comm) ncclCommAbort(impl->comm);
+    if (impl->comm) nccl().commAbort(impl->comm);
     cudaStreamDestroy(impl->stream);
     throw fail(result == ncclInProgress
                    ? detail::concat("timed out after ", options.timeout.count(), " ms")
-                   : std::string(ncclGetErrorString(result)));
+                   : std::string(nccl().getErrorString(result)));
   }
   return std::make_unique<NcclTransport>(std::move(impl), rank, size, device, options.timeout,
                                          options.streamOrdered);

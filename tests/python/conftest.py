@@ -8,9 +8,8 @@ import pytest
 
 WORKERS = Path(__file__).resolve().parent / "workers"
 
-# torch before cerar in this process: a CUDA build of the extension links the toolkit's NCCL,
-# and a torch that ships a newer NCCL cannot load once that one is in the process. The suite's
-# other tests need not depend on the order; test_torch_compat.py checks the order itself.
+# torch before cerar in this process, as most users import them; cerar loads NCCL only at the
+# first CUDA collective (docs/wheel.md), and test_torch_compat.py checks the other order.
 try:
     import torch  # noqa: F401
 except ImportError:

@@ -33,14 +33,87 @@ def test_parse_discovery_errors(text, error):
         eh.parse_discovery(text, 1)
 
 
+def _any_name(host):
+    return True
+
+
 def test_script_discovery_output_failure_and_timeout():
-    assert eh.ScriptDiscovery("printf 'h1:2\\nh2\\n'", 3).find() == [("h1", 2), ("h2", 3)]
+    assert eh.ScriptDiscovery("printf 'h1:2\\nh2\\n'", 3, resolves=_any_name).find() == [
+        ("h1", 2), ("h2", 3)]
     with pytest.raises(ValueError, match="exited with code 3: no hosts here"):
         eh.ScriptDiscovery("echo no hosts here >&2; exit 3", 1).find()
     with pytest.raises(ValueError, match="took more than 0.2 s"):
         eh.ScriptDiscovery("sleep 5", 1, timeout=0.2).find()
     with pytest.raises(ValueError, match="line 1"):
         eh.ScriptDiscovery("echo h:zero", 1).find()
+
+
+def test_lines_that_are_not_hosts_are_left_out_with_a_warning_once():
+    rejected = []
+    text = "Warning: slow API\nh1:2\n# cached\nh-2\nbad host:1\n-x\n[::1]\n"
+    assert eh.parse_discovery(text, 1, rejected) == [("h1", 2), ("h-2", 1), ("::1", 1)]
+    assert [why.split(":")[0] for why in rejected] == ["line 1", "line 3", "line 5", "line 6"]
+    lines = []
+    script = eh.ScriptDiscovery("printf 'localhost:2\\nnot a host\\nno-such-host.invalid\\n'",
+                                1, log=lines.append)
+    assert script.find() == [("localhost", 2)]
+    assert script.find() == [("localhost", 2)]
+    assert lines == ["cerarrun: host discovery: ignoring line 2: bad host 'not a host' "
+                     "(expected host:slots or host)",
+                     "cerarrun: host discovery: ignoring host 'no-such-host.invalid': its name "
+                     "does not resolve"]
+    with pytest.raises(ValueError, match="no valid host in its output"):
+        eh.ScriptDiscovery("echo 'error: quota'", 1, log=lines.append).find()
+
+
+def _left(token):
+    """Processes whose command line holds `token` (a unique sleep length)."""
+    found = subprocess.run(["pgrep", "-f", token], capture_output=True, text=True)
+    return found.stdout.split()
+
+
+def test_a_hanging_script_is_killed_with_its_whole_process_group():
+    script = eh.ScriptDiscovery("sleep 31.017 & echo h1; sleep 32.017", 1, timeout=0.5,
+                                resolves=_any_name)
+    with pytest.raises(ValueError, match="took more than 0.5 s"):
+        script.find()
+    assert _left("31.017") == [] and _left("32.017") == []
+    # a run that succeeds leaves nothing behind either
+    assert eh.ScriptDiscovery("(sleep 33.017 &); echo h1", 1, resolves=_any_name).find() == [
+        ("h1", 1)]
+    assert _left("33.017") == []
+
+
+def test_closing_kills_a_run_in_progress():
+    import threading
+    import time
+    script = eh.ScriptDiscovery("sleep 34.017", 1, timeout=60)
+    errors = []
+    thread = threading.Thread(target=lambda: errors.append(pytest.raises(ValueError,
+                                                                         script.find)))
+    thread.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    script.close()
+    thread.join(10)
+    assert not thread.is_alive() and time.monotonic() - started < 5
+    assert _left("34.017") == []
+    with pytest.raises(ValueError, match="ending"):
+        script.find()
+
+
+def test_an_empty_listing_is_no_change():
+    lines = []
+    poller = eh.DiscoveryPoller(eh.ScriptDiscovery("echo h1:2", 1, resolves=_any_name),
+                                interval=60, log=lines.append)
+    poller.start()
+    poller.stop()
+    poller._discovery = eh.ScriptDiscovery("true", 1)
+    poller.poll_once()
+    poller.poll_once()
+    assert poller.hosts() == [("h1", 2)]
+    assert lines == ["cerarrun: host discovery printed no host (exit 0): taken as no change, "
+                     "keeping the last hosts it listed"]
 
 
 def test_poller_keeps_the_last_good_list_and_logs_a_failure_once():
@@ -126,6 +199,35 @@ def test_cooldown_returns_the_host_last_and_grows_with_failures():
     assert eh.cooldown_seconds(1, 2, 100, lambda: 0.0) == 2
     assert eh.cooldown_seconds(3, 2, 100, lambda: 0.99) == pytest.approx(2 * 4 * 1.99)
     assert eh.cooldown_seconds(30, 2, 100, lambda: 0.0) == 100
+
+
+def test_cooldown_grows_with_failures_in_a_row_only():
+    clock = Clock()
+    hosts = eh.HostManager(cooldown_range=(10, 1000), clock=clock, draw=lambda: 0.0)
+    hosts.update([("a", 1)])
+    for out in (10, 20, 40):  # a host that fails each time it returns: 10, 20, 40 s out
+        hosts.blacklist("a")
+        clock.now += out - 0.1
+        assert hosts.is_blacklisted("a")
+        clock.now += 0.2
+        assert hosts.update([("a", 1)])[0] == ["a"]
+    hosts.worked("a")  # it trained in a generation: the next failure is a first again
+    hosts.blacklist("a")
+    clock.now += 10.1
+    assert not hosts.is_blacklisted("a")
+
+
+def test_blames_are_judged_together():
+    from cerar.runner.elastic_blame import judge
+    # a death during a start: survivors blame their neighbours; only the dead one goes out
+    out, ignored = judge([("0", "1"), ("1", "2"), ("3", "4")], died={"2"}, reporters={"0", "1"})
+    assert out == [] and [(r, b) for r, b, _ in ignored] == [("0", "1"), ("3", "4")]
+    assert ignored[0][2] == "it reported the failure itself"
+    assert ignored[1][2] == "worker 2 died in the same failure"
+    # nobody died: a silent peer is blamed and goes out; one that reported is alive
+    assert judge([("0", "5"), ("1", "0"), ("4", "5")], died=set(),
+                 reporters={"0", "1", "4"}) == (["5"], [("1", "0",
+                                                         "it reported the failure itself")])
 
 
 # -- placement ----------------------------------------------------------------------------------
@@ -291,6 +393,33 @@ def test_lost_rank0_survivor_becomes_rank0_and_the_host_returns_after_cooldown(t
     assert "[2] gen=3 rank=1 size=2 host=localhost" in result.stdout, out
     assert "[2] pid=" in result.stdout and "first_rank=1 first_size=2" in result.stdout
     assert "cerarrun: generation 3 resumed training" in result.stderr, out
+
+
+def test_a_worker_that_never_joins_fails_its_host_and_the_job_goes_on(tmp_path):
+    result = _job(tmp_path, {"hang": ["1"], "finish": 2},
+                  ["-np", "2", "--min-np", "1", "--elastic-start-timeout", "1.5"])
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert re.search(r"cerarrun: reset 1 -> generation 2: rank 1 on 127.0.0.1 did not join "
+                     r"within 1.5 s \(--elastic-start-timeout\); size 2 -> 1", result.stderr), out
+    assert "[0] gen=2 rank=0 size=1 host=localhost" in result.stdout, out
+    assert "[0] done" in result.stdout, out
+
+
+def test_a_death_at_start_blacklists_no_healthy_host(tmp_path):
+    # worker 2 dies; its neighbours' reports blame each other's healthy ranks, as survivors of
+    # a failed start do: only the dead worker's host goes out
+    result = _job(tmp_path, {"fail": {"1": {"2": 3}}, "report": {"1": {"0": 1, "1": 2}},
+                             "report_after": 0.6, "finish": 2},
+                  ["-np", "3", "--min-np", "1"], hosts="localhost:2\n127.0.0.1:1\n")
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert re.search(r"cerarrun: reset 1 -> generation 2: rank 2 on 127.0.0.1 exited with code "
+                     r"3; size 3 -> 2\n", result.stderr), out
+    # set aside as the blame of a peer that reported itself, or as one beside a death
+    assert "cerarrun: not blacklisting localhost: rank 1 blamed by rank 0, but " in out, out
+    assert "[0] gen=2 rank=0 size=2 host=localhost" in result.stdout, out
+    assert "[1] gen=2 rank=1 size=2 host=localhost" in result.stdout, out
 
 
 def test_blamed_peer_host_is_blacklisted_in_one_reset(tmp_path):

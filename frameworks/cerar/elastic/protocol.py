@@ -13,6 +13,8 @@ Keys (every value is UTF-8 text; JSON where noted):
   cerar/elastic/ready/<G>          a counter (store add): workers of G that reached its barrier
   cerar/elastic/running/<G>        set by G's rank 0 once G's state is synced and training runs
   cerar/elastic/failed/<G>/<id>    worker <id>'s report that G failed (JSON: rank, peer, error)
+  cerar/elastic/joined/<id>        set by worker <id> when it first reaches a barrier (the
+                                   driver's proof that its start worked)
 The runtime of generation G names its own keys with the rendezvous scope scope_of(G).
 
 A worker's environment: CERAR_ELASTIC_ID, CERAR_ELASTIC_GENERATION (the first generation
@@ -44,6 +46,10 @@ def running_key(generation):
 
 def failed_key(generation, worker):
     return f"{PREFIX}failed/{generation}/{worker}"
+
+
+def joined_key(worker):
+    return f"{PREFIX}joined/{worker}"
 
 
 def scope_of(generation):

@@ -110,6 +110,8 @@ class Worker:
     def _barrier(self, generation, size, deadline):
         """Waits until every worker of `generation` has arrived: None then; or the newer
         generation to join instead when `latest` moves on first."""
+        if self.generation is None:  # the first arrival: this process started and reached us
+            self.store.set(protocol.joined_key(self.id), b"1")
         key = protocol.ready_key(generation)
         count = self.store.add(key, 1)
         while count != size:

@@ -103,6 +103,9 @@ def _add_elastic_flags(parser):
                        help="slots of a host the discovery lists without them (default 1)")
     group.add_argument("--elastic-timeout", type=float, default=600.0, metavar="SECONDS",
                        help="how long to wait for --min-np slots before failing (default 600)")
+    group.add_argument("--elastic-start-timeout", type=float, default=60.0, metavar="SECONDS",
+                       help="how long a started worker has to join (reach the runtime's start) "
+                            "before its host counts as failed (default 60)")
     group.add_argument("--reset-limit", type=int, default=None, metavar="N",
                        help="fail the job on its (N+1)th reset (default: no limit)")
     group.add_argument("--blacklist-cooldown-range", type=float, nargs=2, default=None,
@@ -129,6 +132,8 @@ def _check_elastic_flags(parser, args):
         parser.error("--slots-per-host must be at least 1")
     if args.elastic_timeout <= 0:
         parser.error("--elastic-timeout must be positive")
+    if args.elastic_start_timeout <= 0:
+        parser.error("--elastic-start-timeout must be positive")
     if not 0 <= args.elastic_metrics_port <= 65535:
         parser.error("--elastic-metrics-port must be in [0, 65535]")
     if args.reset_limit is not None and args.reset_limit < 0:

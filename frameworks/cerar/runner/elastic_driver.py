@@ -22,6 +22,7 @@ import threading
 import time
 
 from cerar.elastic import protocol
+from cerar.runner.elastic_blame import judge
 from cerar.runner.elastic_metrics import serve_driver_metrics
 from cerar.runner.elastic_hosts import DiscoveryPoller, HostManager, discovery_of, place
 from cerar.runner.hosts import is_local, is_loopback, route_source
@@ -51,6 +52,8 @@ class ElasticDriver(Generations):
         self.resets_by_reason = collections.Counter()  # "failure" | "membership" -> resets
         self.resume_seconds = []  # per reset: from its event to the new generation's training
         self.reported = set()    # ids whose failure report of G was read
+        self.blames = []         # [(reporter id, blamed id)] of G, judged once it settles
+        self.died = set()        # ids of G that exited with an error or never joined
         self.resume = None       # (G, time of its event) until G's rank 0 says it runs
         self.store = self.client = self.address = None
         self.stoppers = []       # threads terminating workers in the background
@@ -70,6 +73,7 @@ class ElasticDriver(Generations):
             self._check_time()
             added, _ = self._refresh()
             self._reap_leavers()
+            self._note_resumed()  # before the end: a short last generation still counts
             if self._finishing():
                 code = self._finish()
                 if code is not None:
@@ -77,10 +81,10 @@ class ElasticDriver(Generations):
                 time.sleep(TICK)
                 continue
             events = self._failures()
-            self._note_resumed()
-            if events:
+            if events or self.blames:
                 started = self.clock()
                 events += self._settle(started)
+                events += self._judge_blames()
                 self._reset(_summary(events), started, failure=True)
                 continue
             change = self._membership_change(added)
@@ -140,6 +144,7 @@ class ElasticDriver(Generations):
                 raise _failed(f"only {slots} slot{plural} (below --min-np {self.args.min_np}) for "
                               f"{self.args.elastic_timeout:g} s (--elastic-timeout)")
             self._failures()  # survivors that die meanwhile take their hosts out
+            self._judge_blames()
             time.sleep(TICK)
 
     def _blacklist(self, host):
@@ -179,9 +184,19 @@ class ElasticDriver(Generations):
                         if worker.code == 255 and not _is_local(worker.host) else ""
                     events.append(f"rank {rank} on {worker.host} exited with code "
                                   f"{worker.code}{how}")
+                    self.died.add(worker_id)
                     self._blacklist(worker.host)
                 continue
-            if worker_id in self.reported or self.store is None:
+            if self.store is None:
+                continue
+            late = self._late_start(worker)
+            if late:
+                events.append(f"rank {rank} on {worker.host} {late}")
+                worker.handled = True
+                self.died.add(worker_id)
+                self._blacklist(worker.host)
+                continue
+            if worker_id in self.reported:
                 continue
             data = self.store._server.try_get(protocol.failed_key(self.generation, worker_id))
             if data is None:
@@ -190,16 +205,46 @@ class ElasticDriver(Generations):
             report = protocol.decode_failure(data)
             blamed = by_rank.get(report.get("peer"))
             if blamed is not None and blamed != worker_id:
-                host = self.workers[blamed].host
-                if not self.hosts.is_blacklisted(host):
-                    events.append(f"rank {report['peer']} on {host} blamed by rank {rank}")
-                    self._blacklist(host)
+                self.blames.append((worker_id, blamed))  # judged with the others: _judge_blames
             else:
                 events.append(f"rank {rank} reported: {report.get('error', '')}")
         return events
 
+    def _judge_blames(self):
+        """The hosts the settled failure's blames take out (elastic_blame.judge), as events;
+        a generation whose blames are all set aside still fails (its reports say how)."""
+        out, ignored = judge(self.blames, self.died, self.reported)
+        events = []
+        rank = {w: entry["rank"] for w, entry in self.plan.items()}
+        for reporter, blamed, why in ignored:
+            self.log(f"cerarrun: not blacklisting {self.workers[blamed].host}: rank "
+                     f"{rank[blamed]} blamed by rank {rank[reporter]}, but {why}")
+        for reporter, blamed in self.blames:
+            if blamed in out:
+                host = self.workers[blamed].host
+                events.append(f"rank {rank[blamed]} on {host} blamed by rank {rank[reporter]}")
+                self._blacklist(host)
+        if self.blames and not events and not self.died:
+            events.append("ranks " + ", ".join(str(rank[r]) for r, _ in self.blames) +
+                          " reported failures, each blaming a peer that is alive")
+        self.blames = []
+        return events
+
+    def _late_start(self, worker):
+        """Why a started worker counts as failed for not joining in time, or None."""
+        if worker.join_by is None:
+            return None
+        if self.store._server.try_get(protocol.joined_key(worker.id)) is not None:
+            worker.join_by = None
+            return None
+        if self.clock() < worker.join_by:
+            return None
+        return (f"did not join within {self.args.elastic_start_timeout:g} s "
+                "(--elastic-start-timeout)")
+
     def _settled(self):
-        return all(self.workers[w].exited() or w in self.reported
+        blamed = {b for _, b in self.blames}
+        return all(self.workers[w].exited() or w in self.reported or w in blamed
                    or self.hosts.is_blacklisted(self.workers[w].host) for w in self.plan)
 
     def _settle(self, started):

@@ -76,6 +76,7 @@ class Generations:
             if not self.workers[worker_id].exited() and not self.workers[worker_id].handled:
                 self.workers[worker_id].leave_by = leave_by
         self.plan, self.generation, self.reported = plan, generation, set()
+        self.blames, self.died = [], set()
         self.resume = (generation, started)
         if generation > 1:
             self.resets += 1
@@ -95,8 +96,10 @@ class Generations:
         except OSError as error:
             self.log(f"cerarrun: cannot start worker {worker_id} on {entry['host']}: {error}")
             proc, pump = None, None
-        self.workers[worker_id] = Worker(worker_id, entry["host"], proc, pump)
-        self.workers[worker_id].holds_state = generation == 1  # every one starts alike
+        worker = self.workers[worker_id] = Worker(worker_id, entry["host"], proc, pump)
+        worker.holds_state = generation == 1  # every one starts alike
+        # A host that accepts ssh but never runs the command must not hold the others up.
+        worker.join_by = self.clock() + self.args.elastic_start_timeout
 
     def _note_resumed(self):
         if self.resume is None:
@@ -107,6 +110,7 @@ class Generations:
         self.resume = None
         for worker_id in self.plan:  # G's rank 0 synced its state to every worker of G
             self.workers[worker_id].holds_state = True
+            self.hosts.worked(self.workers[worker_id].host)  # its failures in a row end
         if generation > 1:
             self.resume_seconds.append(self.clock() - started)
             self.log(f"cerarrun: generation {generation} resumed training "

@@ -283,6 +283,7 @@ class Worker:
         self.handled = False
         self.leave_by = None  # set while it is out of the plan but may still run
         self.holds_state = False  # it started the job, or took part in a sync
+        self.join_by = None  # until it reaches a barrier: when its start counts as failed
 
     def exited(self):
         if self.code is None:

@@ -7,6 +7,8 @@ running, and it does what the JSON spec (argv[1]) asks for that generation:
                                     after "report_after" s, and waits for a new generation
   "write":  {"G": text}             G's rank 0 writes text to spec["discovery_file"]
   "finish": G                       in generation G the others exit 0 (after "hold" s)
+  "hang":   ["id"]                  worker id never joins (as behind an sshd that accepts
+                                    and never runs the command): it sleeps until stopped
 
 While it waits for a new generation it watches its peers (all fake workers run on this host,
 "remote" ones too), and reports G failed, blaming the first that died, as a real worker's
@@ -25,6 +27,10 @@ me = os.environ[protocol.ENV_ID]
 generation = int(os.environ[protocol.ENV_GENERATION])
 client = StoreClient(os.environ["CERAR_RENDEZVOUS_ADDR"], int(os.environ["CERAR_RENDEZVOUS_PORT"]),
                      os.environ["CERAR_SECRET"], timeout_seconds=spec.get("timeout", 20))
+if me in spec.get("hang", []):
+    print("hanging before it joins", flush=True)
+    time.sleep(3600)
+client.set(protocol.joined_key(me), b"1")
 print(f"pid={os.getpid()} first_rank={os.environ['CERAR_RANK']} "
       f"first_size={os.environ['CERAR_SIZE']} timeout={os.environ[protocol.ENV_TIMEOUT]}",
       flush=True)
