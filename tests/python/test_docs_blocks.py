@@ -35,6 +35,14 @@ def test_a_broken_block_fails(tmp_path):
     assert "failed" in docs_blocks.check(bad_py)
 
 
+def test_console_blocks_run_their_prompt_lines(tmp_path):
+    fine, broken = blocks_of(tmp_path, (
+        "```console\n$ true\nthis output line is not run\n```\n"
+        "```console\n$ true\n$ false\n```\n"))
+    assert docs_blocks.check(fine) is None
+    assert "failed" in docs_blocks.check(broken)
+
+
 def test_markers_are_a_closed_list(tmp_path):
     gpu, unknown, bad_kind, yaml, output = blocks_of(tmp_path, (
         "<!-- docs-run: skip gpu -->\n```sh\nnvidia-smi\n```\n"
