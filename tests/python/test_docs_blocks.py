@@ -44,17 +44,19 @@ def test_console_blocks_run_their_prompt_lines(tmp_path):
 
 
 def test_markers_are_a_closed_list(tmp_path):
-    gpu, unknown, bad_kind, yaml, output = blocks_of(tmp_path, (
+    gpu, unknown, bad_kind, yaml, output, malformed = blocks_of(tmp_path, (
         "<!-- docs-run: skip gpu -->\n```sh\nnvidia-smi\n```\n"
         "<!-- docs-run: skip someday -->\n```sh\ntrue\n```\n"
         "<!-- docs-run: maybe long -->\n```sh\ntrue\n```\n"
         "```yaml\na: 1\n```\n"
-        "<!-- docs-run: no output -->\n```\n[0] hello\n```\n"))
+        "<!-- docs-run: no output -->\n```\n[0] hello\n```\n"
+        "<!-- docs-run: skipgpu -->\n```sh\nnvidia-smi\n```\n"))
     assert docs_blocks.check(gpu) is None  # skipped, not run: no GPU needed
     assert "unknown skip reason 'someday'" in docs_blocks.check(unknown)
     assert "unknown marker kind 'maybe'" in docs_blocks.check(bad_kind)
     assert "needs a 'docs-run: no <reason>' marker" in docs_blocks.check(yaml)
     assert docs_blocks.check(output) is None
+    assert "malformed marker" in docs_blocks.check(malformed)  # not run as unmarked
 
 
 def test_a_skipped_block_is_still_parsed(tmp_path):

@@ -53,10 +53,12 @@ class Block:
     language: str
     text: str
     marker: tuple  # (kind, reason) or None
+    before: str = ""  # the line before the fence, to catch a malformed marker
 
     @property
     def where(self):
-        return f"{self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path}:{self.line}"
+        path = self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path
+        return f"{path}:{self.line}"
 
 
 def extract(path):
@@ -76,7 +78,7 @@ def extract(path):
         previous = lines[start - 1].strip() if start else ""
         marker = MARKER.fullmatch(previous)
         blocks.append(Block(Path(path), start + 1, language, body + "\n",
-                            marker.groups() if marker else None))
+                            marker.groups() if marker else None, previous))
         i = end + 1
     return blocks
 
@@ -98,6 +100,9 @@ def check_marker(block):
     """An error message for a marker that is not in the closed list, or for a block that
     cannot run and says nothing; None when the block is fine as marked."""
     if block.marker is None:
+        if "docs-run" in block.before:
+            return f"{block.where}: malformed marker {block.before!r} " \
+                   "(<!-- docs-run: skip|no REASON -->)"
         if block.language not in RUNNABLE:
             return f"{block.where}: a ```{block.language or '(none)'} block needs a " \
                    f"'docs-run: no <reason>' marker ({', '.join(NO_REASONS)})"
