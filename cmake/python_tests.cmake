@@ -22,7 +22,7 @@ endforeach()
 # The longest modules first (seconds measured in CI), so that two at a time end together: ctest
 # starts tests by cost, and a fresh build folder has no costs of its own yet.
 foreach(_cost "test_elastic|180" "test_elastic_faults|150" "test_ray|70" "test_dist_backend|40" "test_ddp|37" "test_multihost|37"
-              "test_scatter_join|28" "test_torch|27" "test_errors|27")
+              "test_scatter_join|28" "test_torch|27" "test_errors|27" "test_docs_blocks|60")
   string(REPLACE "|" ";" _cost "${_cost}")
   list(GET _cost 0 _module)
   list(GET _cost 1 _seconds)

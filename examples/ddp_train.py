@@ -3,6 +3,7 @@ classes; nothing is downloaded). One script for plain DDP and DDP + cerar:
 
     python -m torch.distributed.run --nproc_per_node 4 examples/ddp_train.py --comm gloo
     python -m torch.distributed.run --nproc_per_node 4 examples/ddp_train.py --comm cerar
+    python -m torch.distributed.run --nproc_per_node 4 examples/ddp_train.py --backend cerar
     python -m torch.distributed.run --nproc_per_node 4 examples/ddp_train.py --comm cerar \\
         --algorithm cerar --components 16 --amp
 
@@ -10,7 +11,9 @@ Without torchrun (Debian's torch 1.13 under Python 3.11 cannot start it), the sa
 by hand: for r in 0 1 2 3; do RANK=$r WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
 python examples/ddp_train.py --comm cerar & done; wait
 
---comm cerar registers cerar.torch.ddp's hook: every DDP bucket is averaged by cerar's runtime,
+--backend cerar makes the process group torch.distributed's "cerar" backend (cerar.torch
+registers it), so DDP's own all-reduces run on cerar's runtime (the exact ring unless
+CERAR_ALGORITHM or CERAR_MAX_ERROR says otherwise). --comm cerar registers cerar.torch.ddp's hook: every DDP bucket is averaged by cerar's runtime,
 which starts from the same torchrun variables as the gloo process group. --comm fp16 is DDP's
 own fp16-compression hook. --amp runs the forward under CPU autocast (bfloat16) and skips a
 step, on every rank alike, when a reduced gradient is not finite. Rank 0 prints per epoch the
@@ -29,7 +32,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--comm", choices=["gloo", "fp16", "cerar"], default="cerar")
+    parser.add_argument("--comm", choices=["gloo", "fp16", "cerar"], default=None,
+                        help="gloo: DDP's own all-reduce on the group's backend; default "
+                             "cerar, or gloo with --backend cerar")
+    parser.add_argument("--backend", choices=["gloo", "cerar"], default="gloo",
+                        help="the process group's backend (cerar: torch.distributed's 'cerar')")
     parser.add_argument("--algorithm", choices=["auto", "ring", "cerar"], default=None,
                         help="--comm cerar: overrides CERAR_ALGORITHM")
     parser.add_argument("--components", type=int, default=None,
@@ -40,7 +47,10 @@ def parse_args():
     parser.add_argument("--amp", action="store_true", help="CPU autocast to bfloat16")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.comm is None:  # with the cerar backend, DDP's own all-reduce already runs on cerar
+        args.comm = "gloo" if args.backend == "cerar" else "cerar"
+    return args
 
 
 def load_data(seed):
@@ -75,7 +85,9 @@ def wrap(model, args):
 def main():
     args = parse_args()
     torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo")  # torchrun's (or any env://) variables
+    if args.backend == "cerar":
+        import cerar.torch  # noqa: F401  registers the backend
+    dist.init_process_group(args.backend)  # torchrun's (or any env://) variables
     rank, size = dist.get_rank(), dist.get_world_size()
     (X_train, y_train), (X_val, y_val) = load_data(args.seed)
     X_train, y_train = X_train[rank::size], y_train[rank::size]
@@ -88,7 +100,8 @@ def main():
     model = wrap(make_model(), args)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     if rank == 0:
-        print(f"{size} ranks, {steps} steps/epoch, comm {args.comm}, amp {args.amp}", flush=True)
+        print(f"{size} ranks, {steps} steps/epoch, backend {args.backend}, comm {args.comm}, "
+              f"amp {args.amp}", flush=True)
     history, skipped, start = [], 0, time.perf_counter()
     for epoch in range(args.epochs):
         model.train()
@@ -130,8 +143,13 @@ def main():
         stats = cerar.stats()
         buffers = {k: stats[k] for k in ("ring_buffers", "cerar_buffers")}
         cerar.shutdown()
+    elif args.backend == "cerar":
+        import cerar.torch.backend
+        stats = cerar.torch.backend.stats(dist.group.WORLD)
+        buffers = {k: stats[k] for k in ("ring_buffers", "cerar_buffers")}
     if rank == 0:
-        print("RESULT " + json.dumps(dict(history[-1], comm=args.comm, amp=args.amp,
+        print("RESULT " + json.dumps(dict(history[-1], comm=args.comm, backend=args.backend,
+                                          amp=args.amp,
                                           ranks=size, skipped_steps=skipped, **buffers,
                                           seconds=time.perf_counter() - start)), flush=True)
     dist.destroy_process_group()

@@ -15,7 +15,7 @@ namespace cerar {
 // Per rank: identity, rendezvous (address, port, secret, its timeout), interface, log level,
 // timeline path, hooks. Every other setting is job-wide: at start every rank adopts rank 0's
 // value and logs a warning naming both values where its own differed (core/config/job_config.h;
-// README, "Runtime knobs").
+// docs/settings.md, "Every knob").
 struct RuntimeConfig {
   int rank = 0, size = 1, localRank = 0, localSize = 1;
   std::string rendezvousAddr = "127.0.0.1";

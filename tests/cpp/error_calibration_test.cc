@@ -148,7 +148,7 @@ TEST(ErrorCalibration, TheGoalCaseTakesAFasterChoiceWithinTheBudget) {
   ASSERT_TRUE(s.algorithm == Algorithm::kCerar || s.wire != Wire::kNone);
   EXPECT_LT(s.predictedSeconds, 0.9 * ringSeconds(8, 4.0 * elements, link));
   EXPECT_LE(s.predictedError, 1e-3);
-  // The figures the README quotes for this case: CERAR fits, the wires do not.
+  // The figures docs/speed.md quotes for this case: CERAR fits, the wires do not.
   const auto calibrated = [&](const ErrorChoice& e) {
     return predictedError(e, 8, elements, ErrorBound::kCalibrated);
   };

@@ -232,7 +232,7 @@ TEST(NonFinite, RangeLimitIsExact) {
   }
 }
 
-// A huge finite outlier (README, "What each rank ends with"): CERAR keeps it, and only the
+// A huge finite outlier (docs/fidelity.md, "What each rank ends with"): CERAR keeps it, and only the
 // elements at its offset in the other slices of its chunk move, within the spec's bound
 // relative to the largest sum of magnitudes in the buffer; every other element is unchanged.
 TEST(NonFinite, FiniteOutlierConfinedToCoupledElements) {

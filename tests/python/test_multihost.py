@@ -212,7 +212,7 @@ def cerarrun(*args):
 
 def test_cerarrun_hosts_over_ssh(hosts):
     # From node01: its ranks start here, node02's over ssh. -x forwards a variable; the rest
-    # of the launcher's environment reaches local ranks only (the README's rule).
+    # of the launcher's environment reaches local ranks only (docs/multihost.md's rule).
     result, output = _launch(hosts, 0, cerarrun(
         "-np", "4", "-H", f"{hosts.names[0]}:2,{hosts.names[1]}:2", "-x", "PROBE_VAR=fwd",
         sys.executable, JOB), {"LAUNCHER_ONLY": "here"})
