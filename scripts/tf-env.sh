@@ -17,17 +17,19 @@ source scripts/envs/pinned-env.sh
 pinned_env tf
 TF=$("$PY" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null)
 
-# The modules whose ranks drive TensorFlow through cerar, and the doc check of its names.
-MODULES=(test_tensorflow test_from_horovod)
+# The modules whose ranks drive TensorFlow through cerar (test_keras: Keras's tensorflow and jax
+# backends), and the doc check of its names.
+MODULES=(test_keras test_tensorflow test_from_horovod)
 
 # Deprecations are errors wherever cerar, the tests or the example call TensorFlow or numpy.
-# The last line exempts warnings that third-party packages raise inside their own modules when
-# merely imported (TensorFlow's and Keras's own, of their dependencies): not cerar's to fix.
+# The last lines exempt warnings that third-party packages raise inside their own modules when
+# merely imported (TensorFlow's, Keras's and JAX's own, of their dependencies): not cerar's to fix.
 strict_warnings \
   "error::DeprecationWarning" \
   "error::PendingDeprecationWarning" \
   "error::FutureWarning" \
-  "default::Warning:(tensorflow|keras|absl|google|flatbuffers|h5py|ml_dtypes|optree)(\\.|$)"
+  "default::Warning:(tensorflow|keras|absl|google|flatbuffers|h5py|ml_dtypes|optree)(\\.|$)" \
+  "default::Warning:(jax|jaxlib|scipy|opt_einsum)(\\.|$)"
 # The TensorFlow tests fail here, instead of skipping, when TensorFlow is missing.
 export CERAR_REQUIRE_TF=1
 # TensorFlow's C++ start-up chatter (oneDNN, CPU features) on every rank's stderr.
@@ -50,6 +52,9 @@ trap 'rm -rf "$out"' EXIT
 run=("$(dirname "$PY")/cerarrun" --max-time 300)
 smoke tensorflow_train "RESULT " \
   "${run[@]}" -np 2 "$PY" examples/tensorflow_train.py --steps 20
+smoke keras_train_jax "RESULT " \
+  env KERAS_BACKEND=jax JAX_PLATFORMS=cpu "${run[@]}" -np 2 "$PY" examples/keras_train.py \
+  --epochs 2 --steps 5
 echo "tf-env: examples took $((SECONDS - t)) s"
 
 if ((${#failed[@]})); then
