@@ -3,7 +3,9 @@
 train: each rank fits its half of every global batch with DistributedOptimizer and every
 callback; the weights must equal one process's fit of the whole batches (same initial weights,
 same learning rates), the averaged metrics must be equal on every rank, rank 0 alone writes the
-best model, and load_model gives back a model whose optimizer reduces.
+best model; broadcast_global_variables, broadcast and allreduce give rank 0's and the mean;
+backward_passes_per_step=2 equals one process accumulating 2 steps; load_model gives back a
+model whose optimizer reduces.
 mismatch: rank 1's hidden layer is wider; fit must raise MismatchError on every rank."""
 import os
 import sys
@@ -88,6 +90,32 @@ for key in ("loss", "val_loss"):  # averaged: the same on every rank
     check_close(f"{key} averaged", every, np.repeat(every[:1], n, axis=0))
 hvd.barrier()
 check("best model written", os.path.exists(best), best)
+
+# broadcast_global_variables: rank 0's model and optimizer state, whatever the others hold.
+for v in model.variables:
+    v.assign(np.full(v.shape, r + 7, keras.backend.standardize_dtype(v.dtype)))
+hvd.broadcast_global_variables(0, model)
+check_close("broadcast_global_variables", weights(model)[0], np.full((5, 8), 7.0))
+check_close("broadcast", keras.ops.convert_to_numpy(hvd.broadcast(np.full(2, r, np.float32), 1)),
+            np.full(2, 1.0))
+check_close("allreduce", keras.ops.convert_to_numpy(hvd.allreduce(np.full(2, r, np.float32))),
+            np.full(2, (n - 1) / 2))
+
+# backward_passes_per_step=2 (Keras's gradient accumulation): the same update as one process
+# accumulating the whole batches' gradients over 2 steps.
+alone = model_of(0)
+alone.compile(optimizer=keras.optimizers.SGD(LR, gradient_accumulation_steps=2), loss="mse")
+alone.fit(x_all, y_all, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+model = model_of(r)
+model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(LR),
+                                                 backward_passes_per_step=2), loss="mse")
+model.fit(x_all[mine], y_all[mine], batch_size=half, epochs=1, shuffle=False, verbose=0,
+          callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+check("accumulation steps", model.optimizer.gradient_accumulation_steps == 2,
+      model.optimizer.gradient_accumulation_steps)
+for label, got, want in zip(("kernel 1", "bias 1", "kernel 2", "bias 2"), weights(model),
+                            weights(alone)):
+    check_close(f"{label} after accumulated steps", got, want, rtol=1e-4, atol=1e-6)
 
 # load_model: the saved model, its optimizer reducing again; one more step on different
 # data per rank keeps the replicas equal only if the gradients are averaged.
