@@ -1,7 +1,8 @@
 """cerar.keras on Keras's torch backend: Keras's train step runs eagerly (loss.backward(), then
-optimizer.apply), so the gradients go through cerar.torch's grouped all-reduce, zero-copy."""
+optimizer.apply), so the gradients go through cerar.torch's grouped all-reduce, in place (by
+address, no copy) unless compressed."""
 import cerar.torch as _torch_layer
-from cerar.torch.compression import Compression  # noqa: F401
+from cerar.torch.compression import Compression, NoneCompressor  # noqa: F401
 
 barrier, shutdown = _torch_layer.barrier, _torch_layer.shutdown
 
@@ -25,14 +26,23 @@ class Reducer:
 
     def reduce(self, grads, variables):
         present = [i for i, g in enumerate(grads) if g is not None]
+        tensors = [grads[i] for i in present]
         out = list(grads)
-        if present:  # one name, reused every step (one step's reduction at a time)
-            reduced = _torch_layer.grouped_allreduce(
-                [grads[i] for i in present], name="keras.gradients", op=self.op,
-                compression=self.compression, prescale_factor=self.prescale,
+        if not tensors:
+            return out
+        # One name, reused every step (one step's reduction at a time). Uncompressed, in place:
+        # Keras's step zeroes the gradients before the next backward pass anyway.
+        if self.compression is NoneCompressor:
+            _torch_layer.grouped_allreduce_(
+                tensors, name="keras.gradients", op=self.op, prescale_factor=self.prescale,
                 postscale_factor=self.postscale, process_set=self.process_set)
-            for i, r in zip(present, reduced):
-                out[i] = r
+            return out
+        reduced = _torch_layer.grouped_allreduce(
+            tensors, name="keras.gradients", op=self.op, compression=self.compression,
+            prescale_factor=self.prescale, postscale_factor=self.postscale,
+            process_set=self.process_set)
+        for i, r in zip(present, reduced):
+            out[i] = r
         return out
 
 

@@ -4,8 +4,8 @@ train: each rank fits its half of every global batch with DistributedOptimizer a
 callback; the weights must equal one process's fit of the whole batches (same initial weights,
 same learning rates), the averaged metrics must be equal on every rank, rank 0 alone writes the
 best model; broadcast_global_variables, broadcast and allreduce give rank 0's and the mean;
-backward_passes_per_step=2 equals one process accumulating 2 steps; load_model gives back a
-model whose optimizer reduces.
+backward_passes_per_step=2 equals one process accumulating 2 steps, fp16 compression nearly
+one process; load_model gives back a model whose optimizer reduces.
 mismatch: rank 1's hidden layer is wider; fit must raise MismatchError on every rank."""
 import os
 import sys
@@ -116,6 +116,21 @@ check("accumulation steps", model.optimizer.gradient_accumulation_steps == 2,
 for label, got, want in zip(("kernel 1", "bias 1", "kernel 2", "bias 2"), weights(model),
                             weights(alone)):
     check_close(f"{label} after accumulated steps", got, want, rtol=1e-4, atol=1e-6)
+
+# Compression.fp16: the gradients travel as float16 (cast inside the step), so the weights
+# match one process only to float16's precision, and stay float32.
+alone = model_of(0)
+alone.compile(optimizer=keras.optimizers.SGD(LR), loss="mse")
+alone.fit(x_all, y_all, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+model = model_of(r)
+model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(LR),
+                                                 compression=hvd.Compression.fp16), loss="mse")
+model.fit(x_all[mine], y_all[mine], batch_size=half, epochs=1, shuffle=False, verbose=0,
+          callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+check("fp16 keeps float32", all(w.dtype == np.float32 for w in weights(model)))
+for label, got, want in zip(("kernel 1", "bias 1", "kernel 2", "bias 2"), weights(model),
+                            weights(alone)):
+    check_close(f"{label} with fp16 gradients", got, want, atol=2e-3)
 
 # load_model: the saved model, its optimizer reducing again; one more step on different
 # data per rank keeps the replicas equal only if the gradients are averaged.
