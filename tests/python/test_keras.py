@@ -34,6 +34,20 @@ def _backend(name):
 BACKENDS = [_backend(b) for b in ("tensorflow", "jax", "torch")]
 
 
+@pytest.mark.parametrize("fake", ["raise ImportError('absent')", "__version__ = '2.15.0'"])
+def test_import_error_names_keras_3(tmp_path, fake):
+    """Where Keras does not import, or is Keras 2, the error says what cerar.keras needs."""
+    import subprocess
+    import sys
+    (tmp_path / "keras").mkdir()
+    (tmp_path / "keras" / "__init__.py").write_text(fake + "\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    result = subprocess.run([sys.executable, "-c", "import cerar.keras"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "cerar.keras needs Keras 3" in result.stderr, result.stderr
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_fit_matches_one_process_with_every_callback(backend, tmp_path):
     result = run_job("keras_fit.py", np=2, args=["train", tmp_path],

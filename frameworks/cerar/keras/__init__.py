@@ -10,7 +10,13 @@ The backend is Keras's active one (keras.backend.backend()), whose cerar layer c
 collectives: cerar.tensorflow (inside Keras's tf.function), cerar.jax (inside its jitted step)
 or cerar.torch (docs/keras.md says what each costs).
 """
-import keras
+try:
+    import keras
+except ImportError as error:
+    raise ImportError("cerar.keras needs Keras 3 (pip install keras) and its backend's framework "
+                      f"(TensorFlow, JAX or torch), which do not import: {error}") from error
+if int(keras.__version__.split(".")[0]) < 3:
+    raise ImportError(f"cerar.keras needs Keras 3, found keras {keras.__version__}")
 
 from cerar import (Adasum, Average, CerarError, CerarTimeoutError, InternalError,  # noqa: F401
                    InvalidArgumentError, Max, Min, MismatchError, PeerLostError, Product,
