@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# cerar on TensorFlow 2: the pinned environment scripts/envs/tf.txt (tensorflow-cpu and keras 3
-# from PyPI; scripts/envs/pinned-env.sh makes it, once per machine, outside the clone), cerar
-# built for it, the TensorFlow modules of the Python suite and the example's smoke run there,
-# with deprecation warnings as errors. CI runs it: `scripts/test.sh --envs`.
+# cerar on TensorFlow 2: the pinned environment scripts/envs/tf.txt (tensorflow-cpu, keras 3 and
+# jax from PyPI; scripts/envs/pinned-env.sh makes it, once per machine, outside the clone), cerar
+# built for it, the TensorFlow and Keras modules of the Python suite and the examples' smoke runs
+# there, with deprecation warnings as errors. CI runs it: `scripts/test.sh --envs`.
 #
 # Usage: scripts/tf-env.sh [pytest arguments]
-#   (none)  CI's selection: the modules of MODULES below, then the smoke run.
+#   (none)  CI's selection: the modules of MODULES below, then the smoke runs.
 #   pytest arguments: one pytest run with them (e.g. tests/python/test_tensorflow.py -x).
 #
-# Disk: the environment takes about 1.6 GiB; building it downloads about 300 MiB.
+# Disk: the environment takes about 2.1 GiB (jax for Keras's JAX backend included); building it
+# downloads about 400 MiB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # What the build needs from Debian (compiler, Gloo, Boost.Asio), where missing.
