@@ -2,7 +2,8 @@
 # cerar on torch 2.x: the pinned environment scripts/envs/torch2.txt (torch 2.15.0 from PyPI,
 # lightning, ray[train], jax, keras; scripts/envs/pinned-env.sh makes it, once per machine,
 # outside the clone), cerar built for it, the torch modules of the Python suite and the
-# examples' smoke runs there, with deprecation warnings as errors. CI runs it: `scripts/test.sh --envs`.
+# examples' smoke runs there, with deprecation warnings as errors. CI runs it:
+# `scripts/test.sh --envs`.
 #
 # Usage: scripts/torch2-env.sh [--all | pytest arguments]
 #   (none)  CI's selection: the modules of MODULES below, two at a time, then the smoke runs.
