@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # cerar on torch 2.x: the pinned environment scripts/envs/torch2.txt (torch 2.15.0 from PyPI,
-# lightning, ray[train], jax; scripts/envs/pinned-env.sh makes it, once per machine, outside the
-# clone), cerar built for it, the torch modules of the Python suite and the examples' smoke
-# runs there, with deprecation warnings as errors. CI runs it: `scripts/test.sh --envs`.
+# lightning, ray[train], jax, keras; scripts/envs/pinned-env.sh makes it, once per machine,
+# outside the clone), cerar built for it, the torch modules of the Python suite and the
+# examples' smoke runs there, with deprecation warnings as errors. CI runs it:
+# `scripts/test.sh --envs`.
 #
 # Usage: scripts/torch2-env.sh [--all | pytest arguments]
 #   (none)  CI's selection: the modules of MODULES below, two at a time, then the smoke runs.
@@ -22,14 +23,14 @@ TORCH=$("$PY" -c 'import torch; print(torch.__version__)')
 
 # The modules CI runs here, the longest first: every one whose ranks drive torch through cerar
 # (cerar.torch, the DDP hook, the backend, FSDP, torchrun, Lightning, Ray Train, Horovod's API
-# and its parity, the elastic API's torch state and sampler). The others run on Debian's torch
-# only, in scripts/test.sh's release tests: those of numpy, jax, Ray, the launcher, the
-# runtime and rendezvous, whose code does not change with torch's version, and test_elastic,
-# which drives the elastic driver across emulated hosts (2.5 min; its torch parts are
-# test_elastic_api's).
+# and its parity, the elastic API's torch state and sampler, Keras's torch backend). The others
+# run on Debian's torch only, in scripts/test.sh's release tests: those of numpy, jax, Ray, the
+# launcher, the runtime and rendezvous, whose code does not change with torch's version, and
+# test_elastic, which drives the elastic driver across emulated hosts (2.5 min; its torch parts
+# are test_elastic_api's).
 MODULES=(
-  test_fsdp test_ray_train test_lightning test_adasum test_dist_backend test_ddp test_torch
-  test_elastic_api test_torchrun test_process_sets test_horovod_parity test_scatter_join
+  test_fsdp test_ray_train test_lightning test_keras test_adasum test_dist_backend test_ddp
+  test_torch test_elastic_api test_torchrun test_process_sets test_horovod_parity test_scatter_join
   test_torch_compat test_sync_batch_norm test_frontend test_timeline test_from_horovod test_api
   test_torch_cuda
 )
@@ -39,8 +40,8 @@ MODULES=(
 # cerar, the tests or the examples call torch, numpy or jax. The last lines exempt warnings
 # that third-party packages raise inside their own modules (named explicitly, as a regular
 # expression matched at the start of the warning's module) when merely imported or used by
-# torch, the examples' data loading, jax, Lightning or Ray Train: not cerar's to fix, so they are
-# shown once and do not fail the run (lightning 2.6.6 warns that its own _pytree.py uses a
+# torch, the examples' data loading, jax, Keras, Lightning or Ray Train: not cerar's to fix, so
+# they are shown once and do not fail the run (lightning 2.6.6 warns that its own _pytree.py uses a
 # deprecated torch API). cerar's code and the tests still may not warn.
 strict_warnings \
   "error::DeprecationWarning" \
@@ -49,7 +50,8 @@ strict_warnings \
   "error:.*deprecat:UserWarning" \
   "default::Warning:(sklearn|scipy|sympy|networkx|triton|jaxlib|ml_dtypes|opt_einsum)(\\.|$)" \
   "default::Warning:(lightning|lightning_fabric|lightning_utilities|pytorch_lightning)(\\.|$)" \
-  "default::Warning:(torchmetrics|ray|pyarrow|pandas|pydantic|fsspec|tensorboardX)(\\.|$)"
+  "default::Warning:(torchmetrics|ray|pyarrow|pandas|pydantic|fsspec|tensorboardX)(\\.|$)" \
+  "default::Warning:(keras|absl|h5py|optree|namex|rich)(\\.|$)"
 # The integrations' tests fail here, instead of skipping, when a package is missing
 # (tests/python/torch_ranks.py): running them is this environment's reason to be.
 export CERAR_REQUIRE_TORCH2=1

@@ -1,8 +1,6 @@
 """cerar.elastic and cerar.torch.elastic: the sampler, the states, the worker's protocol with a
 store in memory, and whole jobs of local workers against a fake driver."""
 import os
-import subprocess
-import sys
 import threading
 import time
 
@@ -13,6 +11,7 @@ import cerar.elastic as elastic
 from cerar.elastic import protocol
 from cerar.elastic import worker as _elastic_worker
 from cerar.torch.elastic import ElasticSampler, TorchState
+from elastic_fake_driver import FakeDriver, needs_store_client
 
 
 # -- ElasticSampler (no runtime: shards are set with _shard) -----------------------------
@@ -377,89 +376,9 @@ WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers",
                       "elastic_api_job.py")
 
 
-class FakeDriver:
-    """cerarrun's side of the protocol, reduced to what the tests need: the store, plans
-    published by hand, and worker processes started with the protocol's environment."""
-
-    def __init__(self, tmp_path):
-        from cerar._cerar import StoreClient
-        from cerar._store import HostedStore
-        self.hosted = HostedStore("127.0.0.1", local=True)
-        self.store = StoreClient("127.0.0.1", self.hosted.port, self.hosted.secret, 10.0)
-        self.tmp_path = tmp_path
-        self.processes, self.logs = {}, {}
-
-    def publish(self, generation, ids, removed=(), added=(), reason=""):
-        workers = {w: {"rank": r, "local_rank": r, "local_size": len(ids), "host": "localhost"}
-                   for r, w in enumerate(ids)}
-        self.store.set(protocol.plan_key(generation),
-                       protocol.encode_plan(generation, workers, added=added, removed=removed,
-                                            reason=reason))
-        self.store.set(protocol.LATEST, str(generation).encode())
-
-    def start(self, worker_id, generation=1, **extra):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CERAR_")}
-        env.update({protocol.ENV_ID: worker_id, protocol.ENV_GENERATION: str(generation),
-                    protocol.ENV_TIMEOUT: "20", "CERAR_RENDEZVOUS_ADDR": "127.0.0.1",
-                    "CERAR_RENDEZVOUS_PORT": str(self.hosted.port),
-                    "CERAR_SECRET": self.hosted.secret, "CERAR_ALGORITHM": "ring",
-                    "CERAR_TIMEOUT_SECONDS": "5", "CERAR_LOG_LEVEL": "warning",
-                    "PYTHONPATH": os.pathsep.join(sys.path), **extra})
-        log = self.logs[worker_id] = self.tmp_path / f"{worker_id}.log"
-        with open(log, "w") as out:
-            self.processes[worker_id] = subprocess.Popen(
-                [sys.executable, WORKER], env=env, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL)
-
-    def output(self, worker_id):
-        return self.logs[worker_id].read_text()
-
-    def wait_for(self, condition, what, limit=30.0):
-        deadline = time.monotonic() + limit
-        while not condition():
-            if time.monotonic() > deadline:
-                self.stop()
-                pytest.fail(f"{what}: not within {limit} s\n" + self.all_output())
-            time.sleep(0.05)
-
-    def has(self, key):
-        return self.hosted._server.try_get(key) is not None
-
-    def finish(self, limit=40.0):
-        """Every worker's exit code once all have ended."""
-        self.wait_for(lambda: all(p.poll() is not None for p in self.processes.values()),
-                      "the workers' end", limit)
-        return {w: p.returncode for w, p in self.processes.items()}
-
-    def result(self, worker_id):
-        import json
-        lines = [line for line in self.output(worker_id).splitlines() if line.startswith("{")]
-        assert lines, f"{worker_id} printed no result\n{self.all_output()}"
-        return json.loads(lines[-1])
-
-    def all_output(self):
-        return "\n".join(f"--- {w}:\n{self.output(w)}" for w in self.logs)
-
-    def stop(self):
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait(10)
-
-
-def _has_store_client():
-    from cerar import _cerar
-    return hasattr(_cerar, "StoreClient") and hasattr(_cerar.RuntimeConfig(), "rendezvous_scope")
-
-
-needs_store_client = pytest.mark.skipif(
-    not _has_store_client(), reason="this build of the extension has no StoreClient or "
-    "RuntimeConfig.rendezvous_scope")
-
-
 @pytest.fixture
 def driver(tmp_path):
-    fake = FakeDriver(tmp_path)
+    fake = FakeDriver(tmp_path, WORKER)
     yield fake
     fake.stop()
 

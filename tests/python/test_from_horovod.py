@@ -14,10 +14,12 @@ _cerar = pytest.importorskip("cerar._cerar")
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 STATUSES = {"api": {"same", "differs"},
             "tensorflow": {"same", "differs", "missing"},
+            "keras": {"same", "differs", "missing"},
             "variables": {"alias", "same", "no effect", "not read"},
             "flags": {"same", "differs", "no effect", "refused"}}
 SECTIONS = {"## The API": "api", "## The TensorFlow API": "tensorflow",
-            "## Variables": "variables", "## horovodrun's flags": "flags"}
+            "## The Keras API": "keras", "## Variables": "variables",
+            "## horovodrun's flags": "flags"}
 
 
 def _rows():
@@ -39,12 +41,15 @@ ROWS = _rows()
 def test_every_listed_name_has_one_row_and_every_row_a_listed_name():
     listed = (DOCS / "horovod-names.txt").read_text().split()
     assert len(listed) == len(set(listed)), "a name is listed twice"
-    named = [name for key, section in ROWS.items() if key != "tensorflow"
+    named = [name for key, section in ROWS.items() if key not in ("tensorflow", "keras")
              for names, _, _ in section for name in names]
     assert sorted(named) == sorted(listed)
     listed_tf = (DOCS / "horovod-tf-names.txt").read_text().split()
     assert len(listed_tf) == len(set(listed_tf)), "a TensorFlow name is listed twice"
     assert sorted(n for names, _, _ in ROWS["tensorflow"] for n in names) == sorted(listed_tf)
+    listed_keras = (DOCS / "horovod-keras-names.txt").read_text().split()
+    assert len(listed_keras) == len(set(listed_keras)), "a Keras name is listed twice"
+    assert sorted(n for names, _, _ in ROWS["keras"] for n in names) == sorted(listed_keras)
     for section, statuses in STATUSES.items():
         assert ROWS[section], section
         for names, status, _ in ROWS[section]:
@@ -70,6 +75,25 @@ def test_tensorflow_rows_are_what_cerar_tensorflow_has():
         pytest.importorskip("tensorflow", reason="TensorFlow is not installed")
     import cerar.tensorflow as hvd
     for (name,), status, text in ROWS["tensorflow"]:
+        target, found = hvd, True
+        for part in name.split(".")[1:]:
+            found = found and hasattr(target, part)
+            target = getattr(target, part, None)
+        assert found == (status != "missing"), f"{name} is said {status}"
+        if status in ("differs", "missing"):
+            assert text, name
+
+
+def test_keras_rows_are_what_cerar_keras_has():
+    """As the TensorFlow rows, for cerar.keras on Keras's TensorFlow backend, where Horovod's
+    spelling cerar.tensorflow.keras must be the same module."""
+    if os.environ.get("CERAR_REQUIRE_TF") != "1":
+        pytest.importorskip("tensorflow", reason="TensorFlow is not installed")
+        pytest.importorskip("keras", reason="Keras is not installed")
+    import cerar.keras as hvd
+    import cerar.tensorflow.keras
+    assert cerar.tensorflow.keras is hvd, "Horovod's spelling is another module"
+    for (name,), status, text in ROWS["keras"]:
         target, found = hvd, True
         for part in name.split(".")[1:]:
             found = found and hasattr(target, part)
