@@ -110,6 +110,13 @@ TEST(RuntimeInproc, WaitHistogramShowsWhoTheOthersWaitFor) {
     EXPECT_EQ(s.allreduceBuffers[ring][size_t(Wire::kNone)], s.ringBuffers) << rank;
     EXPECT_EQ(s.allreduceBytesSent[ring][size_t(Wire::kNone)], s.bytesSent) << rank;
     EXPECT_EQ(s.negotiationWait.count, uint64_t(kSteps + 1)) << rank;  // and the barrier
+    // One set (0), holding every unit; one transport wait per all-reduce, none for the barrier.
+    ASSERT_EQ(s.bySet.size(), 1u) << rank;
+    EXPECT_EQ(s.bySet[0].set, 0);
+    EXPECT_EQ(s.bySet[0].unitsByKind, s.unitsByKind) << rank;
+    EXPECT_EQ(s.bySet[0].allreduceBytesSent, s.allreduceBytesSent) << rank;
+    EXPECT_EQ(s.transportWait.count, uint64_t(kSteps)) << rank;
+    EXPECT_EQ(s.bytesReceived, s.bytesSent) << rank;  // the ring: as much in as out
     if (rank != kLate) {
       EXPECT_GT(s.negotiationWait.sumSeconds, 2 * all[kLate].negotiationWait.sumSeconds)
           << rank << " waited no longer than the late rank";
