@@ -87,7 +87,9 @@ ReduceOp reduceOpOf(Op op) {
 
 Dispatcher::Dispatcher(std::shared_ptr<Transport> transport, Timeline& timeline,
                        DeviceSlot& devices)
-    : base_(std::make_shared<TimedTransport>(std::move(transport), waits_)), timeline_(timeline), devices_(devices) {
+    : base_(std::make_shared<TimedTransport>(std::move(transport), waits_)),
+      timeline_(timeline),
+      devices_(devices) {
   groups_[kGlobalProcessSet] = std::make_unique<Group>(base_);
 }
 
