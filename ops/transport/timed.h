@@ -1,8 +1,8 @@
-// A transport that measures how long its driver is blocked receiving: every waitRecv of the
-// wrapped transport (and of its channels) adds its duration to one shared clock. This is where
-// a rank waits for a slower peer's data during a collective, without the negotiation's cycle.
-// The cost per receive wait is two steady-clock reads and one relaxed atomic add: no lock, no
-// allocation. The clock is atomic because the executor may drive the links from a pipeline
+// A transport that measures how long its driver is blocked on its peers: every waitRecv and
+// waitSend of the wrapped transport (and of its channels) adds its duration to one shared
+// clock. A rank waits there for a slower peer during a collective: for its data, or, upstream
+// of it in a ring, for room to send to it once the links' buffers are full. The cost per wait
+// is two steady-clock reads and one relaxed atomic add: no lock, no allocation. The clock is atomic because the executor may drive the links from a pipeline
 // thread while the coordinator thread reads it.
 #pragma once
 
@@ -16,7 +16,7 @@
 
 namespace cerar {
 
-// Nanoseconds blocked in receive waits, summed over every transport that shares it.
+// Nanoseconds blocked in waits, summed over every transport that shares it.
 struct WaitClock {
   std::atomic<uint64_t> nanos{0};
   uint64_t read() const { return nanos.load(std::memory_order_relaxed); }
@@ -36,14 +36,15 @@ class TimedTransport final : public Transport {
   void postRecv(int peer, void* data, size_t bytes) override {
     base_->postRecv(peer, data, bytes);
   }
-  void waitSend(int peer) override { base_->waitSend(peer); }
+  void waitSend(int peer) override {
+    const auto start = std::chrono::steady_clock::now();
+    base_->waitSend(peer);  // a throw is not counted: the runtime stops after it anyway
+    count(start);
+  }
   void waitRecv(int peer) override {
     const auto start = std::chrono::steady_clock::now();
-    base_->waitRecv(peer);  // a throw is not counted: the runtime stops after it anyway
-    const auto waited = std::chrono::steady_clock::now() - start;
-    clock_->nanos.fetch_add(
-        uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count()),
-        std::memory_order_relaxed);
+    base_->waitRecv(peer);
+    count(start);
   }
   // A channel's waits are this rank's waits too: the same clock.
   std::shared_ptr<Transport> channel(uint32_t tag) override {
@@ -56,6 +57,13 @@ class TimedTransport final : public Transport {
   void releaseMemory(void* base) override { base_->releaseMemory(base); }
 
  private:
+  void count(std::chrono::steady_clock::time_point start) {
+    const auto waited = std::chrono::steady_clock::now() - start;
+    clock_->nanos.fetch_add(
+        uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(waited).count()),
+        std::memory_order_relaxed);
+  }
+
   std::shared_ptr<Transport> base_;
   std::shared_ptr<WaitClock> clock_;
 };

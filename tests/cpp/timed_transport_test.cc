@@ -1,5 +1,5 @@
 // TimedTransport (ops/transport/timed.h): a receive that waits for a late sender is timed on
-// the receiver's clock; sends are not timed; transfers pass through unchanged.
+// the receiver's clock, the sender's prompt send hardly; transfers pass through unchanged.
 #include "ops/transport/timed.h"
 
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-TEST(TimedTransport, TimesReceiveWaitsOnly) {
+TEST(TimedTransport, TimesTheWaitOfWhoeverWaits) {
   InprocHub hub(2, milliseconds(5000));
   auto receiverClock = std::make_shared<WaitClock>();
   auto senderClock = std::make_shared<WaitClock>();
@@ -35,7 +35,7 @@ TEST(TimedTransport, TimesReceiveWaitsOnly) {
   EXPECT_EQ(got, 42);
   EXPECT_GE(receiverClock->read(), uint64_t(40'000'000));  // blocked about the sender's 50 ms
   EXPECT_LT(receiverClock->read(), uint64_t(5'000'000'000));
-  EXPECT_EQ(senderClock->read(), 0u);
+  EXPECT_LT(senderClock->read(), uint64_t(40'000'000));  // its receiver was there
 }
 
 TEST(TimedTransport, ChannelsShareTheClockOrAreAbsentLikeTheBase) {

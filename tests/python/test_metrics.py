@@ -1,7 +1,7 @@
 """CERAR_METRICS_PORT (frameworks/cerar/_metrics.py, cerar._metrics_families): a 4-rank job
 scraped by a real Prometheus server, whose series must match the ranks' own stats(); a slowed
-rank is the one the others wait for, in the negotiation and in the transport; the data links'
-bytes received add up to the bytes sent over every collective, algorithm and link kind;
+rank is the one the others wait for; the transport wait is observed per collective; the data
+links' bytes received add up to the bytes sent over every collective, algorithm and link kind;
 process sets are counted apart; the Grafana dashboard asks only for exported metrics; a port
 in use fails init() naming it."""
 import json
@@ -79,8 +79,7 @@ def scraped(tmp_path_factory):
         [sys.executable, "-m", "cerar.run", "-np", str(NP), "--metrics-port", str(base),
          sys.executable, str(WORKERS / "metrics_job.py"), str(tmp), str(SLOW_RANK), str(STEPS)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
-        # TCP: the large all-reduces last long enough for the slow rank's stop to land in them.
-        env={**os.environ, "CERAR_LOG_LEVEL": "warning", "CERAR_SHARED_MEMORY": "0"})
+        env={**os.environ, "CERAR_LOG_LEVEL": "warning"})
     try:
         files = [tmp / f"stats.{rank}.json" for rank in range(NP)]
         _wait_for("every rank's stats", lambda: job.poll() is None and
@@ -127,7 +126,7 @@ def test_series_match_the_ranks_stats(scraped):
                     ran.add((algorithm, wire))
     assert ran, "no all-reduce buffer was counted"
     expected = {r: float(s["tensors_by_kind"]["allreduce"]) for r, s in stats.items()}
-    assert set(expected.values()) == {3.0 * STEPS + 3}  # and the 3 large ones
+    assert set(expected.values()) == {3.0 * STEPS}
     _matching(server, 'cerar_tensors_total{kind="allreduce",process_set="0"}', expected)
     _matching(server, 'cerar_collectives_total{kind="allgather",process_set="0"}',
               {r: 1.0 for r in stats})
@@ -148,16 +147,17 @@ def test_the_slowed_rank_is_the_one_the_others_wait_for(scraped):
     assert slow[SLOW_RANK] > max(v for r, v in slow.items() if r != SLOW_RANK), slow
 
 
-def test_the_slowed_rank_waits_least_in_the_transport(scraped):
-    # The slow rank stops itself inside large all-reduces (metrics_job.py): the others block
-    # receiving from it, while the data it waits for is there when it resumes.
+def test_transport_wait_histogram(scraped):
+    # One observation per fused collective run on the host (a step's 3 tensors may run as one
+    # buffer; the allgather is one more); which rank waits least is the C++ test
+    # RuntimeInproc.TransportWaitShowsWhoTheOthersWaitFor (a slow link, staged in-process).
     stats, server = scraped
-    waits = _matching(server, "cerar_transport_wait_seconds_sum",
-                      {r: s["transport_wait"]["sum"] for r, s in stats.items()})
-    counts = _query(server, "cerar_transport_wait_seconds_count")
-    assert all(count >= 3 * STEPS for count in counts.values()), counts
-    others = [wait for rank, wait in waits.items() if rank != SLOW_RANK]
-    assert waits[SLOW_RANK] < 0.5 * min(others), waits
+    _matching(server, "cerar_transport_wait_seconds_count",
+              {r: float(s["transport_wait"]["count"]) for r, s in stats.items()})
+    for rank, s in stats.items():
+        wait = s["transport_wait"]
+        assert STEPS + 1 <= wait["count"] <= 3 * STEPS + 1, (rank, wait)
+        assert sum(wait["buckets"]) == wait["count"] and wait["sum"] >= 0, (rank, wait)
 
 
 @pytest.mark.parametrize("algorithm,shared_memory", [

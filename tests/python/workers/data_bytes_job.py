@@ -24,6 +24,7 @@ cn.alltoall(np.ones((2 * size, 2), np.float32), splits=[2] * size, name="exchang
 pair = cerar.add_process_set([0, 1])
 if rank in (0, 1):
     cn.allreduce(np.ones(777, np.float32), op=cerar.Sum, name="pair", process_set=pair)
+cn.allreduce(np.ones(1, np.float32), op=cerar.Sum, name="fence")  # ranks 2, 3 wait for 0, 1
 stats = cerar.stats()
 path = os.path.join(folder, f"stats.{rank}.json")
 with open(path + ".tmp", "w") as f:

@@ -1,12 +1,9 @@
 """A job that Prometheus scrapes (tests/python/test_metrics.py): every rank runs `steps` steps of
-all-reduces, the slow rank sleeping before each; then `STOPS` large all-reduces, during which
-the slow rank has itself stopped (SIGSTOP, then SIGCONT from a child process) shortly after
-enqueueing, so that the others block in the transport receiving from it; then writes its stats() to DIR/stats.<rank>.json
+all-reduces, the slow rank sleeping before each; then writes its stats() to DIR/stats.<rank>.json
 and serves its metrics until DIR/done appears.
 Usage: metrics_job.py DIR SLOW_RANK STEPS"""
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -25,15 +22,6 @@ for step in range(steps):
                                   op=cerar.Sum, name=f"grad.{i}") for i in range(3)]
     for handle in handles:
         cn.synchronize(handle)
-STOPS = 3
-for step in range(STOPS):
-    handle = cn.allreduce_async(np.ones(4 << 20, np.float32), op=cerar.Sum, name="large")
-    if rank == slow_rank:
-        stopper = subprocess.Popen(["sh", "-c", f"sleep 0.01; kill -STOP {os.getpid()}; "
-                                    f"sleep 0.2; kill -CONT {os.getpid()}"])
-    cn.synchronize(handle)
-    if rank == slow_rank:
-        stopper.wait()
 cn.allgather(np.ones(4, np.float32), name="gathered")
 stats = cerar.stats()
 with open(os.path.join(folder, f"stats.{rank}.json.tmp"), "w") as f:
