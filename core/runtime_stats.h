@@ -114,9 +114,9 @@ struct RuntimeStats {
   // Per unit of this rank: from its enqueue to the coordinator's answer that runs it. Large
   // where this rank waits for the others; the rank they wait for has the smallest.
   WaitHistogram negotiationWait;
-  // Per collective run on the host: the seconds this rank was blocked in the transport waiting
-  // to receive from its peers (ops/transport/timed.h). The rank the others wait for has the
-  // smallest; unlike negotiationWait it holds no coordinator cycle.
+  // Per collective run on the host: the seconds this rank was blocked in the transport on its
+  // peers, for their data or for room to send (ops/transport/timed.h). The rank the others
+  // wait for has the smallest; unlike negotiationWait it holds no coordinator cycle.
   WaitHistogram transportWait;
   // The by-set counters, one element per process set this rank counted in (few: a vector, so
   // the per-cycle copy reuses its memory).

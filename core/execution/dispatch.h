@@ -120,7 +120,7 @@ class Dispatcher {
   };
   Group& groupFor(const ProcessSet& set);
 
-  // This rank's time blocked receiving on every link the dispatcher runs collectives over
+  // This rank's time blocked on its peers on every link the dispatcher runs collectives over
   // (RuntimeStats::transportWait); declared before the transports that add to it.
   std::shared_ptr<WaitClock> waits_ = std::make_shared<WaitClock>();
   std::shared_ptr<Transport> base_;  // the job's links, timed

@@ -154,8 +154,8 @@ def _buckets(wait):
 
 def _transport_wait(f, wait):
     f.histogram("cerar_transport_wait_seconds",
-                "Per collective run on the host: seconds this rank was blocked receiving from "
-                "its peers; large where it waits for a slower rank (a straggler's own is "
+                "Per collective run on the host: seconds this rank was blocked in the transport "
+                "on its peers; large where it waits for a slower rank (a straggler's own is "
                 "small).", _buckets(wait), wait["sum"])
 
 
