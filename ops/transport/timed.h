@@ -2,8 +2,9 @@
 // waitSend of the wrapped transport (and of its channels) adds its duration to one shared
 // clock. A rank waits there for a slower peer during a collective: for its data, or, upstream
 // of it in a ring, for room to send to it once the links' buffers are full. The cost per wait
-// is two steady-clock reads and one relaxed atomic add: no lock, no allocation. The clock is atomic because the executor may drive the links from a pipeline
-// thread while the coordinator thread reads it.
+// is two steady-clock reads and one relaxed atomic add: no lock, no allocation. The clock is
+// atomic because the executor may drive the links from a pipeline thread while the
+// coordinator thread reads it.
 #pragma once
 
 #include <atomic>
