@@ -218,6 +218,7 @@ py::dict statsDict(const RuntimeStats& s) {
   d["fused_buffers"] = s.fusedBuffers;
   d["tensors_reduced"] = s.tensorsReduced;
   d["bytes_sent"] = s.bytesSent;
+  d["bytes_received"] = s.bytesReceived;
   d["ring_buffers"] = s.ringBuffers;
   d["cerar_buffers"] = s.cerarBuffers;
   d["wire_buffers"] = s.wireBuffers;

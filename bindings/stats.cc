@@ -21,14 +21,15 @@ py::dict byKind(const std::array<uint64_t, kKindCount>& counts) {
 }
 
 // {"ring": {"none": {"buffers": n, "bytes_sent": b}, ...}, ...}
-py::dict byAlgorithm(const RuntimeStats& s) {
+using ByAlgorithm = std::array<std::array<uint64_t, kWireCount>, kAlgorithmCount>;
+py::dict byAlgorithm(const ByAlgorithm& buffers, const ByAlgorithm& bytesSent) {
   py::dict d;
   for (size_t a = 0; a < kAlgorithmCount; ++a) {
     py::dict wires;
     for (size_t w = 0; w < kWireCount; ++w) {
       py::dict cell;
-      cell["buffers"] = s.allreduceBuffers[a][w];
-      cell["bytes_sent"] = s.allreduceBytesSent[a][w];
+      cell["buffers"] = buffers[a][w];
+      cell["bytes_sent"] = bytesSent[a][w];
       wires[wireName(static_cast<Wire>(w))] = cell;
     }
     d[algorithmName(static_cast<Algorithm>(a))] = wires;
@@ -46,13 +47,28 @@ py::dict histogram(const WaitHistogram& h) {
   return d;
 }
 
+// {set id: {"units_by_kind", "tensors_by_kind", "allreduce_by_algorithm"}} (0: every rank).
+py::dict bySet(const RuntimeStats& s) {
+  py::dict d;
+  for (const SetCounters& c : s.bySet) {
+    py::dict set;
+    set["units_by_kind"] = byKind(c.unitsByKind);
+    set["tensors_by_kind"] = byKind(c.tensorsByKind);
+    set["allreduce_by_algorithm"] = byAlgorithm(c.allreduceBuffers, c.allreduceBytesSent);
+    d[py::int_(c.set)] = set;
+  }
+  return d;
+}
+
 }  // namespace
 
 void addBreakdowns(py::dict& d, const RuntimeStats& s) {
   d["units_by_kind"] = byKind(s.unitsByKind);
   d["tensors_by_kind"] = byKind(s.tensorsByKind);
-  d["allreduce_by_algorithm"] = byAlgorithm(s);
+  d["allreduce_by_algorithm"] = byAlgorithm(s.allreduceBuffers, s.allreduceBytesSent);
+  d["by_process_set"] = bySet(s);
   d["negotiation_wait"] = histogram(s.negotiationWait);
+  d["transport_wait"] = histogram(s.transportWait);
   d["stall_warnings"] = s.stallWarnings;
 }
 

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace cerar {
 
@@ -34,6 +35,16 @@ inline constexpr size_t kKindCount = 7;       // allreduce ... process set chang
 inline constexpr size_t kAlgorithmCount = 3;  // ring, cerar, adasum
 inline constexpr size_t kWireCount = 4;       // none, fp16, bf16, int8
 
+// The counters kept per process set (RuntimeStats::bySet): the by-kind units and tensors and
+// the all-reduce buffers and bytes by algorithm and wire, as in RuntimeStats.
+struct SetCounters {
+  int32_t set = 0;  // the process set's id (0: every rank)
+  std::array<uint64_t, kKindCount> unitsByKind{};
+  std::array<uint64_t, kKindCount> tensorsByKind{};
+  std::array<std::array<uint64_t, kWireCount>, kAlgorithmCount> allreduceBuffers{};
+  std::array<std::array<uint64_t, kWireCount>, kAlgorithmCount> allreduceBytesSent{};
+};
+
 // Counters for tests and benchmarks.
 struct RuntimeStats {
   uint64_t cycles = 0;
@@ -42,7 +53,10 @@ struct RuntimeStats {
   uint64_t cacheMisses = 0;
   uint64_t fusedBuffers = 0;      // collectives dispatched for allreduce
   uint64_t tensorsReduced = 0;
+  // Payload bytes this rank sent and received on the data links for every collective (what
+  // the algorithms move; the non-finite check's flags and other agreement bits are in neither).
   uint64_t bytesSent = 0;
+  uint64_t bytesReceived = 0;
   uint64_t ringBuffers = 0;
   uint64_t cerarBuffers = 0;
   uint64_t wireBuffers = 0;       // of ringBuffers, those sent with a lossy wire
@@ -100,8 +114,24 @@ struct RuntimeStats {
   // Per unit of this rank: from its enqueue to the coordinator's answer that runs it. Large
   // where this rank waits for the others; the rank they wait for has the smallest.
   WaitHistogram negotiationWait;
+  // Per collective run on the host: the seconds this rank was blocked in the transport on its
+  // peers, for their data or for room to send (ops/transport/timed.h). The rank the others
+  // wait for has the smallest; unlike negotiationWait it holds no coordinator cycle.
+  WaitHistogram transportWait;
+  // The by-set counters, one element per process set this rank counted in (few: a vector, so
+  // the per-cycle copy reuses its memory).
+  std::vector<SetCounters> bySet;
   // Stall warnings logged (the coordinator rank inspects; 0 elsewhere).
   uint64_t stallWarnings = 0;
 };
+
+// `stats`' counters of set `id`, added at the end the first time.
+inline SetCounters& setCounters(RuntimeStats& stats, int32_t id) {
+  for (SetCounters& c : stats.bySet) {
+    if (c.set == id) return c;
+  }
+  stats.bySet.emplace_back().set = id;
+  return stats.bySet.back();
+}
 
 }  // namespace cerar

@@ -20,6 +20,9 @@ void countAnswered(RuntimeStats& stats, const Response& unit, const Entry& entry
   const auto kind = size_t(unit.description.kind);
   ++stats.unitsByKind[kind];
   stats.tensorsByKind[kind] += unit.names.size();
+  SetCounters& set = setCounters(stats, unit.description.processSet);
+  ++set.unitsByKind[kind];
+  set.tensorsByKind[kind] += unit.names.size();
   stats.negotiationWait.add(std::chrono::duration<double>(responded - entry.enqueued).count());
 }
 

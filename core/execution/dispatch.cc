@@ -87,7 +87,9 @@ ReduceOp reduceOpOf(Op op) {
 
 Dispatcher::Dispatcher(std::shared_ptr<Transport> transport, Timeline& timeline,
                        DeviceSlot& devices)
-    : base_(std::move(transport)), timeline_(timeline), devices_(devices) {
+    : base_(std::make_shared<TimedTransport>(std::move(transport), waits_)),
+      timeline_(timeline),
+      devices_(devices) {
   groups_[kGlobalProcessSet] = std::make_unique<Group>(base_);
 }
 
@@ -111,7 +113,12 @@ void Dispatcher::setPacing(const Pacing& pacing) {
 
 void Dispatcher::setHostLevels(std::shared_ptr<Transport> local,
                                std::shared_ptr<Transport> cross) {
-  hierarchy_ = std::make_unique<HierarchicalAllreduce>(std::move(local), std::move(cross));
+  // Host by host the waits are this rank's too: both levels on the same clock.
+  auto timed = [this](std::shared_ptr<Transport> links) -> std::shared_ptr<Transport> {
+    return links ? std::make_shared<TimedTransport>(std::move(links), waits_) : nullptr;
+  };
+  hierarchy_ = std::make_unique<HierarchicalAllreduce>(timed(std::move(local)),
+                                                       timed(std::move(cross)));
   hierarchy_->setPacing(pacing_);
 }
 
@@ -137,14 +144,27 @@ DeviceUnit Dispatcher::run(const std::vector<const Response*>& units,
   const Response& first = *units.front();
   OperationRows rows = operationRows(units, entries);
   JsonObject args;
+  const uint64_t waitedBefore = waits_->read();
+  // One observation per collective that moved data on the host (a device run's transfers are
+  // not this transport's; a barrier or set change moves none).
+  auto countWait = [&] {
+    stats.transportWait.add(double(waits_->read() - waitedBefore) * 1e-9);
+  };
   switch (first.description.kind) {
-    case Kind::kAllreduce: return allreduce(units, entries, decision, stats, std::move(rows));
+    case Kind::kAllreduce: {
+      DeviceUnit unit = allreduce(units, entries, decision, stats, std::move(rows));
+      if (!unit.mark) countWait();
+      return unit;
+    }
     case Kind::kReducescatter: args = reducescatter(units, entries, stats); break;
     case Kind::kAlltoall: args = alltoall(first, entries.front(), stats); break;
     case Kind::kAllgather: args = allgather(units, entries, stats); break;
     case Kind::kBroadcast: args = broadcast(first, entries.front(), stats); break;
     case Kind::kBarrier: break;  // the negotiation itself was the barrier
     case Kind::kProcessSet: break;  // applied by the coordinator
+  }
+  if (first.description.kind != Kind::kBarrier && first.description.kind != Kind::kProcessSet) {
+    countWait();
   }
   recordOperation(rows, Clock::now(), args);
   return {};

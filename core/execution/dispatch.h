@@ -21,6 +21,7 @@
 #include "ops/adasum_run.h"
 #include "ops/communicator.h"
 #include "ops/hierarchical.h"
+#include "ops/transport/timed.h"
 
 namespace cerar {
 
@@ -119,7 +120,10 @@ class Dispatcher {
   };
   Group& groupFor(const ProcessSet& set);
 
-  std::shared_ptr<Transport> base_;
+  // This rank's time blocked on its peers on every link the dispatcher runs collectives over
+  // (RuntimeStats::transportWait); declared before the transports that add to it.
+  std::shared_ptr<WaitClock> waits_ = std::make_shared<WaitClock>();
+  std::shared_ptr<Transport> base_;  // the job's links, timed
   std::map<int32_t, std::unique_ptr<Group>> groups_;
   Pacing pacing_;
   ErrorBound errorBound_ = ErrorBound::kCalibrated;

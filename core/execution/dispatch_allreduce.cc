@@ -85,10 +85,11 @@ static_assert(size_t(Wire::kInt8) + 1 == kWireCount, "RuntimeStats' wires");
 // What one fused all-reduce adds to the stats. What ran: a CERAR decision that fell back on
 // non-finite input ran the exact ring; Adasum counts as neither ring nor CERAR.
 void countAllreduce(RuntimeStats& stats, const RunStats& run, const FusedGroup& decision,
-                    Wire wire, int N, size_t tensors) {
+                    Wire wire, int N, size_t tensors, int32_t set) {
   stats.fusedBuffers += 1;
   stats.tensorsReduced += tensors;
   stats.bytesSent += run.bytesSent;
+  stats.bytesReceived += run.bytesReceived;
   const bool adasum = decision.algorithm == Algorithm::kAdasum;
   const bool ranCerar = decision.algorithm == Algorithm::kCerar && !run.nonFiniteFallback;
   if (!adasum) (ranCerar ? stats.cerarBuffers : stats.ringBuffers) += 1;
@@ -108,6 +109,9 @@ void countAllreduce(RuntimeStats& stats, const RunStats& run, const FusedGroup& 
                                                                  : Algorithm::kRing);
   stats.allreduceBuffers[ran][size_t(ranWire)] += 1;
   stats.allreduceBytesSent[ran][size_t(ranWire)] += run.bytesSent;
+  SetCounters& bySet = setCounters(stats, set);
+  bySet.allreduceBuffers[ran][size_t(ranWire)] += 1;
+  bySet.allreduceBytesSent[ran][size_t(ranWire)] += run.bytesSent;
 }
 
 }  // namespace
@@ -286,7 +290,7 @@ DeviceUnit Dispatcher::allreduceOnDevice(AllreduceRun r, OperationRows rows,
   // The run's figures are there once the mark is reached: counted then, before the handles
   // complete, with the timeline's events: the collective from dispatch to completion.
   unit.finish = [this, ran, rows = std::move(rows), start, decision = *r.decision,
-                 wire = r.options.wire, N = r.N, tensors = r.tensors,
+                 wire = r.options.wire, N = r.N, tensors = r.tensors, set = set_->id,
                  collective = collectiveActivity(algorithmName(r.decision->algorithm),
                                                  *r.description),
                  args = std::move(args)](RuntimeStats& s) {
@@ -295,7 +299,7 @@ DeviceUnit Dispatcher::allreduceOnDevice(AllreduceRun r, OperationRows rows,
     JsonObject ranArgs = args;
     addFallbacks(ranArgs, *ran);
     recordOperation(rows, end, ranArgs);
-    countAllreduce(s, *ran, decision, wire, N, tensors);
+    countAllreduce(s, *ran, decision, wire, N, tensors, set);
   };
   return unit;
 }
@@ -327,7 +331,7 @@ void Dispatcher::allreduceOnHost(AllreduceRun& r, const std::vector<const Respon
   record(units, kMemcpyOutActivity, unpackStart, end);
   addFallbacks(r.args.merge(r.errorArgs), run);
   recordOperation(rows, end, r.args);
-  countAllreduce(stats, run, *r.decision, r.options.wire, r.N, r.tensors);
+  countAllreduce(stats, run, *r.decision, r.options.wire, r.N, r.tensors, set_->id);
 }
 
 DeviceUnit Dispatcher::allreduce(const std::vector<const Response*>& units,

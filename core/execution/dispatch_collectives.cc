@@ -134,6 +134,7 @@ JsonObject Dispatcher::reducescatter(const std::vector<const Response*>& units,
   stats.reducescatterBuffers += 1;
   stats.tensorsScattered += parts.size();
   stats.bytesSent += run.bytesSent;
+  stats.bytesReceived += run.bytesReceived;
   return JsonObject()
       .add("algorithm", "ring")
       .add("bytes", total * elementSize)
@@ -169,7 +170,10 @@ JsonObject Dispatcher::alltoall(const Response& unit, Entry* entry, RuntimeStats
   entry->state->outputShape = entry->inputs[0].shape;
   entry->state->outputShape[0] = rows;
   entry->state->receivedSplits = std::move(received);
-  for (int j = 0; j < N; ++j) stats.bytesSent += j == rank ? 0 : sendBytes[j];
+  for (int j = 0; j < N; ++j) {
+    stats.bytesSent += j == rank ? 0 : sendBytes[j];
+    stats.bytesReceived += j == rank ? 0 : recvBytes[j];
+  }
   return JsonObject().add("algorithm", "pairwise").add("bytes", out.size());
 }
 
@@ -254,6 +258,7 @@ JsonObject Dispatcher::allgather(const std::vector<const Response*>& units,
   record(units, kMemcpyOutActivity, unpackStart, Clock::now());
   stats.allgatherBuffers += 1;
   stats.bytesSent += total - blocks[rank];
+  stats.bytesReceived += total - blocks[rank];  // the ring: every block but its own, once
   return JsonObject().add("algorithm", "ring").add("bytes", total).add("tensors", parts.size());
 }
 
@@ -282,7 +287,8 @@ JsonObject Dispatcher::broadcast(const Response& unit, Entry* entry, RuntimeStat
   record({&unit}, collectiveActivity("chain", d), start, Clock::now());
   const int n = group_->transport->size();
   const int position = (group_->transport->rank() - rootRank + n) % n;
-  if (position < group_->transport->size() - 1) stats.bytesSent += bytes;
+  if (position < group_->transport->size() - 1) stats.bytesSent += bytes;  // not the chain's end
+  if (position > 0) stats.bytesReceived += bytes;                           // not the root
   return JsonObject().add("algorithm", "chain").add("root", d.root).add("bytes", bytes);
 }
 

@@ -20,6 +20,7 @@ class RuntimeCollector:
         _breakdowns(families, stats)
         _gauges(families, stats)
         _wait(families, stats["negotiation_wait"])
+        _transport_wait(families, stats["transport_wait"])
         return families.all()
 
 
@@ -75,10 +76,9 @@ def _counters(f, stats):
                           ("rendezvous", "rendezvous_bytes_sent")):
         f.add("counter", "cerar_sent_bytes_total", "Bytes this rank sent, by channel.",
               stats[sent], channel=channel)
-    for channel, received in (("control", "control_bytes_received"),
+    for channel, received in (("data", "bytes_received"), ("control", "control_bytes_received"),
                               ("rendezvous", "rendezvous_bytes_received")):
-        f.add("counter", "cerar_received_bytes_total",
-              "Bytes this rank received, by channel (the data links do not count theirs).",
+        f.add("counter", "cerar_received_bytes_total", "Bytes this rank received, by channel.",
               stats[received], channel=channel)
 
 
@@ -86,22 +86,41 @@ def _label(name):
     return name.replace(" ", "_")
 
 
+def by_process_set(stats):
+    """{set id: its counters}: the runtime's per-set breakdowns, with set 0 (every rank) always
+    there (zeros before its first collective) so that its series exist from the start."""
+    sets = dict(stats["by_process_set"])
+    if 0 not in sets:
+        sets[0] = {
+            "units_by_kind": dict.fromkeys(stats["units_by_kind"], 0),
+            "tensors_by_kind": dict.fromkeys(stats["tensors_by_kind"], 0),
+            "allreduce_by_algorithm": {
+                algorithm: {wire: {"buffers": 0, "bytes_sent": 0} for wire in wires}
+                for algorithm, wires in stats["allreduce_by_algorithm"].items()},
+        }
+    return dict(sorted(sets.items()))
+
+
 def _breakdowns(f, stats):
-    for kind, count in stats["units_by_kind"].items():
-        f.add("counter", "cerar_collectives_total",
-              "Collectives (negotiated units) this rank took part in, by kind.", count,
-              kind=_label(kind))
-    for kind, count in stats["tensors_by_kind"].items():
-        f.add("counter", "cerar_tensors_total", "Tensors of those collectives, by kind.", count,
-              kind=_label(kind))
-    for algorithm, wires in stats["allreduce_by_algorithm"].items():
-        for wire, cell in wires.items():
-            f.add("counter", "cerar_allreduce_buffers_total",
-                  "Fused all-reduce buffers as run, by algorithm and wire.", cell["buffers"],
-                  algorithm=algorithm, wire=wire)
-            f.add("counter", "cerar_allreduce_sent_bytes_total",
-                  "Bytes this rank sent for fused all-reduce buffers, by algorithm and wire.",
-                  cell["bytes_sent"], algorithm=algorithm, wire=wire)
+    for set_id, counters in by_process_set(stats).items():
+        process_set = str(set_id)
+        for kind, count in counters["units_by_kind"].items():
+            f.add("counter", "cerar_collectives_total",
+                  "Collectives (negotiated units) this rank took part in, by kind and process "
+                  "set.", count, kind=_label(kind), process_set=process_set)
+        for kind, count in counters["tensors_by_kind"].items():
+            f.add("counter", "cerar_tensors_total",
+                  "Tensors of those collectives, by kind and process set.", count,
+                  kind=_label(kind), process_set=process_set)
+        for algorithm, wires in counters["allreduce_by_algorithm"].items():
+            for wire, cell in wires.items():
+                f.add("counter", "cerar_allreduce_buffers_total",
+                      "Fused all-reduce buffers as run, by algorithm, wire and process set.",
+                      cell["buffers"], algorithm=algorithm, wire=wire, process_set=process_set)
+                f.add("counter", "cerar_allreduce_sent_bytes_total",
+                      "Bytes this rank sent for fused all-reduce buffers, by algorithm, wire "
+                      "and process set.", cell["bytes_sent"], algorithm=algorithm, wire=wire,
+                      process_set=process_set)
 
 
 def _gauges(f, stats):
@@ -123,12 +142,25 @@ def _gauges(f, stats):
           float(stats["shared_memory"]))
 
 
-def _wait(f, wait):
+def _buckets(wait):
+    """Prometheus' cumulative buckets of one of the runtime's wait histograms."""
     cumulative, buckets = 0, []
     for bound, count in zip(wait["bounds"], wait["buckets"]):
         cumulative += count
         buckets.append((repr(float(bound)), cumulative))
     buckets.append(("+Inf", wait["count"]))
+    return buckets
+
+
+def _transport_wait(f, wait):
+    f.histogram("cerar_transport_wait_seconds",
+                "Per collective run on the host: seconds this rank was blocked in the transport "
+                "on its peers; large where it waits for a slower rank (a straggler's own is "
+                "small).", _buckets(wait), wait["sum"])
+
+
+def _wait(f, wait):
+    buckets = _buckets(wait)
     f.histogram("cerar_negotiation_wait_seconds",
                 "Per collective of this rank: seconds from its enqueue to the coordinator's "
                 "answer that runs it; large where this rank waits for others (a straggler's "

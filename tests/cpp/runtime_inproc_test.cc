@@ -20,16 +20,41 @@ namespace {
 
 using namespace scenarios;
 
+// A slow link: every send of at least 64 KiB (the data, not the control messages) starts
+// `delay` late.
+class SlowSends final : public Transport {
+ public:
+  SlowSends(std::shared_ptr<Transport> base, std::chrono::milliseconds delay)
+      : base_(std::move(base)), delay_(delay) {}
+  int rank() const override { return base_->rank(); }
+  int size() const override { return base_->size(); }
+  Duration timeout() const override { return base_->timeout(); }
+  void postSend(int peer, const void* data, size_t bytes) override {
+    if (bytes >= 64 * 1024) std::this_thread::sleep_for(delay_);
+    base_->postSend(peer, data, bytes);
+  }
+  void postRecv(int peer, void* data, size_t bytes) override {
+    base_->postRecv(peer, data, bytes);
+  }
+  void waitSend(int peer) override { base_->waitSend(peer); }
+  void waitRecv(int peer) override { base_->waitRecv(peer); }
+
+ private:
+  std::shared_ptr<Transport> base_;
+  std::chrono::milliseconds delay_;
+};
+
 // Runs `scenario` on N threads; returns each rank's outcome or fails the test with the first
-// rank's error.
+// rank's error. `slow` (>= 0): that rank's data sends are late (SlowSends).
 std::vector<std::string> runThreads(int N, const Scenario& scenario,
-                                    std::chrono::milliseconds timeout = 20s) {
+                                    std::chrono::milliseconds timeout = 20s, int slow = -1) {
   InprocHub hub(N, timeout);
   std::vector<std::string> results(N), errors(N);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < N; ++rank) {
     threads.emplace_back([&, rank] {
       std::shared_ptr<Transport> transport = hub.connect(rank);
+      if (rank == slow) transport = std::make_shared<SlowSends>(transport, 5ms);
       Starter start = [transport](RuntimeConfig config) {
         return Runtime::startWith(config, transport);
       };
@@ -110,6 +135,13 @@ TEST(RuntimeInproc, WaitHistogramShowsWhoTheOthersWaitFor) {
     EXPECT_EQ(s.allreduceBuffers[ring][size_t(Wire::kNone)], s.ringBuffers) << rank;
     EXPECT_EQ(s.allreduceBytesSent[ring][size_t(Wire::kNone)], s.bytesSent) << rank;
     EXPECT_EQ(s.negotiationWait.count, uint64_t(kSteps + 1)) << rank;  // and the barrier
+    // One set (0), holding every unit; one transport wait per all-reduce, none for the barrier.
+    ASSERT_EQ(s.bySet.size(), 1u) << rank;
+    EXPECT_EQ(s.bySet[0].set, 0);
+    EXPECT_EQ(s.bySet[0].unitsByKind, s.unitsByKind) << rank;
+    EXPECT_EQ(s.bySet[0].allreduceBytesSent, s.allreduceBytesSent) << rank;
+    EXPECT_EQ(s.transportWait.count, uint64_t(kSteps)) << rank;
+    EXPECT_EQ(s.bytesReceived, s.bytesSent) << rank;  // the ring: as much in as out
     if (rank != kLate) {
       EXPECT_GT(s.negotiationWait.sumSeconds, 2 * all[kLate].negotiationWait.sumSeconds)
           << rank << " waited no longer than the late rank";
@@ -118,6 +150,35 @@ TEST(RuntimeInproc, WaitHistogramShowsWhoTheOthersWaitFor) {
 }
 
 // The histogram's buckets: a bound holds what equals it; past the last, the overflow bucket.
+// The transport wait (docs/metrics.md): a rank whose data links are slow inside the
+// collectives, after the negotiation, makes the others block on it; it waits least itself.
+TEST(RuntimeInproc, TransportWaitShowsWhoTheOthersWaitFor) {
+  constexpr int N = 4, kSteps = 5, kSlow = 1;
+  std::vector<RuntimeStats> all(N);
+  runThreads(
+      N,
+      [&](int rank, const Starter& start) {
+        auto rt = start(testConfig());
+        std::vector<float> data(1 << 20, float(rank));  // 4 MiB: 1 MiB chunks on the ring
+        for (int i = 0; i < kSteps; ++i) {
+          rt->allreduce("g", f32(data), f32(data), Op::kSum).wait();
+        }
+        all[rank] = rt->stats();
+        return std::string("ok");
+      },
+      20s, kSlow);
+  for (int rank = 0; rank < N; ++rank) {
+    EXPECT_EQ(all[rank].transportWait.count, uint64_t(kSteps)) << rank;
+    EXPECT_EQ(all[rank].bytesReceived, all[rank].bytesSent) << rank;
+    if (rank != kSlow) {
+      // The slow rank's sends start 5 ms late, 2(N-1) of them per step at least.
+      EXPECT_GT(all[rank].transportWait.sumSeconds,
+                all[kSlow].transportWait.sumSeconds + 0.5 * kSteps * 2 * (N - 1) * 0.005)
+          << rank << " waited no longer than the slow rank";
+    }
+  }
+}
+
 TEST(RuntimeInproc, WaitHistogramBuckets) {
   WaitHistogram h;
   h.add(0);

@@ -1,7 +1,9 @@
 """CERAR_METRICS_PORT (frameworks/cerar/_metrics.py, cerar._metrics_families): a 4-rank job
 scraped by a real Prometheus server, whose series must match the ranks' own stats(); a slowed
-rank is the one the others wait for; the Grafana dashboard asks only for exported metrics; a
-port in use fails init() naming it."""
+rank is the one the others wait for; the transport wait is observed per collective; the data
+links' bytes received add up to the bytes sent over every collective, algorithm and link kind;
+process sets are counted apart; the Grafana dashboard asks only for exported metrics; a port
+in use fails init() naming it."""
 import json
 import os
 import re
@@ -107,13 +109,14 @@ def _matching(server, expr, expected):
 def test_series_match_the_ranks_stats(scraped):
     stats, server = scraped
     for key, metric in (("bytes_sent", 'cerar_sent_bytes_total{channel="data"}'),
+                        ("bytes_received", 'cerar_received_bytes_total{channel="data"}'),
                         ("cycle_time_ms", "cerar_cycle_time_seconds * 1000"),
                         ("fusion_threshold_bytes", "cerar_fusion_threshold_bytes")):
         _matching(server, metric, {r: float(s[key]) for r, s in stats.items()})
     ran = set()
     for algorithm, wires in stats[0]["allreduce_by_algorithm"].items():
         for wire in wires:
-            labels = f'algorithm="{algorithm}",wire="{wire}"'
+            labels = f'algorithm="{algorithm}",wire="{wire}",process_set="0"'
             for field, metric in (("buffers", "cerar_allreduce_buffers_total"),
                                   ("bytes_sent", "cerar_allreduce_sent_bytes_total")):
                 expected = {r: float(s["allreduce_by_algorithm"][algorithm][wire][field])
@@ -124,8 +127,11 @@ def test_series_match_the_ranks_stats(scraped):
     assert ran, "no all-reduce buffer was counted"
     expected = {r: float(s["tensors_by_kind"]["allreduce"]) for r, s in stats.items()}
     assert set(expected.values()) == {3.0 * STEPS}
-    _matching(server, 'cerar_tensors_total{kind="allreduce"}', expected)
-    _matching(server, 'cerar_collectives_total{kind="allgather"}', {r: 1.0 for r in stats})
+    _matching(server, 'cerar_tensors_total{kind="allreduce",process_set="0"}', expected)
+    _matching(server, 'cerar_collectives_total{kind="allgather",process_set="0"}',
+              {r: 1.0 for r in stats})
+    _matching(server, "cerar_transport_wait_seconds_sum",
+              {r: s["transport_wait"]["sum"] for r, s in stats.items()})
 
 
 def test_the_slowed_rank_is_the_one_the_others_wait_for(scraped):
@@ -139,6 +145,45 @@ def test_the_slowed_rank_is_the_one_the_others_wait_for(scraped):
     # The slow rank's waits sit in the lowest buckets; the others' above the sleep's 30 ms.
     slow = _query(server, 'cerar_negotiation_wait_seconds_bucket{le="0.01"}')
     assert slow[SLOW_RANK] > max(v for r, v in slow.items() if r != SLOW_RANK), slow
+
+
+def test_transport_wait_histogram(scraped):
+    # One observation per fused collective run on the host (a step's 3 tensors may run as one
+    # buffer; the allgather is one more); which rank waits least is the C++ test
+    # RuntimeInproc.TransportWaitShowsWhoTheOthersWaitFor (a slow link, staged in-process).
+    stats, server = scraped
+    _matching(server, "cerar_transport_wait_seconds_count",
+              {r: float(s["transport_wait"]["count"]) for r, s in stats.items()})
+    for rank, s in stats.items():
+        wait = s["transport_wait"]
+        assert STEPS + 1 <= wait["count"] <= 3 * STEPS + 1, (rank, wait)
+        assert sum(wait["buckets"]) == wait["count"] and wait["sum"] >= 0, (rank, wait)
+
+
+@pytest.mark.parametrize("algorithm,shared_memory", [
+    ("ring", "1"), ("cerar", "1"), ("ring", "0"), ("cerar", "0")])
+def test_data_bytes_received_add_up_to_bytes_sent(tmp_path, algorithm, shared_memory):
+    result = run_job("data_bytes_job.py", np=NP, args=(tmp_path,), timeout=90,
+                     env={"CERAR_ALGORITHM": algorithm, "CERAR_SHARED_MEMORY": shared_memory,
+                          "CERAR_DYNAMIC_PROCESS_SETS": "1"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    stats = [json.loads((tmp_path / f"stats.{rank}.json").read_text()) for rank in range(NP)]
+    assert all(s["shared_memory"] == (shared_memory == "1") for s in stats)
+    sent = sum(s["bytes_sent"] for s in stats)
+    # 3 all-reduces of >= 200 kB, Adasum, allgather, reducescatter, broadcast, alltoall, pair
+    assert sent > 3 * 200_000
+    assert sum(s["bytes_received"] for s in stats) == sent
+    assert all(s["bytes_received"] > 0 for s in stats)
+    ran = "cerar" if algorithm == "cerar" else "ring"
+    assert sum(s["allreduce_by_algorithm"][ran]["none"]["buffers"] for s in stats) >= 3 * NP
+    # The pair's all-reduce is counted in set 1, on its two ranks only; the rest in set 0.
+    for rank, s in enumerate(stats):
+        sets = s["by_process_set"]
+        assert sets["0"]["units_by_kind"]["allgather"] == 1
+        pair = sets.get("1", {}).get("units_by_kind", {}).get("allreduce", 0)
+        assert pair == (1 if rank < 2 else 0), (rank, sets)
+        for kind, units in s["units_by_kind"].items():
+            assert units == sum(c["units_by_kind"][kind] for c in sets.values()), (kind, sets)
 
 
 def test_dashboard_asks_only_for_exported_metrics(scraped):
