@@ -65,6 +65,12 @@ global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
 
 
+def set_argument(process_set):
+    """What the layers pass down for `process_set=`: None for the global set (the runtime's
+    default), the ProcessSet itself otherwise."""
+    return None if process_set is global_process_set else process_set
+
+
 def _register_static(runtime, process_sets, elastic=False):
     """init(process_sets=[...]): registers each set in order on every rank (the lists must be
     the same everywhere, as Horovod's); a set whose ranks are already registered gets that id

@@ -6,6 +6,8 @@ import jax
 import jax.numpy as jnp
 
 import cerar.jax as _jax_layer
+from cerar._process_sets import set_argument as _set
+from cerar.keras._reducer import ScaledReducer
 from cerar._compression import Compressor, NoneCompressor
 
 barrier, join, shutdown = _jax_layer.barrier, _jax_layer.join, _jax_layer.shutdown
@@ -31,17 +33,7 @@ class Compression:
     fp16 = FP16Compressor
 
 
-def _set(process_set):
-    from cerar._process_sets import global_process_set
-    return None if process_set is global_process_set else process_set
-
-
-class Reducer:
-    def __init__(self, compression, op, gradient_predivide_factor, process_set):
-        self.compression, self.op, self.process_set = compression, op, _set(process_set)
-        self.prescale = 1.0 / gradient_predivide_factor
-        self.postscale = float(gradient_predivide_factor)
-
+class Reducer(ScaledReducer):
     def reduce(self, grads, variables):
         present = [i for i, g in enumerate(grads) if g is not None]
         pairs = [self.compression.compress(grads[i]) for i in present]

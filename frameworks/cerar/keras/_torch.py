@@ -2,6 +2,8 @@
 optimizer.apply), so the gradients go through cerar.torch's grouped all-reduce, in place (by
 address, no copy) unless compressed."""
 import cerar.torch as _torch_layer
+from cerar._process_sets import set_argument as _set
+from cerar.keras._reducer import ScaledReducer
 from cerar.torch.compression import Compression, NoneCompressor  # noqa: F401
 
 barrier, shutdown = _torch_layer.barrier, _torch_layer.shutdown
@@ -11,18 +13,8 @@ def join():
     return _torch_layer.join()
 
 
-def _set(process_set):
-    from cerar._process_sets import global_process_set
-    return None if process_set is global_process_set else process_set
-
-
-class Reducer:
+class Reducer(ScaledReducer):
     """The dense gradients as one fused grouped all-reduce; None stays None."""
-
-    def __init__(self, compression, op, gradient_predivide_factor, process_set):
-        self.compression, self.op, self.process_set = compression, op, _set(process_set)
-        self.prescale = 1.0 / gradient_predivide_factor
-        self.postscale = float(gradient_predivide_factor)
 
     def reduce(self, grads, variables):
         present = [i for i, g in enumerate(grads) if g is not None]

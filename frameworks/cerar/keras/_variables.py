@@ -7,11 +7,7 @@ import numpy as np
 import cerar
 import cerar.numpy as cn
 from cerar import _keras_optimizer
-from cerar._process_sets import global_process_set
-
-
-def _set(process_set):
-    return None if process_set is global_process_set else process_set
+from cerar._process_sets import global_process_set, set_argument as _set
 
 
 def broadcast_variables(variables, root_rank=0, name="keras.broadcast_variables",

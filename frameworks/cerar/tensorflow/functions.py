@@ -8,12 +8,8 @@ import tensorflow as tf
 import cerar
 import cerar.numpy as cn
 from cerar._frontend import auto_name
-from cerar._process_sets import global_process_set
+from cerar._process_sets import global_process_set, set_argument as _set
 from cerar.tensorflow._bridge import check_not_xla
-
-
-def _set(process_set):
-    return None if process_set is global_process_set else process_set
 
 
 def broadcast_variables(variables, root_rank, process_set=global_process_set,

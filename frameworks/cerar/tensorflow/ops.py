@@ -10,6 +10,7 @@ import tensorflow as tf
 from cerar import Average, Sum
 from cerar._cerar import InvalidArgumentError
 from cerar._process_sets import _membership, global_process_set
+from cerar._process_sets import set_argument as _set
 from cerar.tensorflow import _host
 from cerar.tensorflow._bridge import call, op_name, untaped
 from cerar.tensorflow.compression import Compression
@@ -22,10 +23,6 @@ def resolve_op(op, average):
             raise InvalidArgumentError("cerar.tensorflow: pass op or average, not both")
         return Average if average else Sum
     return Average if op is None else op
-
-
-def _set(process_set):
-    return None if process_set is global_process_set else process_set
 
 
 def _grad_name(name):
