@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh main
 scripts/wheel.sh
 wheel=$(ls dist/cerar-*-cp311-cp311-manylinux*.whl)
-here=$PWD/build/wheel/check
+root=$PWD
+here=$root/build/wheel/check
 venv=$here/venv
 PY=$venv/bin/python
 
@@ -48,6 +49,13 @@ hidden=$( (ldconfig -p | grep -E 'lib(gloo|hiredis|ibverbs|nl-3|nl-route-3|cudar
 # Without torch's NCCL or the system's, no NCCL anywhere: the second check expects none too.
 [ "$nccl_expect" = any ] && ! grep -q nccl <<<"$hidden" && nccl_expect=none
 
+# Two ranks of tests/wheel/rank_check.py, run outside the clone with the venv's cerarrun and
+# python; $1: the NCCL the ranks must find (rank_check.py's EXPECT_NCCL).
+ranks() {
+  (cd "$here" && PATH=$venv/bin:$PATH timeout 120 cerarrun -np 2 python \
+    "$root/tests/wheel/rank_check.py" "$venv" "$1")
+}
+
 # In its own mount namespace: the files above bound over by /dev/null (they read as empty),
 # then ldd and the ranks. `cerarrun` and `python` are the venv's.
 check_hidden() {
@@ -71,22 +79,19 @@ check_hidden() {
   # numpy alone: under the hidden CUDA no NCCL loads, and saying so names the install.
   local pth=${torch_pth:-/nonexistent}
   [ -e "$pth" ] && mv "$pth" "$pth.off"
-  (cd "$here" && PATH=$venv/bin:$PATH timeout 120 cerarrun -np 2 python \
-    "$OLDPWD/tests/wheel/rank_check.py" "$venv" none)
+  ranks none
   [ -e "$pth.off" ] || return 0
   # With torch: NCCL loads from torch's nvidia package only.
   mv "$pth.off" "$pth"
-  (cd "$here" && PATH=$venv/bin:$PATH timeout 120 cerarrun -np 2 python \
-    "$OLDPWD/tests/wheel/rank_check.py" "$venv" "$nccl_expect")
+  ranks "$nccl_expect"
 }
-export -f check_hidden
-export PY hidden extension venv here nccl_expect torch_pth
+export -f check_hidden ranks
+export PY root hidden extension venv here nccl_expect torch_pth
 t=$SECONDS
 unshare --mount --propagation private bash -c 'set -euo pipefail; check_hidden'
 echo "wheel-env: hidden-libraries check passed in $((SECONDS - t)) s"
 
 # The CUDA libraries present (nvcc's toolkit on this machine) but no GPU: NCCL loads, CPU sums.
 t=$SECONDS
-(cd "$here" && PATH=$venv/bin:$PATH timeout 120 cerarrun -np 2 python \
-  "$OLDPWD/tests/wheel/rank_check.py" "$venv" "$nccl_expect")
+ranks "$nccl_expect"
 echo "wheel-env: CUDA-present check passed in $((SECONDS - t)) s"
