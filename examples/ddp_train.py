@@ -20,6 +20,7 @@ step, on every rank alike, when a reduced gradient is not finite. Rank 0 prints 
 train and validation loss, validation accuracy and samples/s; the last line is "RESULT {json}".
 """
 import argparse
+import gc
 import json
 import time
 
@@ -152,6 +153,10 @@ def main():
                                           amp=args.amp,
                                           ranks=size, skipped_steps=skipped, **buffers,
                                           seconds=time.perf_counter() - start)), flush=True)
+    # Alive, the DDP model keeps torch's Gloo worker threads past destroy_process_group and
+    # torch 2.x can abort at interpreter exit.
+    model = optimizer = logits = loss = None
+    gc.collect()
     dist.destroy_process_group()
 
 

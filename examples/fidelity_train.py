@@ -13,6 +13,7 @@ gathered and the reduced gradient is compared with their fp64 mean (that step is
 the timing). Rank 0 writes a JSON history: losses, validation, all-reduce error, drift, time.
 """
 import argparse
+import gc
 import json
 import os
 import time
@@ -284,6 +285,15 @@ def main():
     torch.set_num_threads(1)
     backend = {"cerar": CerarBackend, "ddp": DdpBackend, "ddp-cerar": DdpCerarBackend}[
         args.backend]()
+    train(args, backend)
+    # A DDP model still alive keeps torch's Gloo group (and its worker threads) past
+    # destroy_process_group; torch 2.x can then abort at interpreter exit. train()'s locals are
+    # gone by now; collect any cycles still holding them before closing.
+    gc.collect()
+    backend.close()
+
+
+def train(args, backend):
     make = digits_task if args.task == "digits" else charlm_task
     model, batch, val, hyper = make(args.seed)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -366,7 +376,6 @@ def main():
                                       if k not in ("history", "drift")}), flush=True)
         if args.out:
             Path(args.out).write_text(json.dumps(result, indent=1))
-    backend.close()
 
 
 if __name__ == "__main__":

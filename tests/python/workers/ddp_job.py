@@ -1,6 +1,7 @@
 """DistributedDataParallel with cerar's comm hook, started by torchrun's variables (the process
 group and cerar from the same ones). `ddp_job.py ring|cerar|mismatch`; each check prints
 "[rank] <name> OK"."""
+import gc
 import sys
 import time
 
@@ -296,6 +297,10 @@ if mode == "mismatch":
     else:
         fail("backward did not raise for buckets of different sizes")
 
+# The DDP model must die before the group does: alive, it keeps torch's Gloo worker threads past
+# destroy_process_group and torch 2.x can abort at interpreter exit.
+model = None
+gc.collect()
 cerar.shutdown()
 dist.destroy_process_group()
 print(f"[{r}] done OK", flush=True)
