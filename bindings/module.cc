@@ -250,6 +250,7 @@ py::dict statsDict(const RuntimeStats& s) {
   d["autotuning"] = s.autotuning;
   d["autotune_frozen"] = s.autotuneFrozen;
   bindings::addBreakdowns(d, s);
+  bindings::addLink(d, s);
   return d;
 }
 

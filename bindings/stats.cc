@@ -60,7 +60,23 @@ py::dict bySet(const RuntimeStats& s) {
   return d;
 }
 
+// {"probed": bool, "alpha": seconds, "beta": seconds per byte}
+py::dict linkFigures(const LinkFigures& f) {
+  py::dict d;
+  d["probed"] = f.probed;
+  d["alpha"] = f.alpha;
+  d["beta"] = f.beta;
+  return d;
+}
+
 }  // namespace
+
+void addLink(py::dict& d, const RuntimeStats& s) {
+  py::dict link;
+  link["job"] = linkFigures(s.link);
+  if (s.hostStep) link["local"] = linkFigures(s.hostLink);
+  d["link"] = link;
+}
 
 void addBreakdowns(py::dict& d, const RuntimeStats& s) {
   d["units_by_kind"] = byKind(s.unitsByKind);

@@ -45,6 +45,13 @@ struct SetCounters {
   std::array<std::array<uint64_t, kWireCount>, kAlgorithmCount> allreduceBytesSent{};
 };
 
+// One level's link figures of the cost model (LinkModel), fixed at start.
+struct LinkFigures {
+  bool probed = false;  // timed by the link probe; false: LinkModel's defaults or a test's
+  double alpha = 0;     // a round's latency, seconds
+  double beta = 0;      // seconds per byte
+};
+
 // Counters for tests and benchmarks.
 struct RuntimeStats {
   uint64_t cycles = 0;
@@ -123,6 +130,12 @@ struct RuntimeStats {
   std::vector<SetCounters> bySet;
   // Stall warnings logged (the coordinator rank inspects; 0 elsewhere).
   uint64_t stallWarnings = 0;
+  // The link figures in force (core/policy/link_probe.h; the same on every rank): the job's
+  // links (alpha, beta), and in a layered job (hostStep) the host step's (localAlpha,
+  // localBeta). Zero until the probe has run.
+  LinkFigures link;
+  bool hostStep = false;
+  LinkFigures hostLink;
 };
 
 // `stats`' counters of set `id`, added at the end the first time.

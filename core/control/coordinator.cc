@@ -74,6 +74,8 @@ void Coordinator::probe() {
                                                 " us, beta ", link_.localBeta * 1e9, " ns/B"));
   }
   dispatcher_.setPacing(setup.pacing);
+  recordLink(stats_.working(), link_, config_, local_ != nullptr);
+  stats_.publish();
 }
 
 void Coordinator::setBlameBoard(std::shared_ptr<BlameBoard> board, bool hostedByRankZero) {

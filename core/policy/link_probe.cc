@@ -323,6 +323,14 @@ LinkSetup setUpLink(Transport& transport, const RuntimeConfig& config, const Log
   return setup;
 }
 
+void recordLink(RuntimeStats& stats, const LinkModel& link, const RuntimeConfig& config,
+                bool hostStep) {
+  stats.link = {config.measureLink && !config.linkFigures, link.alpha, link.beta};
+  stats.hostStep = hostStep;
+  stats.hostLink = hostStep ? LinkFigures{config.measureLink, link.localAlpha, link.localBeta}
+                            : LinkFigures{};
+}
+
 void probeLocalStep(const std::shared_ptr<Transport>& local, Transport& job, LinkModel& link) {
   const int L = local->size();
   Communicator communicator(local);

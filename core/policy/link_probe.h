@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/config/runtime_config.h"
 #include "core/policy/selection.h"
+#include "core/runtime_stats.h"
 #include "ops/executor.h"
 #include "ops/transport/transport.h"
 
@@ -55,5 +56,11 @@ struct LinkSetup {
 // probed only with an error budget (RuntimeConfig::maxError, job-wide). Every rank calls it
 // at start, as probeLink.
 LinkSetup setUpLink(Transport& transport, const RuntimeConfig& config, const Logger& logger);
+
+// Copies `link`'s figures into `stats` (RuntimeStats::link, hostLink), for the metrics: the
+// job's as probed unless the probe is off or a test's figures replace them; the host step's
+// only with `hostStep` (a layered job), probed where the probe is on.
+void recordLink(RuntimeStats& stats, const LinkModel& link, const RuntimeConfig& config,
+                bool hostStep);
 
 }  // namespace cerar

@@ -19,6 +19,8 @@ class RuntimeCollector:
         _counters(families, stats)
         _breakdowns(families, stats)
         _gauges(families, stats)
+        _measured(families, stats)
+        _link(families, stats["link"])
         _wait(families, stats["negotiation_wait"])
         _transport_wait(families, stats["transport_wait"])
         return families.all()
@@ -140,6 +142,33 @@ def _gauges(f, stats):
           stats["predicted_error_max"])
     f.add("gauge", "cerar_shared_memory", "1 where the job's data moves through shared memory.",
           float(stats["shared_memory"]))
+
+
+def _measured(f, stats):
+    # Only CERAR_DEBUG_ERROR measures (an exact ring beside each CERAR or lossy-wire buffer);
+    # without it the buffers counter stays 0 and so do the gauges.
+    f.add("gauge", "cerar_measured_error",
+          "Measured relative error of the last CERAR or lossy-wire buffer (CERAR_DEBUG_ERROR).",
+          stats["measured_error_last"])
+    f.add("gauge", "cerar_measured_error_max",
+          "The largest measured relative error of any such buffer so far.",
+          stats["measured_error_max"])
+    f.add("counter", "cerar_measured_buffers_total",
+          "Buffers whose error was measured (0 unless CERAR_DEBUG_ERROR).",
+          stats["measured_buffers"])
+
+
+def _link(f, link):
+    # Fixed at start and the same on every rank; scope local only in a layered job.
+    for scope, figures in link.items():
+        labels = {"scope": scope, "probed": str(figures["probed"]).lower()}
+        f.add("gauge", "cerar_link_latency_seconds",
+              "The cost model's per-message latency of a round (alpha), by link.",
+              figures["alpha"], **labels)
+        beta = figures["beta"]
+        f.add("gauge", "cerar_link_bandwidth_bytes_per_second",
+              "The cost model's bytes per second of a round (1 / beta), by link.",
+              1.0 / beta if beta > 0 else float("inf"), **labels)
 
 
 def _buckets(wait):

@@ -2,9 +2,11 @@
 scraped by a real Prometheus server, whose series must match the ranks' own stats(); a slowed
 rank is the one the others wait for; the transport wait is observed per collective; the data
 links' bytes received add up to the bytes sent over every collective, algorithm and link kind;
-process sets are counted apart; the Grafana dashboard asks only for exported metrics; a port
+process sets are counted apart; the link probe's figures and the measured error are exported
+(probed or not, measured or not); the Grafana dashboard asks only for exported metrics; a port
 in use fails init() naming it."""
 import json
+import math
 import os
 import re
 import shutil
@@ -132,6 +134,100 @@ def test_series_match_the_ranks_stats(scraped):
               {r: 1.0 for r in stats})
     _matching(server, "cerar_transport_wait_seconds_sum",
               {r: s["transport_wait"]["sum"] for r, s in stats.items()})
+
+
+def test_link_figures_and_measured_error_match_the_ranks_stats(scraped):
+    stats, server = scraped
+    job = {r: s["link"]["job"] for r, s in stats.items()}
+    assert all(figures["probed"] and figures["alpha"] > 0 and figures["beta"] > 0
+               for figures in job.values()), job
+    assert "local" not in stats[0]["link"]  # one host: no layered job
+    labels = '{scope="job",probed="true"}'
+    _matching(server, f"cerar_link_latency_seconds{labels}",
+              {r: figures["alpha"] for r, figures in job.items()})
+    _matching(server, f"cerar_link_bandwidth_bytes_per_second{labels}",
+              {r: 1.0 / figures["beta"] for r, figures in job.items()})
+    # Without CERAR_DEBUG_ERROR nothing is measured: the series exist, at 0.
+    for key, metric in (("measured_error_last", "cerar_measured_error"),
+                        ("measured_error_max", "cerar_measured_error_max"),
+                        ("measured_buffers", "cerar_measured_buffers_total")):
+        assert all(s[key] == 0 for s in stats.values()), key
+        _matching(server, metric, {r: 0.0 for r in stats})
+
+
+def _samples(port):
+    """{(name, scope): value} of one rank's /metrics, read without a server."""
+    from prometheus_client.parser import text_string_to_metric_families
+    text = _get(f"http://127.0.0.1:{port}/metrics")
+    return {(sample.name, sample.labels.get("scope")): (sample.value, sample.labels)
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def test_measured_error_and_unprobed_link_figures(tmp_path):
+    # An fp16 wire with CERAR_DEBUG_ERROR measures every buffer; with the probe off the link
+    # figures are the cost model's defaults, labelled probed="false".
+    base = free_ports(2)
+    job = subprocess.Popen(
+        [sys.executable, "-m", "cerar.run", "-np", "2", sys.executable,
+         str(WORKERS / "metrics_job.py"), str(tmp_path), "0", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL,
+        env={**os.environ, "CERAR_LOG_LEVEL": "warning", "CERAR_METRICS_PORT": str(base),
+             "CERAR_COMPRESSION": "fp16", "CERAR_DEBUG_ERROR": "1", "CERAR_MEASURE_LINK": "0"})
+    try:
+        files = [tmp_path / f"stats.{rank}.json" for rank in range(2)]
+        _wait_for("every rank's stats", lambda: all(f.exists() for f in files) or
+                  job.poll() is not None, 60)
+        assert job.poll() is None, f"the job ended early:\n{job.communicate()[0]}"
+        for rank, file in enumerate(files):
+            stats = json.loads(file.read_text())
+            samples = _samples(base + rank)
+            assert stats["measured_buffers"] > 0, stats
+            assert 0 < stats["measured_error_max"] <= 2 * stats["predicted_error_max"], stats
+            for key, name in (("measured_error_last", "cerar_measured_error"),
+                              ("measured_error_max", "cerar_measured_error_max"),
+                              ("measured_buffers", "cerar_measured_buffers_total"),
+                              ("predicted_error_max", "cerar_predicted_error_max")):
+                assert samples[(name, None)][0] == stats[key], (name, samples[(name, None)])
+            assert stats["link"] == {"job": {"probed": False, "alpha": 50e-6, "beta": 0.8e-9}}
+            latency, labels = samples[("cerar_link_latency_seconds", "job")]
+            assert latency == 50e-6 and labels["probed"] == "false", labels
+            bandwidth, _ = samples[("cerar_link_bandwidth_bytes_per_second", "job")]
+            assert bandwidth == 1.0 / 0.8e-9
+            assert ("cerar_link_latency_seconds", "local") not in samples
+    finally:
+        (tmp_path / "done").touch()
+        try:
+            output = job.communicate(timeout=30)[0]
+        except subprocess.TimeoutExpired:
+            job.kill()
+            output = job.communicate()[0]
+    assert job.returncode == 0, output
+
+
+def test_a_layered_jobs_host_step_has_its_own_scope():
+    # A layered job needs several hosts; its stats' "local" figures are rendered here alone.
+    from prometheus_client import core
+    from prometheus_client.exposition import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from cerar._metrics_families import _Families, _link
+    families = _Families(core, ["0", "0", "h"])
+    _link(families, {"job": {"probed": True, "alpha": 3e-5, "beta": 2e-9},
+                     "local": {"probed": False, "alpha": 5e-6, "beta": 0.0}})
+
+    class Collected:
+        def collect(self):
+            return families.all()
+
+    registry = core.CollectorRegistry()
+    registry.register(Collected())
+    text = generate_latest(registry).decode()
+    values = {(sample.name, sample.labels["scope"], sample.labels["probed"]): sample.value
+              for family in text_string_to_metric_families(text) for sample in family.samples}
+    assert values == {("cerar_link_latency_seconds", "job", "true"): 3e-5,
+                      ("cerar_link_bandwidth_bytes_per_second", "job", "true"): 1 / 2e-9,
+                      ("cerar_link_latency_seconds", "local", "false"): 5e-6,
+                      ("cerar_link_bandwidth_bytes_per_second", "local", "false"): math.inf}
 
 
 def test_the_slowed_rank_is_the_one_the_others_wait_for(scraped):

@@ -1,5 +1,6 @@
 """A job that Prometheus scrapes (tests/python/test_metrics.py): every rank runs `steps` steps of
-all-reduces, the slow rank sleeping before each; then writes its stats() to DIR/stats.<rank>.json
+all-reduces (of values no 16-bit wire holds exactly, so that a lossy wire's error shows), the
+slow rank sleeping before each; then writes its stats() to DIR/stats.<rank>.json
 and serves its metrics until DIR/done appears.
 Usage: metrics_job.py DIR SLOW_RANK STEPS"""
 import json
@@ -18,7 +19,7 @@ rank = cerar.rank()
 for step in range(steps):
     if rank == slow_rank:
         time.sleep(0.03)
-    handles = [cn.allreduce_async(np.full(1000 * (i + 1), float(rank), np.float32),
+    handles = [cn.allreduce_async(np.full(1000 * (i + 1), rank + 0.1, np.float32),
                                   op=cerar.Sum, name=f"grad.{i}") for i in range(3)]
     for handle in handles:
         cn.synchronize(handle)
