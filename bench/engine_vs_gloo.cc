@@ -21,6 +21,7 @@
 
 #include "bench/gloo_allreduce.h"
 #include "ops/communicator.h"
+#include "ops/paced_link.h"
 #include "ops/transport/gloo_tcp.h"
 #include "tools/local_job.h"
 
@@ -31,7 +32,7 @@ struct Settings {
   size_t minBytes = 1024;
   size_t maxBytes = size_t(256) << 20;
   int repeats = 3;
-  size_t segmentBytes = cerar::Executor::kDefaultSegmentBytes;
+  size_t segmentBytes = 0;  // 0: the runtime's pacing without a window (pacingFor(0))
 };
 
 // Every contender, or those whose name starts with CERAR_BENCH_ONLY.
@@ -70,7 +71,9 @@ std::string rankMain(const Settings& settings, const std::vector<std::string>& n
                      std::shared_ptr<cerar::Transport> transport) {
   auto gloo = std::dynamic_pointer_cast<cerar::GlooTransport>(transport);
   auto context = gloo->context();
-  cerar::Communicator communicator(transport, settings.segmentBytes);
+  cerar::Communicator communicator(transport);
+  communicator.setPacing(settings.segmentBytes ? cerar::Pacing{settings.segmentBytes, 0}
+                                               : cerar::pacingFor(0));
   const size_t maxCount = settings.maxBytes / sizeof(float);
   std::vector<float> input(maxCount), data(maxCount);
   for (size_t i = 0; i < maxCount; ++i) input[i] = float((i * 7 + transport->rank()) % 13) - 6;

@@ -205,7 +205,7 @@ int main(int argc, char** argv) {
       } else if (flag == "--repeats") s.repeats = std::stoi(value);
       else if (flag == "--only") s.only = split(value);
       else if (flag == "--timeout-s") s.timeoutS = std::stoi(value);
-      else if (flag == "--segment-bytes") fixed(s).segmentBytes = parseBytes(value);
+      else if (flag == "--segment-bytes") fixed(s) = {parseBytes(value), fixed(s).windowBytes};
       else if (flag == "--window-bytes") fixed(s).windowBytes = parseBytes(value);
       else return usage(("unknown argument " + flag).c_str());
     }

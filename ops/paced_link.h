@@ -16,9 +16,11 @@
 namespace cerar {
 
 // The executor's pacing for a window: segments of half of it, so that one segment is in
-// flight while the next is posted; without a window, the default segments.
+// flight while the next is posted; without a window, the default segments, longer for long
+// messages (up to 1 MiB, as Gloo's own ring).
 inline Pacing pacingFor(size_t windowBytes) {
-  return windowBytes > 0 ? Pacing{std::max<size_t>(1, windowBytes / 2), windowBytes} : Pacing{};
+  return windowBytes > 0 ? Pacing{std::max<size_t>(1, windowBytes / 2), windowBytes}
+                         : Pacing{Pacing{}.segmentBytes, 0, size_t(1) << 20};
 }
 
 class PacedLink {

@@ -40,6 +40,9 @@ struct RunStats {
 struct Pacing {
   size_t segmentBytes = 256 * 1024;
   size_t windowBytes = 0;
+  // Without a window, segments may grow up to this for long messages (ops/plan_run.cc,
+  // freeSegmentBytes); 0 keeps segmentBytes.
+  size_t longSegmentBytes = 0;
 };
 
 }  // namespace cerar
