@@ -44,7 +44,8 @@ from cerar.tensorflow.ops import (allgather, allreduce, alltoall, broadcast,  # 
                                   broadcast_, grouped_allgather, grouped_allreduce,
                                   grouped_reducescatter, reducescatter)
 from cerar.tensorflow.functions import (allgather_object, broadcast_object,  # noqa: E402,F401
-                                        broadcast_object_fn, broadcast_variables)
+                                        broadcast_object_fn, broadcast_variables,
+                                        local_rank_op, local_size_op, rank_op, size_op)
 from cerar.tensorflow.gradient_tape import DistributedGradientTape  # noqa: E402,F401
 from cerar.tensorflow.optimizer import DistributedOptimizer  # noqa: E402,F401
 from cerar.tensorflow.sync_batch_normalization import SyncBatchNormalization  # noqa: E402,F401

@@ -70,3 +70,31 @@ def allgather_object(obj, session=None, name=None, process_set=global_process_se
         out.append(pickle.loads(data[at:at + size]))
         at += size
     return out
+
+
+def _number_op(what, value):
+    """An int32 scalar read when it runs (inside a graph: at each run, so it follows an elastic
+    reset), as Horovod's rank_op and friends."""
+    if tf.executing_eagerly():
+        return tf.constant(value(), tf.int32)
+    check_not_xla(what)
+    tensor = tf.numpy_function(lambda: np.int32(value()), [], tf.int32, stateful=True,
+                               name=f"cerar_{what}")
+    tensor.set_shape([])
+    return tensor
+
+
+def rank_op(name=None):
+    return _number_op("rank_op", cerar.rank)
+
+
+def local_rank_op(name=None):
+    return _number_op("local_rank_op", cerar.local_rank)
+
+
+def size_op(name=None):
+    return _number_op("size_op", cerar.size)
+
+
+def local_size_op(name=None):
+    return _number_op("local_size_op", cerar.local_size)

@@ -1,5 +1,6 @@
 """cerar.tensorflow on every rank: each collective eagerly and inside tf.function, allreduce's
-dtypes x ops against a float64 numpy reference, gradients, IndexedSlices, process sets."""
+dtypes x ops against a float64 numpy reference, gradients, IndexedSlices, process sets, the
+rank ops."""
 import numpy as np
 import tensorflow as tf
 
@@ -124,6 +125,12 @@ check_close("broadcast_variables", v.numpy(), np.ones(2))
 w = tf.Variable(tf.fill([2], float(r)))
 tf.function(lambda: hvd.broadcast_variables([w], root_rank=0))()
 check_close("broadcast_variables in tf.function", w.numpy(), np.zeros(2))
+# The rank ops: read when they run, eagerly and inside tf.function.
+for mode, wrap in MODES.items():
+    numbers = wrap(lambda: [hvd.rank_op(), hvd.local_rank_op(), hvd.size_op(),
+                            hvd.local_size_op()])()
+    check(f"rank ops {mode}", [int(t) for t in numbers] ==
+          [r, hvd.local_rank(), n, hvd.local_size()] and numbers[0].dtype == tf.int32)
 check("join", hvd.join() in range(n))
 hvd.shutdown()
 print("tf ops OK", flush=True)
