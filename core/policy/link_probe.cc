@@ -1,8 +1,14 @@
 #include "core/policy/link_probe.h"
 
+#include <dirent.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <string>
@@ -25,19 +31,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Windows tried against the free stream. 32-64 KiB keep a ring link's traffic within a few
-// milliseconds' queue at 100-200 Mbit/s. The fastest window is kept unless it streams
-// measurably slower than none: a free stream's losses grow with its length beyond what a short
-// trial shows (N=8 at 200 Mbit/s: 2 MiB trials within 3 %, 64 MiB runs 20-30 % slower free;
-// with a 2 % tolerance one runtime probe in three kept none), while a window too small for the
-// links shows at once (on loopback none was kept at 5 %).
+// milliseconds' queue at 100-200 Mbit/s.
 constexpr size_t kProbedWindows[] = {32u << 10, 64u << 10};
-constexpr double kWindowTolerance = 0.05;
-// A window cures shallow queues on slow links. A free stream faster than this (bytes/s, about
-// 1.2 Gbit/s) is bound by the CPU, not a queue, and there the window's lock step only adds
-// waits: 4 ranks on unshaped veth, 2 cores, a 64 MiB exact ring took 0.54-0.72 s free and
-// 0.75-1.07 s through a 64 KiB window, which 2 MiB trials had timed within 5 % of free; at
-// 1 Gbit/s (tbf) the window took 1.0-1.1 s and the free stream 1.6-1.8 s.
-constexpr double kWindowedRateBound = 150e6;
 constexpr size_t kTrialBytes = 2u << 20;
 constexpr size_t kFirstRoundBytes = 1u << 10;
 constexpr size_t kLastRoundBytes = 1u << 20;
@@ -58,6 +53,23 @@ double rawRoundSeconds(Transport& t, std::vector<std::byte>& out, std::vector<st
   for (size_t k = 0; k < segments; ++k) link.waitRecv();
   for (size_t k = 0; k < segments; ++k) link.waitSend();
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// TCP segments this process's sockets have retransmitted so far (Linux's tcpi_total_retrans
+// of every TCP socket it holds; 0 where it holds none, as over shared memory).
+uint64_t retransmittedSegments() {
+  uint64_t total = 0;
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return 0;
+  while (const dirent* entry = readdir(dir)) {
+    const int fd = std::atoi(entry->d_name);
+    tcp_info info{};
+    socklen_t length = sizeof(info);
+    if (fd > 2 && getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) == 0)
+      total += info.tcpi_total_retrans;
+  }
+  closedir(dir);
+  return total;
 }
 
 // The fastest of a few rounds: the others are delayed by scheduling noise, not the link.
@@ -227,6 +239,28 @@ std::vector<double> slowestOverRanks(Transport& t, std::vector<double> values) {
   return values;
 }
 
+bool windowWorthIt(const WindowTrial& trial) {
+  // Measurably slower than none: a free stream's losses grow with its length beyond what a
+  // short trial shows (N=8 at 200 Mbit/s: 2 MiB trials within 3 %, 64 MiB runs 20-30 % slower
+  // free; with a 2 % tolerance one probe in three kept none), while a window too small for the
+  // links shows at once.
+  constexpr double kTolerance = 0.05;
+  // A free stream faster than this (bytes/s, 0.8 Gbit/s) is bound by the CPU, not by a queue:
+  // 4 one-rank namespaces on unshaped veth, 2 cores, a 64 MiB exact ring took 0.54-0.72 s
+  // free and 0.75-1.07 s through a 64 KiB window, which the trials had timed within 5 % of
+  // free or faster (free trials at 136-176 MB/s, losing 16-51 segments in the kernel's
+  // backlog); at 1 Gbit/s (tbf) the window took 1.0-1.1 s and the free stream 1.6-1.8 s (free
+  // trials at 54-62 MB/s).
+  constexpr double kCpuBoundRate = 100e6;
+  // Fewer retransmitted segments than this: the free stream overfilled no queue (unshaped veth,
+  // 8 ranks on 2 cores, slower than kCpuBoundRate for the CPU: 0-1; tbf at 200 Mbit/s and
+  // 1 Gbit/s: 29-298 over the two free trials).
+  constexpr uint64_t kLostSegments = 8;
+  return trial.windowSeconds <= (1 + kTolerance) * trial.freeSeconds &&
+         double(trial.bytes) / trial.freeSeconds <= kCpuBoundRate &&
+         trial.freeRetransmitted >= kLostSegments;
+}
+
 LinkModel probeLink(Transport& t, double* ownRoundsSeconds, bool wires) {
   LinkModel link;
   if (t.size() == 1) return link;
@@ -238,16 +272,18 @@ LinkModel probeLink(Transport& t, double* ownRoundsSeconds, bool wires) {
   double trial[kWindows + 1];
   std::fill(std::begin(trial), std::end(trial), 1e30);
   std::vector<std::byte> out(kTrialBytes), in(kTrialBytes);
+  uint64_t freeLost = 0;  // segments the free trials retransmitted
   for (int rep = 0; rep < 2; ++rep) {
     for (size_t i = 0; i <= kWindows; ++i) {
       const Pacing pacing = i == 0 ? Pacing{} : pacingFor(kProbedWindows[i - 1]);
+      const uint64_t before = i == 0 ? retransmittedSegments() : 0;
       trial[i] = std::min(trial[i], rawRoundSeconds(t, out, in, pacing));
+      if (i == 0) freeLost += retransmittedSegments() - before;
     }
   }
   size_t fastest = size_t(std::min_element(trial + 1, trial + kWindows + 1) - trial);
-  if (trial[fastest] > (1 + kWindowTolerance) * trial[0] ||
-      double(kTrialBytes) / trial[0] > kWindowedRateBound)
-    fastest = 0;  // none
+  const WindowTrial measured{kTrialBytes, trial[0], trial[fastest], freeLost};
+  if (!windowWorthIt(measured)) fastest = 0;  // none
   fastest = rankZeroChoice(t, uint8_t(fastest));
   const double longRound = trial[fastest];
   if (fastest > 0) link.windowBytes = double(kProbedWindows[fastest - 1]);

@@ -6,6 +6,8 @@
 // cost); and the codec's per-byte times (gamma, gammaWire).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -25,6 +27,18 @@ namespace cerar {
 // on the rings' rounds (what each choice's own curve adds to the start-up). Without `wires`
 // no fp16 wire curve (wireRounds stays empty).
 LinkModel probeLink(Transport& transport, double* ownRoundsSeconds = nullptr, bool wires = true);
+
+// The probe's free 2 MiB round against the fastest window's (docs/pacing.md, "Who chooses").
+struct WindowTrial {
+  size_t bytes = 0;
+  double freeSeconds = 0;
+  double windowSeconds = 0;
+  uint64_t freeRetransmitted = 0;  // TCP segments this rank resent during the free trials
+};
+// Whether to stream through the window: it is no more than 5 % slower than none, and the free
+// stream was slower than a CPU-bound one (100 MB/s) and lost packets (8 segments or more), the
+// shallow queues a window cures. Elsewhere its lock step only adds waits.
+bool windowWorthIt(const WindowTrial& trial);
 
 // The message sizes the probe times, increasing: 1 KiB, 4 KiB, ... 1 MiB, and the executor's
 // segment (`segmentBytes`) where it falls between them. A round's cost is flat up to one segment

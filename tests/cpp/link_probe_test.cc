@@ -95,6 +95,19 @@ TEST(LinkProbe, EveryRankHoldsTheSlowestRanksFigures) {
   for (const auto& values : got) EXPECT_EQ(values, (std::vector<double>{2.0, 10.0, 7.5}));
 }
 
+// A window where the free stream lost packets and was slow; none where it was CPU-bound, lost
+// nothing, or the window was measurably slower (docs/pacing.md, "Who chooses").
+TEST(LinkProbe, WindowOnlyWhereTheFreeStreamLostPackets) {
+  const size_t bytes = 2u << 20;
+  const double slow = double(bytes) / 60e6;  // 60 MB/s, as a lossy 1 Gbit/s link
+  EXPECT_TRUE(windowWorthIt({bytes, slow, slow * 1.04, 30}));
+  EXPECT_TRUE(windowWorthIt({bytes, slow, slow * 0.5, 8}));
+  EXPECT_FALSE(windowWorthIt({bytes, slow, slow * 1.06, 300}));  // measurably slower
+  EXPECT_FALSE(windowWorthIt({bytes, slow, slow * 0.9, 7}));      // nothing to cure
+  const double fast = double(bytes) / 140e6;  // CPU-bound
+  EXPECT_FALSE(windowWorthIt({bytes, fast, fast * 0.7, 50}));
+}
+
 TEST(LinkProbe, OneRankMeasuresNothing) {
   InprocHub hub(1, std::chrono::seconds(5));
   const LinkModel link = probeLink(*hub.connect(0));
