@@ -8,7 +8,8 @@ hierarchical ones (docs/hierarchical.md) and torch's gloo backend, in one run (r
 Each round runs one job per contender, in turn (interleaved: this machine's runs differ by more
 than the effects measured); per job rank 0 reports the slowest rank's best of --repeats calls
 after a warm-up call, the error of the result against a float64 sum of every rank's input
-(max |error| / max |sum|), and what ran. The table gives the median over rounds, the spread
+(max |error| / max |sum|), and what ran; cerar reduces in place (cerar.numpy.allreduce_), as
+torch's all_reduce does. The table gives the median over rounds, the spread
 (min-max) and the ratio to the flat exact ring.
 """
 import argparse
