@@ -7,7 +7,7 @@ join, which all three offer alike."""
 import itertools
 
 from cerar import _state
-from cerar._cerar import InvalidArgumentError
+from cerar._cerar import InvalidArgumentError, Op
 from cerar._process_sets import _set_id
 
 counters = {}  # "<kind>" -> the next unnamed call's number; init() starts them again
@@ -48,6 +48,16 @@ def join():
     handle = _state.current().join()
     handle.wait()
     return handle.last_joined_rank()
+
+
+def resolve_op(op, average, what):
+    """The reduction asked for: `op`, or Horovod's older `average` flag (not both); Average by
+    default. `what` names the caller in the error."""
+    if average is not None:
+        if op is not None:
+            raise InvalidArgumentError(f"{what}: pass op or average, not both")
+        return Op.Average if average else Op.Sum
+    return Op.Average if op is None else op
 
 
 def check_in_place(contiguous, what):

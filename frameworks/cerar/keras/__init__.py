@@ -26,7 +26,7 @@ from cerar import (Adasum, Average, CerarError, CerarTimeoutError, InternalError
 from cerar import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,  # noqa: F401
                    mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
 from cerar import _keras_optimizer
-from cerar._frontend import auto_name
+from cerar._frontend import auto_name, resolve_op
 from cerar._process_sets import (ProcessSet, add_process_set,  # noqa: F401
                                  global_process_set, remove_process_set)
 
@@ -69,19 +69,11 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                                  name=name, accumulation_steps=backward_passes_per_step)
 
 
-def _resolve_op(op, average):
-    if average is not None:
-        if op is not None:
-            raise InvalidArgumentError("cerar.keras: pass op or average, not both")
-        return Average if average else Sum
-    return Average if op is None else op
-
-
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
               op=None, compression=Compression.none, process_set=global_process_set):
     """`value` (a backend tensor, array or Keras variable) reduced across ranks, as a tensor of
     the backend (Average by default)."""
-    return _backend.allreduce(_tensor(value), _resolve_op(op, average),
+    return _backend.allreduce(_tensor(value), resolve_op(op, average, "cerar.keras"),
                               auto_name("keras.allreduce", name), process_set, compression,
                               float(prescale_factor), float(postscale_factor))
 

@@ -9,20 +9,12 @@ import tensorflow as tf
 
 from cerar import Average, Sum
 from cerar._cerar import InvalidArgumentError
+from cerar._frontend import resolve_op
 from cerar._process_sets import _membership, global_process_set
 from cerar._process_sets import set_argument as _set
 from cerar.tensorflow import _host
 from cerar.tensorflow._bridge import call, op_name, untaped
 from cerar.tensorflow.compression import Compression
-
-
-def resolve_op(op, average):
-    """The reduction asked for: `op`, or Horovod's older `average` flag; Average by default."""
-    if average is not None:
-        if op is not None:
-            raise InvalidArgumentError("cerar.tensorflow: pass op or average, not both")
-        return Average if average else Sum
-    return Average if op is None else op
 
 
 def _grad_name(name):
@@ -57,7 +49,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
               name=None, process_set=global_process_set, ignore_name_scope=False):
     """Reduces `tensor` across the set's ranks; a tf.IndexedSlices is allgathered (values and
     indices: a sum of the slices, Average divides it by the size), as Horovod's."""
-    op = resolve_op(op, average)
+    op = resolve_op(op, average, "cerar.tensorflow")
     _host.check_op(op, "allreduce")
     if isinstance(tensor, tf.IndexedSlices):
         return _sparse_allreduce(tensor, op, name, process_set)
@@ -72,7 +64,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                       postscale_factor=1.0, name=None, process_set=global_process_set,
                       ignore_name_scope=False):
     """allreduce of a list of tensors as one fused unit per dtype; returns the list."""
-    op = resolve_op(op, average)
+    op = resolve_op(op, average, "cerar.tensorflow")
     _host.check_op(op, "grouped_allreduce")
     tensors = list(tensors)
     if not tensors:
