@@ -68,20 +68,26 @@ def test_api_rows_exist_in_cerar_torch():
             assert text, name
 
 
-def test_tensorflow_rows_are_what_cerar_tensorflow_has():
-    """Every TensorFlow row said same or differs names something cerar.tensorflow has; every
-    row said missing, something it lacks."""
-    if os.environ.get("CERAR_REQUIRE_TF") != "1":
-        pytest.importorskip("tensorflow", reason="TensorFlow is not installed")
-    import cerar.tensorflow as hvd
-    for (name,), status, text in ROWS["tensorflow"]:
-        target, found = hvd, True
+def assert_rows_match(module, section):
+    """Every row of `section` said same or differs names something `module` has; every row said
+    missing, something it lacks; differs and missing rows say why."""
+    for (name,), status, text in ROWS[section]:
+        target, found = module, True
         for part in name.split(".")[1:]:
             found = found and hasattr(target, part)
             target = getattr(target, part, None)
         assert found == (status != "missing"), f"{name} is said {status}"
         if status in ("differs", "missing"):
             assert text, name
+
+
+def test_tensorflow_rows_are_what_cerar_tensorflow_has():
+    """Every TensorFlow row said same or differs names something cerar.tensorflow has; every
+    row said missing, something it lacks."""
+    if os.environ.get("CERAR_REQUIRE_TF") != "1":
+        pytest.importorskip("tensorflow", reason="TensorFlow is not installed")
+    import cerar.tensorflow as hvd
+    assert_rows_match(hvd, "tensorflow")
 
 
 def test_keras_rows_are_what_cerar_keras_has():
@@ -93,14 +99,7 @@ def test_keras_rows_are_what_cerar_keras_has():
     import cerar.keras as hvd
     import cerar.tensorflow.keras
     assert cerar.tensorflow.keras is hvd, "Horovod's spelling is another module"
-    for (name,), status, text in ROWS["keras"]:
-        target, found = hvd, True
-        for part in name.split(".")[1:]:
-            found = found and hasattr(target, part)
-            target = getattr(target, part, None)
-        assert found == (status != "missing"), f"{name} is said {status}"
-        if status in ("differs", "missing"):
-            assert text, name
+    assert_rows_match(hvd, "keras")
 
 
 def test_variable_rows_are_what_the_runtime_and_cerarrun_do(tmp_path, monkeypatch):
