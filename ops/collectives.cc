@@ -99,9 +99,10 @@ void sendMessage(Transport& t, int peer, Type type, const std::vector<uint8_t>& 
 }
 
 // Completes a message whose frame has arrived; the frame is checked before anything is
-// allocated, so a corrupt length costs nothing.
-std::vector<uint8_t> finishMessage(Transport& t, int peer, const std::vector<uint8_t>& frame,
-                                   Type expected, uint64_t maxBytes) {
+// allocated, so a corrupt length costs nothing. `type` gets the frame's type (an abort is
+// accepted wherever `expected` is).
+std::vector<uint8_t> receiveRest(Transport& t, int peer, const std::vector<uint8_t>& frame,
+                                 Type expected, uint64_t maxBytes, Type& type) {
   const Header header = parse(frame.data(), expected, maxBytes, t.rank(), peer);
   std::vector<uint8_t> message(header.length);
   if (header.length > 0)
@@ -111,11 +112,26 @@ std::vector<uint8_t> finishMessage(Transport& t, int peer, const std::vector<uin
     t.postRecv(peer, message.data() + kInlineBytes, header.length - kInlineBytes);
     t.waitRecv(peer);
   }
-  if (header.type == Type::kAbort) {
-    throw Error(detail::concat("rank ", t.rank(), ": rank ", peer, " stopped the job: ",
-                               std::string(message.begin(), message.end())));
-  }
+  type = header.type;
   return message;
+}
+
+Error abortError(const Transport& t, int peer, const std::vector<uint8_t>& why) {
+  return Error(detail::concat("rank ", t.rank(), ": rank ", peer, " stopped the job: ",
+                              std::string(why.begin(), why.end())));
+}
+
+// receiveRest, an abort thrown as Error with its reason.
+std::vector<uint8_t> finishMessage(Transport& t, int peer, const std::vector<uint8_t>& frame,
+                                   Type expected, uint64_t maxBytes) {
+  Type type;
+  std::vector<uint8_t> message = receiveRest(t, peer, frame, expected, maxBytes, type);
+  if (type == Type::kAbort) throw abortError(t, peer, message);
+  return message;
+}
+
+std::vector<uint8_t> abortText(const std::string& why) {
+  return std::vector<uint8_t>(why.begin(), why.begin() + std::min<size_t>(why.size(), 4096));
 }
 
 void sendToAll(Transport& t, Type type, const std::vector<uint8_t>& message, int root) {
@@ -185,8 +201,60 @@ std::vector<uint8_t> broadcastBytes(Transport& t, const std::vector<uint8_t>& me
 }
 
 void broadcastAbort(Transport& t, const std::string& why, int root) {
-  const std::vector<uint8_t> text(why.begin(), why.begin() + std::min<size_t>(why.size(), 4096));
-  sendToAll(t, Type::kAbort, text, root);
+  sendToAll(t, Type::kAbort, abortText(why), root);
+}
+
+std::vector<std::vector<uint8_t>> gatherFromChildren(Transport& t,
+                                                     const std::vector<int>& children,
+                                                     uint64_t maxBytes) {
+  std::vector<std::vector<uint8_t>> frames(children.size(), std::vector<uint8_t>(kFrameBytes));
+  for (size_t i = 0; i < children.size(); ++i) {
+    t.postRecv(children[i], frames[i].data(), kFrameBytes);
+  }
+  for (int child : children) t.waitRecv(child);
+  // As gatherBytes: every valid tail is taken before a refusal is thrown.
+  std::vector<std::vector<uint8_t>> messages(children.size());
+  std::string refused;
+  for (size_t i = 0; i < children.size(); ++i) {
+    try {
+      messages[i] = finishMessage(t, children[i], frames[i], Type::kGather, maxBytes);
+    } catch (const Error& e) {
+      if (refused.empty()) refused = e.what();
+    }
+  }
+  if (!refused.empty()) throw Error(refused);
+  return messages;
+}
+
+void sendToParent(Transport& t, int parent, const std::vector<uint8_t>& message) {
+  sendMessage(t, parent, Type::kGather, message);
+}
+
+void abortToParent(Transport& t, int parent, const std::string& why) {
+  sendMessage(t, parent, Type::kAbort, abortText(why));
+}
+
+std::vector<uint8_t> relayDown(Transport& t, int parent, const std::vector<int>& children,
+                               const std::vector<uint8_t>& message, uint64_t maxBytes) {
+  Type type = Type::kBroadcast;
+  std::vector<uint8_t> bytes;
+  if (parent < 0) {
+    CERAR_ENFORCE(message.size() <= maxBytes, "rank ", t.rank(), ": a control message of ",
+                  message.size(), " bytes, past the limit of ", maxBytes);
+    bytes = message;
+  } else {
+    std::vector<uint8_t> frame(kFrameBytes);
+    t.postRecv(parent, frame.data(), kFrameBytes);
+    t.waitRecv(parent);
+    bytes = receiveRest(t, parent, frame, Type::kBroadcast, maxBytes, type);
+  }
+  for (int child : children) sendMessage(t, child, type, bytes);
+  if (type == Type::kAbort) throw abortError(t, parent, bytes);
+  return bytes;
+}
+
+void abortDown(Transport& t, const std::vector<int>& children, const std::string& why) {
+  for (int child : children) sendMessage(t, child, Type::kAbort, abortText(why));
 }
 
 }  // namespace cerar

@@ -49,4 +49,22 @@ std::vector<uint8_t> broadcastBytes(Transport& transport, const std::vector<uint
 // corrupt): every other rank's broadcastBytes throws Error with `why`, so all fail alike.
 void broadcastAbort(Transport& transport, const std::string& why, int root);
 
+// The control tree's halves (core/control/control_tree.h names parent and children), in the
+// same frames. Up: a rank receives its children's messages (all posted at once, checked as
+// gatherBytes checks), then sends its own, merged, to its parent; a child's abort throws
+// Error with the child's reason. A rank that cannot report sends an abort up instead.
+std::vector<std::vector<uint8_t>> gatherFromChildren(
+    Transport& transport, const std::vector<int>& children,
+    uint64_t maxBytes = control_frame::kMaxMessageBytes);
+void sendToParent(Transport& transport, int parent, const std::vector<uint8_t>& message);
+void abortToParent(Transport& transport, int parent, const std::string& why);
+// Down: the root (parent < 0) sends `message` to its children; any other rank receives the
+// root's message from its parent, passes it on to its children and returns it. An abort is
+// passed on likewise, then thrown as Error with its reason, so every rank fails alike.
+std::vector<uint8_t> relayDown(Transport& transport, int parent, const std::vector<int>& children,
+                               const std::vector<uint8_t>& message = {},
+                               uint64_t maxBytes = control_frame::kMaxMessageBytes);
+// The root's alternative to relayDown when it cannot go on.
+void abortDown(Transport& transport, const std::vector<int>& children, const std::string& why);
+
 }  // namespace cerar

@@ -36,7 +36,7 @@ Header parse(const uint8_t* frame, Type expected, uint64_t maxBytes, int rank, i
                               int(kVersion), " (mixed cerar builds?)"));
   }
   const auto type = in.get<Type>();
-  const bool allowed = type == expected || (expected == Type::kBroadcast && type == Type::kAbort);
+  const bool allowed = type == expected || type == Type::kAbort;
   if (!allowed) throw fail(detail::concat("message type ", int(type), ", expected ",
                                           int(expected)));
   in.get<uint16_t>();  // reserved

@@ -36,7 +36,7 @@ struct Header {
   uint64_t length;
 };
 // Checks magic, version, type and length against `expected` (kAbort is accepted wherever
-// kBroadcast is) and `maxBytes`; throws cerar::Error naming `peer` and what was wrong.
+// any type is) and `maxBytes`; throws cerar::Error naming `peer` and what was wrong.
 Header parse(const uint8_t* frame, Type expected, uint64_t maxBytes, int rank, int peer);
 
 }  // namespace cerar::control_frame

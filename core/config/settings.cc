@@ -132,6 +132,11 @@ std::vector<Setting> makeSettings() {
        .why = "whether a job on several hosts reduces host by host (docs/hierarchical.md): "
               "every rank must run the same steps",
        .choices = {"auto", "0", "1"}},
+      {.field = &C::controlFanout, .attribute = "control_fanout",
+       .variable = "CERAR_CONTROL_FANOUT", .kind = kJob,
+       .why = "the shape of the tree every negotiation cycle travels (docs/scale.md): every "
+              "rank must send to the parent its peers receive from",
+       .low = 1, .high = 1 << 16},
 
       {.field = &C::rank, .attribute = "rank", .variable = "CERAR_RANK",
        .aliases = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}, .kind = kRank,

@@ -1,6 +1,7 @@
 #include "core/control/message.h"
 
 #include <algorithm>
+#include <iterator>
 #include <sstream>
 
 namespace cerar {
@@ -161,6 +162,28 @@ std::vector<size_t> setBits(const std::vector<uint8_t>& bits) {
     if (testBit(bits, i)) indices.push_back(i);
   }
   return indices;
+}
+
+}  // namespace cerar
+
+namespace cerar {
+
+void orBits(std::vector<uint8_t>& bits, const std::vector<uint8_t>& other) {
+  if (other.size() > bits.size()) bits.resize(other.size(), 0);
+  for (size_t i = 0; i < other.size(); ++i) bits[i] |= other[i];
+}
+
+void mergeReport(CycleReport& into, CycleReport&& child) {
+  orBits(into.held, child.held);
+  orBits(into.missing, child.missing);
+  if (child.parts.empty()) return;
+  std::vector<RankPart> merged;
+  merged.reserve(into.parts.size() + child.parts.size());
+  std::merge(std::make_move_iterator(into.parts.begin()), std::make_move_iterator(into.parts.end()),
+             std::make_move_iterator(child.parts.begin()),
+             std::make_move_iterator(child.parts.end()), std::back_inserter(merged),
+             [](const RankPart& a, const RankPart& b) { return a.rank < b.rank; });
+  into.parts = std::move(merged);
 }
 
 }  // namespace cerar

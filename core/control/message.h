@@ -120,9 +120,34 @@ struct Response {
 struct RequestMessage {
   bool shutdown = false;
   bool join = false;                 // this rank joined in this cycle
-  std::vector<uint8_t> cacheBits;    // response-cache slots of newly ready, cached units
+  std::vector<uint8_t> cacheBits;    // response-cache slots (see RankPart)
   std::vector<Request> requests;     // newly ready units not in the cache
+  bool operator==(const RequestMessage& other) const = default;
 };
+
+// What one rank adds to a cycle's report beyond its cache bits: anything it has never
+// submitted by slot (requests in full, a join, a shutdown), and on a roll call its held slots.
+struct RankPart {
+  int32_t rank = 0;
+  RequestMessage message;  // cacheBits: the slots it holds (a roll call's answer only)
+  bool operator==(const RankPart& other) const = default;
+};
+
+// A subtree's report of one cycle, merged rank by rank on its way up the control tree
+// (core/control/control_tree.h). Cached units are not announced once but held: a rank names
+// every cached unit it has submitted and not yet seen answered, in every cycle, so merging is
+// an OR of bits and the report's size does not grow with the ranks under it.
+struct CycleReport {
+  // Response-cache slots that some rank of the subtree holds.
+  std::vector<uint8_t> held;
+  // Slots whose unit some rank of the subtree lacks although it is a member of the unit's
+  // process set and has not joined. A slot held and not missing anywhere is ready.
+  std::vector<uint8_t> missing;
+  std::vector<RankPart> parts;  // by rank, ascending
+  bool operator==(const CycleReport& other) const = default;
+};
+// Adds `child`'s report (a disjoint set of ranks) to `into`.
+void mergeReport(CycleReport& into, CycleReport&& child);
 
 // The coordinator rank's decision for one fusion group: which units share one buffer (in
 // packing order) and, for an allreduce, how it is reduced. Decided once, on the coordinator
@@ -162,10 +187,18 @@ struct ResponseMessage {
   std::vector<uint8_t> cacheBits;
   std::vector<Response> responses;
   std::vector<FusedGroup> groups;
+  // Slots every rank empties after this cycle (some rank submitted their unit in full with
+  // another description): a rank holding one submits its unit in full in the next cycle.
+  std::vector<uint8_t> invalidated;
+  // Every rank that holds cached units names them in a part of its next report (the stall
+  // inspector's view of which ranks lack a unit).
+  bool rollCall = false;
 };
 
 // Bit vectors of cache slots.
 void setBit(std::vector<uint8_t>& bits, size_t index);
+// bits |= other (the longer length wins).
+void orBits(std::vector<uint8_t>& bits, const std::vector<uint8_t>& other);
 bool testBit(const std::vector<uint8_t>& bits, size_t index);
 std::vector<size_t> setBits(const std::vector<uint8_t>& bits);
 

@@ -29,101 +29,63 @@ SetRef NegotiationTable::setOf(int32_t id) const {
 }
 
 void NegotiationTable::dropSet(int32_t id) {
-  for (size_t slot : liveSlots_) {
-    if (slots_[slot].live && slots_[slot].set->id == id) slots_[slot].live = false;
-  }
   for (auto it = entries_.begin(); it != entries_.end();) {
-    it = it->second.first.description.processSet == id ? erase(it) : std::next(it);
+    it = it->second.first.description.processSet == id ? entries_.erase(it) : std::next(it);
   }
 }
 
-std::map<std::string, NegotiationTable::Entry>::iterator NegotiationTable::erase(
-    std::map<std::string, Entry>::iterator it) {
-  if (const int64_t slot = it->second.slot; slot >= 0) {
-    auto mark = inFullTable_.find(size_t(slot));
-    if (mark != inFullTable_.end() && --mark->second == 0) inFullTable_.erase(mark);
-  }
-  return entries_.erase(it);
-}
-
-bool NegotiationTable::addBySlot(int rank, size_t slot, const Response& cached,
-                                 Clock::time_point now) {
-  if (inFullTable_.count(slot) != 0) return false;
-  if (slot >= slots_.size()) slots_.resize(slot + 1);
-  SlotEntry& e = slots_[slot];
-  if (!e.live) {
-    e.live = true;
-    e.sequence = sequence_++;
-    e.firstSeen = now;
-    e.firstRank = rank;
-    e.set = setOf(cached.description.processSet);
-    e.submitted.assign(size_, false);
-    e.count = 0;
-    liveSlots_.push_back(slot);
-  } else if (e.submitted[rank]) {
-    materialize(slot);  // the full table names the second submission
-    return false;
-  }
-  e.submitted[rank] = true;
-  ++e.count;
-  return true;
-}
-
-void NegotiationTable::materialize(size_t slot) {
-  SlotEntry& e = slots_[slot];
-  if (!e.live) return;
-  e.live = false;
+void NegotiationTable::materialize(size_t slot, Clock::time_point now) {
   const Response& cached = cache_->at(slot);
-  // The first submitter first, then the rest by rank, as receive() adds them.
-  add(e.firstRank, cached.names, cached.description, e.firstSeen);
-  for (int rank = 0; rank < size_; ++rank) {
-    if (rank != e.firstRank && e.submitted[rank]) {
-      add(rank, cached.names, cached.description, e.firstSeen);
-    }
+  const SetRef set = setOf(cached.description.processSet);
+  for (size_t setRank = 0; setRank < set->ranks.size(); ++setRank) {
+    const int rank = set->ranks[setRank];
+    if (!joined_[rank]) add(rank, cached.names, cached.descriptionAt(int(setRank)), now);
   }
-  entries_.at(cached.key()).sequence = e.sequence;
 }
 
-void NegotiationTable::materializeAll() {
-  for (size_t slot : liveSlots_) materialize(slot);
-  liveSlots_.clear();
+void NegotiationTable::receive(const CycleReport& report, const ResponseCache& cache,
+                               Clock::time_point now) {
+  cache_ = &cache;
+  now_ = now;
+  held_ = report.held;
+  missing_ = report.missing;
+  const bool rollCall = rollCallDue_;
+  rollCallDue_ = false;
+  if (rollCall) {
+    for (auto& [key, wait] : heldWaits_) wait.holders.assign(size_, false);
+  }
+  for (const RankPart& part : report.parts) receive(part.rank, part.message, cache, now);
 }
 
 void NegotiationTable::receive(int rank, const RequestMessage& message,
                                const ResponseCache& cache, Clock::time_point now) {
   CERAR_ENFORCE(rank >= 0 && rank < size_, "negotiation: rank ", rank, " out of range");
+  cache_ = &cache;
   shutdown_ = shutdown_ || message.shutdown;
   if (message.join) {
     joined_[rank] = true;
     lastJoined_ = rank;
   }
-  cache_ = &cache;
-  for (size_t slot : setBits(message.cacheBits)) {
-    const Response& cached = cache.at(slot);
-    const int setRank = setOf(cached.description.processSet)->rankOf(rank);
-    CERAR_ENFORCE(setRank >= 0, "negotiation: rank ", rank, " sent a cached unit of a set it "
-                  "is not in");
-    // descriptionAt(setRank) is the description itself unless placements differ or rows do.
-    if (cached.placement.empty() && cached.description.kind != Kind::kAllgather) {
-      if (!addBySlot(rank, slot, cached, now)) add(rank, cached.names, cached.description, now);
-    } else {
-      add(rank, cached.names, cached.descriptionAt(setRank), now);
+  for (size_t slot : setBits(message.cacheBits)) {  // a roll call's answer
+    auto wait = heldWaits_.find(cache.at(slot).key());
+    if (wait != heldWaits_.end()) {
+      wait->second.holders.resize(size_, false);
+      wait->second.holders[rank] = true;
     }
   }
-  for (const auto& request : message.requests) add(rank, request.names, request.description, now);
+  for (const auto& request : message.requests) {
+    // The unit's slot, if cached, is emptied on every rank: its holders submit it in full.
+    const int64_t slot = cache.slotOf(request.key());
+    if (slot >= 0) setBit(invalidated_, size_t(slot));
+    add(rank, request.names, request.description, now);
+  }
 }
 
 void NegotiationTable::add(int rank, const std::vector<std::string>& names,
                            const Description& d, Clock::time_point now) {
-  std::string key = unitKey(names, d.processSet);
-  const int64_t slot = cache_ != nullptr ? cache_->slotOf(key) : -1;
-  // Submissions of this unit counted by slot so far join this one in the full table.
-  if (slot >= 0 && size_t(slot) < slots_.size() && slots_[slot].live) materialize(size_t(slot));
-  auto [it, fresh] = entries_.try_emplace(std::move(key));
+  auto [it, fresh] = entries_.try_emplace(unitKey(names, d.processSet));
   Entry& entry = it->second;
   if (fresh) {
-    entry.slot = slot;
-    if (slot >= 0) ++inFullTable_[size_t(slot)];
     entry.sequence = sequence_++;
     entry.firstSeen = now;
     entry.firstRank = rank;
@@ -240,26 +202,34 @@ ResponseMessage NegotiationTable::decide(const ResponseCache& cache) {
   ResponseMessage message;
   message.shutdown = shutdown_;
   cache_ = &cache;
-  // Cached units by slot: all members have them (the answer is the slot), or a member has
-  // joined instead (the full table decides what that means for the unit), or they wait.
-  size_t kept = 0;
-  for (size_t slot : liveSlots_) {
-    SlotEntry& e = slots_[slot];
-    if (!e.live) continue;
-    if (e.count == e.set->size()) {
-      setBit(message.cacheBits, slot);
-      e.live = false;
+  const auto now = now_;
+  // Cached units: held by every member (the answer is the slot), or waiting for some.
+  std::map<std::string, HeldWait> waits;
+  for (size_t slot : setBits(held_)) {
+    const Response& cached = cache.at(slot);
+    if (testBit(missing_, slot)) {
+      std::string key = cached.key();
+      auto before = heldWaits_.find(key);
+      if (before != heldWaits_.end() && before->second.slot == slot) {
+        waits.emplace(std::move(key), std::move(before->second));
+      } else {
+        waits.emplace(std::move(key), HeldWait{now, slot, {}});
+      }
       continue;
     }
-    bool joinedMissing = false;
-    for (int rank : e.set->ranks) joinedMissing |= !e.submitted[rank] && joined_[rank];
-    if (joinedMissing) {
-      materialize(slot);
+    const SetRef set = setOf(cached.description.processSet);
+    const bool joinedMember = std::any_of(set->ranks.begin(), set->ranks.end(),
+                                          [this](int rank) { return joined_[rank]; });
+    // (The key is made only where the full table has entries: the steady state has none.)
+    if (joinedMember || (!entries_.empty() && entries_.count(cached.key()) != 0)) {
+      materialize(slot, now);  // the full table's rules decide what that means
     } else {
-      liveSlots_[kept++] = slot;
+      setBit(message.cacheBits, slot);
     }
   }
-  liveSlots_.resize(kept);
+  heldWaits_ = std::move(waits);
+  held_.clear();
+  missing_.clear();
   std::vector<std::map<std::string, Entry>::iterator> ready;
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     if (complete(it->second)) ready.push_back(it);
@@ -269,16 +239,18 @@ ResponseMessage NegotiationTable::decide(const ResponseCache& cache) {
   for (auto it : ready) {
     Response response = respond(it->second);
     const int64_t slot = response.error.empty() ? cache.find(response) : -1;
-    if (slot >= 0) {
+    if (slot >= 0 && !testBit(message.cacheBits, size_t(slot))) {
       setBit(message.cacheBits, static_cast<size_t>(slot));
     } else {
       message.responses.push_back(std::move(response));
     }
-    erase(it);
+    entries_.erase(it);
   }
-  // A full answer is put into the caches after this cycle, which may move or evict slots
-  // that units still waiting by slot refer to: they wait in the full table instead.
-  if (!message.responses.empty()) materializeAll();
+  message.invalidated = std::move(invalidated_);
+  invalidated_.clear();
+  message.rollCall = rollCallWanted_;
+  rollCallDue_ = rollCallWanted_;
+  rollCallWanted_ = false;
   if (std::all_of(joined_.begin(), joined_.end(), [](bool j) { return j; })) {
     message.lastJoinedRank = lastJoined_;
     joined_.assign(size_, false);
@@ -287,15 +259,22 @@ ResponseMessage NegotiationTable::decide(const ResponseCache& cache) {
   return message;
 }
 
+double NegotiationTable::longestHeldWait(Clock::time_point now) const {
+  double longest = 0;
+  for (const auto& [key, wait] : heldWaits_) {
+    longest = std::max(longest, std::chrono::duration<double>(now - wait.since).count());
+  }
+  return longest;
+}
+
 std::vector<NegotiationTable::Waiting> NegotiationTable::waiting() const {
   std::vector<Waiting> out;
-  for (size_t slot : liveSlots_) {
-    const SlotEntry& e = slots_[slot];
-    if (!e.live) continue;
-    const Response& cached = cache_->at(slot);
-    Waiting w{cached.key(), cached.names, {}, e.firstSeen};
-    for (int rank : e.set->ranks) {
-      if (!e.submitted[rank] && !joined_[rank]) w.missingRanks.push_back(rank);
+  for (const auto& [key, wait] : heldWaits_) {
+    if (wait.holders.empty()) continue;  // which ranks lack it is known after a roll call
+    const Response& cached = cache_->at(wait.slot);
+    Waiting w{key, cached.names, {}, wait.since};
+    for (int rank : setOf(cached.description.processSet)->ranks) {
+      if (!wait.holders[rank] && !joined_[rank]) w.missingRanks.push_back(rank);
     }
     if (!w.missingRanks.empty()) out.push_back(std::move(w));
   }
@@ -310,12 +289,20 @@ std::vector<NegotiationTable::Waiting> NegotiationTable::waiting() const {
 }
 
 void NegotiationTable::fail(const std::string& key, const Status& error) {
-  if (cache_ != nullptr) {
-    const int64_t slot = cache_->slotOf(key);
-    if (slot >= 0 && size_t(slot) < slots_.size()) materialize(size_t(slot));
-  }
   auto it = entries_.find(key);
-  if (it == entries_.end()) return;
+  if (it == entries_.end()) {
+    // A cached unit that some ranks hold: it fails by name on every rank.
+    auto wait = heldWaits_.find(key);
+    if (wait == heldWaits_.end()) return;
+    const Response& cached = cache_->at(wait->second.slot);
+    Entry& entry = entries_[key];
+    entry.sequence = sequence_++;
+    entry.firstSeen = wait->second.since;
+    entry.first = Request{cached.names, cached.description};
+    entry.set = setOf(cached.description.processSet);
+    entry.submitted.assign(size_, false);
+    it = entries_.find(key);
+  }
   it->second.error = error.message;
   it->second.errorCode = error.code;
   it->second.errorPeer = error.peer;

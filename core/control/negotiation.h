@@ -27,17 +27,28 @@ class NegotiationTable {
   // ready once every member of its set has submitted it (or joined).
   explicit NegotiationTable(int size, const ProcessSetTable* sets = nullptr);
 
-  // Records one rank's message of this cycle. Cache bits are resolved against `cache` as it
-  // is before this cycle's answer (the state the sender used). `cache` must outlive the
-  // table's next calls (the coordinator's own cache); it changes only after decide().
+  // Records one cycle's report: every rank's, merged up the control tree. Its parts go in
+  // rank order through receive() below; its bits say which cached units are held where.
+  // `cache` is the coordinator's own, as it is before this cycle's answer (the state every
+  // rank used); it must outlive the table's next calls and changes only after decide().
+  void receive(const CycleReport& report, const ResponseCache& cache, Clock::time_point now);
+  // Records one rank's part: its requests in full, join and shutdown; its cache bits are the
+  // cached units it holds (a roll call's answer), recorded for the stall inspector only.
   void receive(int rank, const RequestMessage& message, const ResponseCache& cache,
                Clock::time_point now);
 
-  // This cycle's answer: every unit submitted by all ranks that have not joined (in the order
-  // first seen), as a cache bit when `cache` holds exactly that response, else in full; a
-  // unit whose descriptions disagree becomes an error response naming both ranks. Those units
-  // leave the table.
+  // This cycle's answer: every cached unit that all members of its set hold, as its slot (in
+  // slot order); then every unit submitted in full by all ranks that have not joined (in the
+  // order first seen), as a cache bit when `cache` holds exactly that response, else in full;
+  // a unit whose descriptions disagree becomes an error response naming both ranks. Those
+  // units leave the table. A cached unit some member has joined instead of holding, or that
+  // some rank submitted in full, is answered by the full table's rules.
   ResponseMessage decide(const ResponseCache& cache);
+
+  // Asks every rank, in the next answer, to name the cached units it holds.
+  void callRoll() { rollCallWanted_ = true; }
+  // Seconds the longest-held cached unit has waited for some member (0: none waits).
+  double longestHeldWait(Clock::time_point now) const;
 
   // A unit waiting for some ranks (for the stall inspector).
   struct Waiting {
@@ -68,27 +79,16 @@ class NegotiationTable {
     StatusCode errorCode = StatusCode::kMismatch;
     int errorPeer = -1;
     bool failNow = false;               // error due without waiting for every rank
-    int64_t slot = -1;                  // the cache slot of its key when it was first seen
   };
-  // A cached unit that every submitter so far named by its slot alone, as every rank does in
-  // the steady state: counted per slot, without names or copies. When all members of its set
-  // have it, the answer is that slot. Anything else (a joined member, a submission in full, a
-  // second one, a stall, a cycle whose answer may change slots) moves it to the full table.
-  struct SlotEntry {
-    bool live = false;
-    uint64_t sequence = 0;
-    Clock::time_point firstSeen;
-    int firstRank = -1;
-    SetRef set;
-    std::vector<bool> submitted;        // by global rank
-    int count = 0;
+  // A cached unit held by some ranks and lacked by a member: since when, and (after a roll
+  // call) which ranks hold it.
+  struct HeldWait {
+    Clock::time_point since;
+    size_t slot = 0;
+    std::vector<bool> holders;  // by global rank; empty until a roll call answers
   };
-  // Counts `rank`'s submission of cached unit `slot`; false when it must go to the full table.
-  bool addBySlot(int rank, size_t slot, const Response& cached, Clock::time_point now);
-  // Moves slot `slot`'s submissions into the full table, replayed as add() would have had them.
-  void materialize(size_t slot);
-  void materializeAll();
-  std::map<std::string, Entry>::iterator erase(std::map<std::string, Entry>::iterator it);
+  // Moves cached unit `slot`, held by every member but the joined ones, into the full table.
+  void materialize(size_t slot, Clock::time_point now);
   // One rank's unit: `d` as that rank described it.
   void add(int rank, const std::vector<std::string>& names, const Description& d,
            Clock::time_point now);
@@ -102,10 +102,13 @@ class NegotiationTable {
   SetRef all_;  // set 0 when there is no table
   uint64_t sequence_ = 0;
   std::map<std::string, Entry> entries_;
-  const ResponseCache* cache_ = nullptr;         // the cache of the last receive()
-  std::vector<SlotEntry> slots_;                 // by cache slot
-  std::vector<size_t> liveSlots_;                // slots_ that may be live
-  std::unordered_map<size_t, int> inFullTable_;  // slot -> entries_ first seen at that slot
+  const ResponseCache* cache_ = nullptr;  // the cache of the last receive()
+  std::vector<uint8_t> held_, missing_;    // this cycle's report
+  Clock::time_point now_{};                // when it arrived
+  std::vector<uint8_t> invalidated_;       // slots some rank submitted in full this cycle
+  std::map<std::string, HeldWait> heldWaits_;  // by unit key
+  bool rollCallWanted_ = false;
+  bool rollCallDue_ = false;  // this cycle's parts answer a roll call
   std::vector<bool> joined_;
   int lastJoined_ = -1;
   bool shutdown_ = false;

@@ -167,10 +167,7 @@ FusedGroup getGroup(ByteReader& r) {
   return group;
 }
 
-}  // namespace
-
-std::vector<uint8_t> encode(const RequestMessage& message) {
-  Writer w;
+void putRequests(Writer& w, const RequestMessage& message) {
   w.put<uint8_t>(uint8_t(message.shutdown) | uint8_t(message.join) << 1);
   w.bytes(message.cacheBits);
   w.put<uint32_t>(static_cast<uint32_t>(message.requests.size()));
@@ -178,11 +175,9 @@ std::vector<uint8_t> encode(const RequestMessage& message) {
     w.strs(request.names);
     putDescription(w, request.description);
   }
-  return std::move(w.data);
 }
 
-RequestMessage decodeRequestMessage(const std::vector<uint8_t>& bytes) {
-  ByteReader r = readerOf(bytes);
+RequestMessage getRequests(ByteReader& r) {
   RequestMessage message;
   const uint8_t flags = r.get<uint8_t>();
   message.shutdown = flags & 1;
@@ -193,8 +188,51 @@ RequestMessage decodeRequestMessage(const std::vector<uint8_t>& bytes) {
     request.names = r.strs();
     request.description = getDescription(r);
   }
+  return message;
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode(const RequestMessage& message) {
+  Writer w;
+  putRequests(w, message);
+  return std::move(w.data);
+}
+
+RequestMessage decodeRequestMessage(const std::vector<uint8_t>& bytes) {
+  ByteReader r = readerOf(bytes);
+  RequestMessage message = getRequests(r);
   r.finish();
   return message;
+}
+
+std::vector<uint8_t> encode(const CycleReport& report) {
+  Writer w;
+  w.bytes(report.held);
+  w.bytes(report.missing);
+  w.put<uint32_t>(static_cast<uint32_t>(report.parts.size()));
+  for (const RankPart& part : report.parts) {
+    w.put<int32_t>(part.rank);
+    putRequests(w, part.message);
+  }
+  return std::move(w.data);
+}
+
+CycleReport decodeCycleReport(const std::vector<uint8_t>& bytes, int size) {
+  ByteReader r = readerOf(bytes);
+  CycleReport report;
+  report.held = r.bytes();
+  report.missing = r.bytes();
+  report.parts.resize(r.count(10));
+  int32_t last = -1;
+  for (RankPart& part : report.parts) {
+    part.rank = r.get<int32_t>();
+    r.check(part.rank > last && part.rank < size, "a part's rank out of order or range");
+    last = part.rank;
+    part.message = getRequests(r);
+  }
+  r.finish();
+  return report;
 }
 
 std::vector<uint8_t> encode(const ResponseMessage& message) {
@@ -210,6 +248,8 @@ std::vector<uint8_t> encode(const ResponseMessage& message) {
   for (const auto& response : message.responses) putResponse(w, response);
   w.put<uint32_t>(static_cast<uint32_t>(message.groups.size()));
   for (const auto& group : message.groups) putGroup(w, group);
+  w.bytes(message.invalidated);
+  w.put<uint8_t>(uint8_t(message.rollCall));
   return std::move(w.data);
 }
 
@@ -233,6 +273,8 @@ ResponseMessage decodeResponseMessage(const std::vector<uint8_t>& bytes) {
   for (auto& response : message.responses) response = getResponse(r);
   message.groups.resize(r.count(18));
   for (auto& group : message.groups) group = getGroup(r);
+  message.invalidated = r.bytes();
+  message.rollCall = r.get<uint8_t>() & 1;
   r.finish();
   return message;
 }

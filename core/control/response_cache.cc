@@ -62,13 +62,22 @@ void ResponseCache::put(const Response& response) {
     for (size_t i = 1; i < slots_.size(); ++i) {
       if (slots_[i].lastUse < slots_[slot].lastUse) slot = i;
     }
-    byKey_.erase(slots_[slot].response.key());
+    if (slots_[slot].used) byKey_.erase(slots_[slot].response.key());
   }
   Slot& entry = slots_[slot];
+  if (!entry.used || byKey_.count(key) == 0) ++generation_;
   if (!(entry.used && entry.response == response)) entry.response = response;
   entry.used = true;
   entry.lastUse = ++clock_;
   byKey_[key] = slot;
+}
+
+void ResponseCache::erase(size_t slot) {
+  if (!used(slot)) return;
+  byKey_.erase(slots_[slot].response.key());
+  slots_[slot].used = false;
+  slots_[slot].lastUse = 0;
+  ++generation_;
 }
 
 }  // namespace cerar

@@ -38,6 +38,15 @@ class ResponseCache {
   // of the same key is replaced in place; otherwise a free slot is taken, else the least
   // recently used one.
   void put(const Response& response);
+  // Empties `slot` (a unit some rank submitted in full with another description); its slot
+  // is the first taken again once the cache is full.
+  void erase(size_t slot);
+
+  // Slots ever taken (each used or emptied), and whether `slot` holds a response.
+  size_t slotCount() const { return slots_.size(); }
+  bool used(size_t slot) const { return slot < slots_.size() && slots_[slot].used; }
+  // Changes whenever a slot gets another unit or none (not when a unit is only marked used).
+  uint64_t generation() const { return generation_; }
 
  private:
   struct Slot {
@@ -47,6 +56,7 @@ class ResponseCache {
   };
   size_t capacity_;
   uint64_t clock_ = 0;
+  uint64_t generation_ = 0;
   std::vector<Slot> slots_;
   std::unordered_map<std::string, size_t> byKey_;
 };

@@ -107,10 +107,13 @@ TEST(Decisions, GroupsArePlanFusionsWithTheSelectionOfTheirTotal) {
   const ResponseMessage decoded = decodeResponseMessage(encode(message));
   EXPECT_EQ(decoded.groups, groups);
   auto bytes = encode(message);
-  bytes[bytes.size() - 15] = 7;  // the last group's algorithm byte
+  // The answer ends with the last group, then the invalidated slots (u32 length 0) and the
+  // roll call (u8).
+  const size_t groupEnd = bytes.size() - 5;
+  bytes[groupEnd - 15] = 7;  // the last group's algorithm byte
   EXPECT_THROW(decodeResponseMessage(bytes), Error);
   bytes = encode(message);
-  bytes.back() = 4;  // the last group's wire byte (0..3: none, fp16, bf16, int8)
+  bytes[groupEnd - 1] = 4;  // the last group's wire byte (0..3: none, fp16, bf16, int8)
   EXPECT_THROW(decodeResponseMessage(bytes), Error);
 }
 
@@ -240,6 +243,7 @@ std::vector<std::pair<std::string, std::function<void(RuntimeConfig&)>>> variati
       {"CERAR_ERROR_FEEDBACK", [](RuntimeConfig& c) { c.errorFeedback = true; }},
       {"CERAR_SHARED_MEMORY", [](RuntimeConfig& c) { c.sharedMemory = false; }},
       {"CERAR_HIERARCHICAL_ALLREDUCE", [](RuntimeConfig& c) { c.hierarchicalAllreduce = "1"; }},
+      {"CERAR_CONTROL_FANOUT", [](RuntimeConfig& c) { c.controlFanout = 1; }},
   };
 }
 

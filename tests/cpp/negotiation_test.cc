@@ -1,6 +1,8 @@
 // Negotiation: its messages, the coordinator rank's table, cached units as bits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -120,59 +122,117 @@ TEST(Negotiation, AllgatherRowsMayDifferAndJoinedRanksCountAsReady) {
   EXPECT_EQ(table.decide(cache).lastJoinedRank, 1);  // the last of the cycle's joiners
 }
 
-TEST(Negotiation, CachedUnitsTravelAsBits) {
-  NegotiationTable table(2);
-  ResponseCache cache(8);
-  const auto now = NegotiationTable::Clock::now();
-  for (int rank = 0; rank < 2; ++rank) table.receive(rank, messageOf({request("a", {2})}), cache, now);
-  auto first = table.decide(cache);
-  ASSERT_EQ(first.responses.size(), 1u);
-  cache.put(first.responses[0]);
-  const int64_t slot = cache.lookup(request("a", {2}), 1);
-  ASSERT_GE(slot, 0);
-  EXPECT_EQ(cache.lookup(request("a", {3}), 1), -1);  // another shape is another unit
-  RequestMessage bits;
-  setBit(bits.cacheBits, size_t(slot));
-  table.receive(0, bits, cache, now);
-  table.receive(1, bits, cache, now);
-  auto second = table.decide(cache);
-  EXPECT_TRUE(second.responses.empty());
-  EXPECT_EQ(setBits(second.cacheBits), std::vector<size_t>{size_t(slot)});
-}
-
-// A cache of `names`' allreduce units of shape {2}, as every rank holds it after they ran.
+// A cache of `names`' units of shape {2}, as every rank holds it after they ran.
 struct CachedUnits {
   explicit CachedUnits(int size, const std::vector<std::string>& names,
-                       Kind kind = Kind::kAllreduce) : cache(16) {
+                       Kind kind = Kind::kAllreduce) : size(size), cache(16) {
     NegotiationTable warm(size);
     std::vector<Request> requests;
     for (const auto& name : names) requests.push_back(request(name, {2}, kind));
     for (int rank = 0; rank < size; ++rank) warm.receive(rank, messageOf(requests), cache, now);
     for (const Response& unit : warm.decide(cache).responses) cache.put(unit);
   }
-  RequestMessage bits(const std::vector<std::string>& names) const {
-    RequestMessage message;
-    for (const auto& name : names) {
-      const int64_t slot = cache.lookup(request(name, {2}), 0);
-      EXPECT_GE(slot, 0) << name;
-      setBit(message.cacheBits, size_t(slot));
-    }
-    return message;
+  size_t slot(const std::string& name) const { return size_t(cache.slotOf(name)); }
+  std::vector<uint8_t> bits(const std::vector<std::string>& names) const {
+    std::vector<uint8_t> out;
+    for (const auto& name : names) setBit(out, slot(name));
+    return out;
   }
-  size_t slot(const std::string& name) const { return size_t(cache.lookup(request(name, {2}), 0)); }
+  // The job's merged report of a cycle in which rank r holds holds[r] (every unit is set
+  // 0's, so a rank lacks every slot it does not hold, unless it is in `joined`).
+  CycleReport report(const std::vector<std::vector<std::string>>& holds,
+                     std::vector<RankPart> parts = {}, const std::vector<int>& joined = {}) const {
+    CycleReport all;
+    for (int rank = 0; rank < size; ++rank) {
+      CycleReport one;
+      one.held = bits(holds[rank]);
+      if (std::find(joined.begin(), joined.end(), rank) == joined.end()) {
+        for (size_t s = 0; s < cache.slotCount(); ++s) {
+          if (!testBit(one.held, s)) setBit(one.missing, s);
+        }
+      }
+      for (auto& part : parts) {
+        if (part.rank == rank) one.parts.push_back(part);
+      }
+      mergeReport(all, std::move(one));
+    }
+    return all;
+  }
+  int size;
   ResponseCache cache;
   NegotiationTable::Clock::time_point now = NegotiationTable::Clock::now();
 };
 
-// Units every rank names by slot are counted by slot; they wait across cycles and the answer
-// is the slot once every rank has one.
-TEST(Negotiation, CachedUnitsWaitBySlotAcrossCycles) {
+RankPart joinPart(int rank) {
+  RankPart part{rank, {}};
+  part.message.join = true;
+  return part;
+}
+
+// A merged report keeps its parts by rank whatever order subtrees arrive in; its bytes round
+// trip, and parts out of order or range are refused.
+TEST(Negotiation, ReportsMergeUpTheTreeAndRoundTrip) {
+  CycleReport a, b;
+  setBit(a.held, 3);
+  setBit(b.held, 17);
+  setBit(b.missing, 3);
+  a.parts.push_back({4, messageOf({request("x", {2})})});
+  b.parts.push_back({1, {}});
+  b.parts.push_back({7, {}});
+  mergeReport(a, std::move(b));
+  EXPECT_EQ(setBits(a.held), (std::vector<size_t>{3, 17}));
+  EXPECT_EQ(setBits(a.missing), std::vector<size_t>{3});
+  ASSERT_EQ(a.parts.size(), 3u);
+  EXPECT_EQ(a.parts[0].rank, 1);
+  EXPECT_EQ(a.parts[1].rank, 4);
+  EXPECT_EQ(a.parts[2].rank, 7);
+  auto bytes = encode(a);
+  EXPECT_EQ(decodeCycleReport(bytes, 8), a);
+  EXPECT_THROW(decodeCycleReport(bytes, 7), Error);  // rank 7 of 7
+  std::swap(a.parts[0], a.parts[1]);
+  EXPECT_THROW(decodeCycleReport(encode(a), 8), Error);
+  bytes.pop_back();
+  EXPECT_THROW(decodeCycleReport(bytes, 8), Error);
+  // A bit set nowhere but in a short vector still merges.
+  CycleReport c;
+  setBit(c.missing, 40);
+  mergeReport(a, std::move(c));
+  EXPECT_TRUE(testBit(a.missing, 40) && testBit(a.missing, 3));
+}
+
+TEST(Negotiation, CachedUnitsTravelAsBits) {
+  CachedUnits c(2, {"a"});
+  const size_t slot = c.slot("a");
+  EXPECT_EQ(c.cache.lookup(request("a", {3}), 1), -1);  // another shape is another unit
+  NegotiationTable table(2);
+  table.receive(c.report({{"a"}, {"a"}}), c.cache, c.now);
+  auto answer = table.decide(c.cache);
+  EXPECT_TRUE(answer.responses.empty());
+  EXPECT_EQ(setBits(answer.cacheBits), std::vector<size_t>{slot});
+  EXPECT_TRUE(answer.invalidated.empty());
+  EXPECT_FALSE(answer.rollCall);
+}
+
+// Held units wait across cycles (their holders name them in every report) and the answer is
+// the slot once every member holds it; which ranks lack one is known after a roll call.
+TEST(Negotiation, HeldUnitsWaitAcrossCyclesAndARollCallNamesWhoLacksThem) {
   CachedUnits c(3, {"a", "b"});
   NegotiationTable table(3);
-  table.receive(0, c.bits({"a", "b"}), c.cache, c.now);
-  table.receive(1, c.bits({"b"}), c.cache, c.now);
+  table.receive(c.report({{"a", "b"}, {"b"}, {}}), c.cache, c.now);
   auto first = table.decide(c.cache);
   EXPECT_TRUE(first.cacheBits.empty() && first.responses.empty());
+  EXPECT_TRUE(table.waiting().empty());  // not known by rank yet
+  EXPECT_GE(table.longestHeldWait(c.now + std::chrono::seconds(2)), 2.0);
+  table.callRoll();
+  table.receive(c.report({{"a", "b"}, {"b"}, {}}), c.cache, c.now);
+  auto second = table.decide(c.cache);
+  EXPECT_TRUE(second.cacheBits.empty() && second.rollCall);
+  // The roll call's answers: each holder's part names its slots.
+  table.receive(c.report({{"a", "b"}, {"b"}, {}},
+                         {{0, RequestMessage{false, false, c.bits({"a", "b"}), {}}},
+                          {1, RequestMessage{false, false, c.bits({"b"}), {}}}}),
+                c.cache, c.now);
+  EXPECT_TRUE(table.decide(c.cache).cacheBits.empty());
   const auto waiting = table.waiting();
   ASSERT_EQ(waiting.size(), 2u);
   for (const auto& w : waiting) {
@@ -180,101 +240,64 @@ TEST(Negotiation, CachedUnitsWaitBySlotAcrossCycles) {
     const std::vector<int> missing = w.key == "a" ? std::vector<int>{1, 2} : std::vector<int>{2};
     EXPECT_EQ(w.missingRanks, missing);
   }
-  table.receive(1, c.bits({"a"}), c.cache, c.now);
-  table.receive(2, c.bits({"a", "b"}), c.cache, c.now);
-  auto second = table.decide(c.cache);
-  EXPECT_TRUE(second.responses.empty());
-  EXPECT_EQ(setBits(second.cacheBits), (std::vector<size_t>{c.slot("a"), c.slot("b")}));
+  table.receive(c.report({{"a", "b"}, {"a", "b"}, {"a", "b"}}), c.cache, c.now);
+  auto third = table.decide(c.cache);
+  EXPECT_TRUE(third.responses.empty());
+  EXPECT_EQ(setBits(third.cacheBits), (std::vector<size_t>{c.slot("a"), c.slot("b")}));
   EXPECT_TRUE(table.waiting().empty());
-  EXPECT_TRUE(table.decide(c.cache).cacheBits.empty());
+  EXPECT_EQ(table.longestHeldWait(c.now), 0.0);
 }
 
-// A rank that sends a cached unit in full (its description differs) meets the others' slot
-// submissions in the full table: the mismatch names both ranks, as without the cache.
-TEST(Negotiation, AFullSubmissionJoinsTheSlotSubmissionsOfItsUnit) {
+// A rank that sends a cached unit in full (its description differs) empties its slot on every
+// rank; the holders then send it in full too and the full table names both ranks.
+TEST(Negotiation, AFullSubmissionOfACachedUnitEmptiesItsSlot) {
   CachedUnits c(3, {"w"});
   NegotiationTable table(3);
-  table.receive(0, c.bits({"w"}), c.cache, c.now);
-  table.receive(1, c.bits({"w"}), c.cache, c.now);
-  table.receive(2, messageOf({request("w", {5})}), c.cache, c.now);
+  table.receive(c.report({{"w"}, {"w"}, {}}, {{2, messageOf({request("w", {5})})}}), c.cache,
+                c.now);
   auto answer = table.decide(c.cache);
   EXPECT_TRUE(answer.cacheBits.empty());
-  ASSERT_EQ(answer.responses.size(), 1u);
-  const std::string& error = answer.responses[0].error;
-  EXPECT_NE(error.find("rank 0 submitted allreduce f32 sum shape [2]"), std::string::npos)
-      << error;
+  EXPECT_TRUE(answer.responses.empty());
+  EXPECT_EQ(setBits(answer.invalidated), std::vector<size_t>{c.slot("w")});
+  c.cache.erase(c.slot("w"));
+  EXPECT_EQ(c.cache.lookup(request("w", {2}), 0), -1);
+  table.receive(c.report({{}, {}, {}}, {{0, messageOf({request("w", {2})})},
+                                        {1, messageOf({request("w", {2})})}}),
+                c.cache, c.now);
+  auto second = table.decide(c.cache);
+  ASSERT_EQ(second.responses.size(), 1u);
+  const std::string& error = second.responses[0].error;
   EXPECT_NE(error.find("rank 2 submitted allreduce f32 sum shape [5]"), std::string::npos)
       << error;
-  // The same after the full submission came first, and a full answer that matches the cache
-  // is still its slot.
-  table.receive(0, messageOf({request("w", {2})}), c.cache, c.now);
-  table.receive(1, c.bits({"w"}), c.cache, c.now);
-  table.receive(2, c.bits({"w"}), c.cache, c.now);
-  auto again = table.decide(c.cache);
-  EXPECT_TRUE(again.responses.empty());
-  EXPECT_EQ(setBits(again.cacheBits), std::vector<size_t>{c.slot("w")});
+  EXPECT_NE(error.find("rank 0 submitted allreduce f32 sum shape [2]"), std::string::npos)
+      << error;
 }
 
-// A second submission by slot, a joined rank, a stall and a cycle with a full answer move
-// slot submissions to the full table, which decides as it always did.
-TEST(Negotiation, SlotSubmissionsKeepTheFullTablesRules) {
+// A joined rank holds nothing and lacks nothing: an all-reduce runs with its identity (the
+// cached unit's slot again), a broadcast fails; the stall inspector fails a held unit by name.
+TEST(Negotiation, HeldUnitsKeepTheFullTablesRules) {
   CachedUnits c(3, {"a", "b"});
   NegotiationTable table(3);
-  table.receive(0, c.bits({"a"}), c.cache, c.now);
-  table.receive(0, c.bits({"a"}), c.cache, c.now);
-  table.receive(1, c.bits({"a"}), c.cache, c.now);
-  table.receive(2, c.bits({"a"}), c.cache, c.now);
-  auto twice = table.decide(c.cache);
-  ASSERT_EQ(twice.responses.size(), 1u);
-  EXPECT_NE(twice.responses[0].error.find("rank 0 submitted tensor 'a' twice"),
-            std::string::npos) << twice.responses[0].error;
-
-  // An all-reduce runs with the joined rank's identity: the cached unit's slot again.
-  RequestMessage join;
-  join.join = true;
-  table.receive(0, c.bits({"b"}), c.cache, c.now);
-  table.receive(1, c.bits({"b"}), c.cache, c.now);
-  table.receive(2, join, c.cache, c.now);
+  table.receive(c.report({{"b"}, {"b"}, {}}, {joinPart(2)}, {2}), c.cache, c.now);
   auto joined = table.decide(c.cache);
   EXPECT_TRUE(joined.responses.empty());
   EXPECT_EQ(setBits(joined.cacheBits), std::vector<size_t>{c.slot("b")});
 
-  // The stall inspector fails a unit waiting by slot.
   NegotiationTable stalled(3);
-  stalled.receive(0, c.bits({"a"}), c.cache, c.now);
+  stalled.receive(c.report({{"a"}, {}, {}}), c.cache, c.now);
+  EXPECT_TRUE(stalled.decide(c.cache).cacheBits.empty());
   stalled.fail("a", Status(StatusCode::kTimeout, "stalled", 2));
   auto failed = stalled.decide(c.cache);
   ASSERT_EQ(failed.responses.size(), 1u);
+  EXPECT_EQ(failed.responses[0].names, std::vector<std::string>{"a"});
   EXPECT_EQ(failed.responses[0].error, "stalled");
-
-  // A cycle that answers something in full (the caches change after it) leaves the units
-  // waiting by slot in the full table, where their next submissions join them.
-  NegotiationTable mixed(2);
-  CachedUnits two(2, {"a"});
-  mixed.receive(0, two.bits({"a"}), two.cache, two.now);
-  mixed.receive(0, messageOf({request("new", {2})}), two.cache, two.now);
-  mixed.receive(1, messageOf({request("new", {2})}), two.cache, two.now);
-  auto fresh = mixed.decide(two.cache);
-  ASSERT_EQ(fresh.responses.size(), 1u);
-  two.cache.put(fresh.responses[0]);
-  ASSERT_EQ(mixed.waiting().size(), 1u);
-  mixed.receive(1, two.bits({"a"}), two.cache, two.now);
-  auto done = mixed.decide(two.cache);
-  EXPECT_TRUE(done.responses.empty());
-  EXPECT_EQ(setBits(done.cacheBits), std::vector<size_t>{two.slot("a")});
+  EXPECT_EQ(failed.responses[0].errorPeer, 2);
 }
 
-// A broadcast that a rank joined instead of submitting fails, by slot as in full.
 TEST(Negotiation, ACachedBroadcastWithAJoinedRankFails) {
   CachedUnits c(3, {"p"}, Kind::kBroadcast);
   NegotiationTable table(3);
-  RequestMessage bits;
-  setBit(bits.cacheBits, size_t(c.cache.lookup(request("p", {2}, Kind::kBroadcast), 0)));
-  RequestMessage join;
-  join.join = true;
-  table.receive(0, bits, c.cache, c.now);
-  table.receive(1, bits, c.cache, c.now);
-  table.receive(2, join, c.cache, c.now);
+  table.receive(c.report({{"p"}, {"p"}, {}}, {joinPart(2)}, {2}), c.cache, c.now);
   auto answer = table.decide(c.cache);
   ASSERT_EQ(answer.responses.size(), 1u);
   EXPECT_NE(answer.responses[0].error.find("rank 2 has joined"), std::string::npos)
@@ -311,10 +334,11 @@ TEST(Negotiation, MixedPlacementIsRecordedAndCachedPerRank) {
   EXPECT_GE(cache.lookup(onDevice, 0), 0);
   EXPECT_GE(cache.lookup(request("g", {4}), 1), 0);
   EXPECT_EQ(cache.lookup(request("g", {4}), 0), -1);  // rank 0 moved it: negotiate again
-  // Cached bits come back as each rank's own request.
-  RequestMessage bits;
-  setBit(bits.cacheBits, size_t(cache.lookup(onDevice, 0)));
-  for (int rank = 0; rank < 3; ++rank) table.receive(rank, bits, cache, now);
+  // Every rank finds its own request in the one slot.
+  CycleReport held;
+  setBit(held.held, size_t(cache.lookup(onDevice, 0)));
+  EXPECT_EQ(cache.lookup(request("g", {4}), 1), cache.lookup(onDevice, 2));
+  table.receive(held, cache, now);
   auto second = table.decide(cache);
   EXPECT_TRUE(second.responses.empty());
   EXPECT_EQ(second.cacheBits.size(), 1u);
