@@ -325,6 +325,8 @@ TEST(RuntimeInproc, TimelineParses) {
 
 TEST(RuntimeInproc, StallReportNamesMissingRank) { runThreads(3, stallReport); }
 
+TEST(RuntimeInproc, CachedStallReportNamesMissingRank) { runThreads(3, cachedStallReport); }
+
 TEST(RuntimeInproc, MismatchFailsEveryRank) { runThreads(4, mismatch); }
 
 TEST(RuntimeInproc, ShutdownWithWorkPending) { runThreads(4, shutdownPending); }

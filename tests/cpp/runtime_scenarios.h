@@ -358,6 +358,46 @@ inline std::string stallReport(int rank, const Starter& start) {
   return result;
 }
 
+// The same for a cached unit: every rank runs 'steady' twice, then the last rank withholds
+// it. Its holders name it by held bits only (no rank by rank), so rank 0 calls the roll to
+// learn who lacks it: the warning and the failure still name the last rank.
+inline std::string cachedStallReport(int rank, const Starter& start) {
+  RuntimeConfig config = testConfig();
+  config.stallCheckSeconds = 0.2;
+  config.stallShutdownSeconds = 0.8;
+  LogCapture log;
+  config.logSink = log.sink();
+  auto rt = start(config);
+  const int N = rt->size();
+  std::vector<float> v(2, 1);
+  for (int step = 0; step < 2; ++step) {
+    check(outcome(rt->allreduce("steady", f32(v), f32(v), Op::kSum)).ok(), "step ", step);
+  }
+  std::string result = "missing";
+  if (rank == N - 1) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(config.stallShutdownSeconds / 2 + 0.1));
+  } else {
+    const Status status = outcome(rt->allreduce("steady", f32(v), f32(v), Op::kSum));
+    check(status.code == StatusCode::kTimeout && status.peer == N - 1, "stall status ",
+          statusCodeName(status.code), " peer ", status.peer, ": ", status.message);
+    check(status.message.find("'steady' stalled") != std::string::npos &&
+              status.message.find("ranks " + std::to_string(N - 1) + " have not submitted") !=
+                  std::string::npos,
+          "stall error: '", status.message, "'");
+    check(rt->stats().cacheHits >= 1, "'steady' was not held by its cache slot");
+    result = "failed";
+  }
+  rt->barrier().wait();
+  if (rank == 0) {
+    check(!log.find("rank " + std::to_string(N - 1) + " is missing 'steady'").empty(),
+          "no stall warning naming rank ", N - 1);
+  }
+  // The job goes on: the name runs again on every rank.
+  check(outcome(rt->allreduce("steady", f32(v), f32(v), Op::kSum)).ok(), "after the stall");
+  rt->barrier().wait();
+  return result;
+}
+
 // The same name with another shape on the last rank fails on every rank, at negotiation.
 inline std::string mismatch(int rank, const Starter& start) {
   auto rt = start(testConfig());

@@ -1,5 +1,6 @@
 // libFuzzer target: the negotiation decoders (core/control/negotiation_codec.cc). The first byte picks the
-// request or the response decoder; what decodes must have sizes that fit (checked shapes).
+// request, the response or the cycle report decoder; what decodes must have sizes that fit
+// (checked shapes) and, for a report, parts by rank within the job.
 #include <cstdint>
 #include <vector>
 
@@ -10,7 +11,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::vector<uint8_t> bytes(data + 1, data + size);
   try {
-    if (data[0] & 1) {
+    if (data[0] % 3 == 2) {
+      constexpr int kSize = 64;
+      cerar::CycleReport report = cerar::decodeCycleReport(bytes, kSize);
+      int last = -1;
+      for (const auto& part : report.parts) {
+        if (part.rank <= last || part.rank >= kSize) __builtin_trap();
+        last = part.rank;
+      }
+      cerar::CycleReport copy = report;
+      cerar::mergeReport(report, std::move(copy));
+      (void)cerar::encode(report);
+    } else if (data[0] & 1) {
       const cerar::ResponseMessage message = cerar::decodeResponseMessage(bytes);
       for (const auto& response : message.responses) (void)response.description.bytes();
       (void)cerar::encode(message);

@@ -35,8 +35,9 @@ def assert_rendezvous_requests(got, n, what):
     assert fewest <= got <= fewest + AGREEMENT_POLLS, (what, got, fewest)
 
 
-def scale_stats(n, count=100):
-    result = run_job("scale_job.py", np=n, args=(count, "ring"), timeout=300)
+def scale_stats(n, count=100, fanout=None):
+    env = {"CERAR_CONTROL_FANOUT": str(fanout)} if fanout else None
+    result = run_job("scale_job.py", np=n, args=(count, "ring"), timeout=300, env=env)
     assert_ok(result, "SCALE", np=n)
     stats = {}
     for line in result.stdout.splitlines():
@@ -47,17 +48,23 @@ def scale_stats(n, count=100):
     return stats
 
 
+def tree_links(rank, n, fanout):
+    """The control tree's links of `rank` (core/control/control_tree.h): children, parent."""
+    children = [c for c in range(fanout * rank + 1, fanout * rank + fanout + 1) if c < n]
+    return len(children) + (0 if rank == 0 else 1)
+
+
 @needs_runtime
-@pytest.mark.parametrize("n", [2, 4, 8])
-def test_control_and_rendezvous_traffic_grow_as_designed(n):
-    stats = scale_stats(n)
+@pytest.mark.parametrize("n,fanout", [(2, 8), (4, 8), (8, 8), (8, 2)])
+def test_control_and_rendezvous_traffic_grow_as_designed(n, fanout):
+    stats = scale_stats(n, fanout=fanout)
     cycles = stats[0]["cycles"]
     assert cycles > 0
     for rank, s in stats.items():
-        # Every cycle is one gather to rank 0 and one broadcast from it, so after shutdown
-        # every rank has run the same cycles.
+        # Every cycle goes up the control tree and back down, so after shutdown every rank has
+        # run the same cycles, and each rank has one message each way per tree link.
         assert s["cycles"] == cycles, (rank, s["cycles"], cycles)
-        per_cycle = n - 1 if rank == 0 else 1  # O(N) at the coordinator, O(1) at a worker
+        per_cycle = tree_links(rank, n, fanout)  # at most fanout + 1, whatever n
         assert s["control_messages_sent"] == per_cycle * cycles, (rank, s)
         assert s["control_messages_received"] == per_cycle * cycles, (rank, s)
         for way in ("sent", "received"):
@@ -65,11 +72,15 @@ def test_control_and_rendezvous_traffic_grow_as_designed(n):
             assert FRAME_BYTES * messages <= sent <= MAX_AVERAGE_MESSAGE_BYTES * messages, \
                 (rank, way, s)
         assert_rendezvous_requests(s["rendezvous_requests"], n, (rank, s))
-    # What rank 0 receives is what the workers sent; each worker receives rank 0's broadcast.
-    workers = [stats[rank] for rank in range(1, n)]
-    assert stats[0]["control_bytes_received"] == sum(w["control_bytes_sent"] for w in workers)
-    for w in workers:
-        assert w["control_bytes_received"] * (n - 1) == stats[0]["control_bytes_sent"]
+    # Every byte sent is received: the reports up the tree, the answer down.
+    assert sum(s["control_bytes_sent"] for s in stats.values()) == \
+        sum(s["control_bytes_received"] for s in stats.values())
+    # The answer is the same bytes on every link: a rank receives what rank 0 sends each child.
+    answer = stats[0]["control_bytes_sent"] // tree_links(0, n, fanout)
+    for rank in range(1, n):
+        assert stats[rank]["control_bytes_received"] - answer == \
+            sum(stats[c]["control_bytes_sent"] - answer * (tree_links(c, n, fanout) - 1)
+                for c in range(fanout * rank + 1, fanout * rank + fanout + 1) if c < n), rank
 
 
 @needs_runtime
