@@ -5,6 +5,7 @@
   .venv/bin/python bench/scale.py                       # 32 ranks, 8 on each of 4 emulated hosts
   .venv/bin/python bench/scale.py --hosts 0 --ranks 2,4,8,16,32   # loopback, one host
   .venv/bin/python bench/scale.py --json out.json       # also the per-rank counters
+  .venv/bin/python bench/scale.py --hosts 0 --ranks 4,8,16,32,64 --fanout 2,8   # tree shapes
 
 Emulated hosts (tests/python/emulated_hosts.py: namespaces, host names, sshd) need root; the
 job is started by cerarrun on the first host, which reaches the others over ssh. Run it with
@@ -32,6 +33,12 @@ def parse_args(argv=None):
     parser.add_argument("--ranks", default="32", help="comma-separated job sizes (default 32)")
     parser.add_argument("--hosts", type=int, default=4,
                         help="emulated hosts, ranks spread evenly (0: all on loopback here)")
+    parser.add_argument("--fanout", default="",
+                        help="comma-separated control tree fanouts (CERAR_CONTROL_FANOUT; "
+                             "default: the job's)")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="passes of the same names after the first (cached: the steady "
+                             "state, reported in the steady_* columns)")
     parser.add_argument("--count", type=int, default=100, help="all-reduces per job")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per job")
     parser.add_argument("--json", help="write every rank's counters here")
@@ -50,14 +57,24 @@ def parse_output(text, n):
     return stats
 
 
-def summary(stats, wall_s):
-    """One row: the coordinator's and the workers' traffic per cycle, rendezvous, times."""
+def steady_per_cycle(s, what):
+    """Sent plus received `what` per cycle in the cached passes (0 when there were none)."""
+    steady = s.get("steady", {})
+    cycles = steady.get("cycles", 0)
+    return (steady[f"{what}_sent"] + steady[f"{what}_received"]) / cycles if cycles else 0
+
+
+def summary(stats, wall_s, fanout=""):
+    """One row: the coordinator's and the workers' traffic per cycle, the busiest rank's,
+    rendezvous, times."""
     n = len(stats)
     coordinator, workers = stats[0], [stats[r] for r in range(1, n)]
     cycles = coordinator["cycles"]
     per_worker = lambda key: sum(w[key] for w in workers) / len(workers)  # noqa: E731
+    messages = lambda s: s["control_messages_sent"] + s["control_messages_received"]  # noqa: E731
     return {
-        "ranks": n, "cycles": cycles,
+        "ranks": n, "fanout": fanout or "default", "cycles": cycles,
+        "max_msgs_per_cycle": max(messages(s) for s in stats.values()) / cycles,
         "coord_msgs_per_cycle": (coordinator["control_messages_sent"]
                                  + coordinator["control_messages_received"]) / cycles,
         "coord_bytes_per_cycle": (coordinator["control_bytes_sent"]
@@ -71,19 +88,27 @@ def summary(stats, wall_s):
         "rdv_requests_total": sum(s["rendezvous_requests"] for s in stats.values()),
         "rdv_bytes_total": sum(s["rendezvous_bytes_sent"] + s["rendezvous_bytes_received"]
                                for s in stats.values()),
+        # The cached passes only, per cycle of each rank's own: rank 0's and the busiest rank's.
+        "steady_coord_msgs_per_cycle": steady_per_cycle(coordinator, "control_messages"),
+        "steady_coord_bytes_per_cycle": steady_per_cycle(coordinator, "control_bytes"),
+        "steady_max_bytes_per_cycle": max(steady_per_cycle(s, "control_bytes")
+                                          for s in stats.values()),
         "init_s_max": max(s["init_s"] for s in stats.values()),
         "allreduce_s_max": max(s["allreduce_s"] for s in stats.values()),
         "wall_s": wall_s,
     }
 
 
-def run_job(n, args, hosts=None):
+def run_job(n, args, hosts=None, fanout=""):
     command = [sys.executable, "-m", "cerar.run", "-np", str(n)]
     if hosts is not None:
         per_host = -(-n // hosts.count)
         command += ["-H", ",".join(f"{name}:{per_host}" for name in hosts.names)]
-    command += [sys.executable, str(WORKERS / "scale_job.py"), str(args.count), "ring"]
+    command += [sys.executable, str(WORKERS / "scale_job.py"), str(args.count), "ring",
+                str(args.repeat)]
     env = {**os.environ, **JOB_ENV}
+    if fanout:
+        env["CERAR_CONTROL_FANOUT"] = fanout
     started = time.perf_counter()
     if hosts is None:
         result = subprocess.run(command, capture_output=True, text=True, env=env,
@@ -97,9 +122,11 @@ def run_job(n, args, hosts=None):
     return parse_output(result.stdout, n), wall
 
 
-COLUMNS = ("ranks", "cycles", "coord_msgs_per_cycle", "coord_bytes_per_cycle",
+COLUMNS = ("ranks", "fanout", "cycles", "coord_msgs_per_cycle", "max_msgs_per_cycle", "coord_bytes_per_cycle",
            "worker_msgs_per_cycle", "worker_bytes_per_cycle", "rdv_requests_min",
-           "rdv_requests_max", "rdv_requests_total", "rdv_bytes_total", "init_s_max",
+           "rdv_requests_max", "rdv_requests_total", "rdv_bytes_total",
+           "steady_coord_msgs_per_cycle", "steady_coord_bytes_per_cycle",
+           "steady_max_bytes_per_cycle", "init_s_max",
            "allreduce_s_max", "wall_s")
 
 
@@ -118,11 +145,12 @@ def main(argv=None):
     print(" | ".join(COLUMNS), flush=True)
 
     def sweep(hosts=None):
-        for n in sizes:
-            stats, wall = run_job(n, args, hosts)
-            rows.append(summary(stats, wall))
-            everything[n] = stats
-            print_row(rows[-1])
+        for fanout in args.fanout.split(","):
+            for n in sizes:
+                stats, wall = run_job(n, args, hosts, fanout)
+                rows.append(summary(stats, wall, fanout))
+                everything[f"{n}/{fanout or 'default'}"] = stats
+                print_row(rows[-1])
 
     if args.hosts:
         from emulated_hosts import EmulatedHosts, unavailable
