@@ -92,9 +92,9 @@ struct RuntimeStats {
   double measuredErrorMax = 0;
   double measuredErrorSum = 0;
   uint64_t measuredBuffers = 0;
-  // The negotiation's control messages (one gather to rank 0 and one broadcast from it per
-  // cycle) and their bytes on the links, frames included (ops/control_frame.h): per cycle a
-  // worker sends and receives one message, rank 0 receives and sends size-1 (docs/scale.md).
+  // The negotiation's control messages (reports up the control tree, answers down) and their
+  // bytes on the links, frames included (ops/control_frame.h): per cycle a rank sends and
+  // receives one message per link of the tree it has, at most the fanout + 1 (docs/scale.md).
   uint64_t controlMessagesSent = 0;
   uint64_t controlMessagesReceived = 0;
   uint64_t controlBytesSent = 0;
