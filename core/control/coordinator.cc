@@ -453,10 +453,13 @@ void Coordinator::changeSets(const Response& unit) {
 void Coordinator::farewell() {
   // Nobody closes its links before everyone has the shutdown answer: a link closed early
   // could reset a peer's last transfer.
+  // Up the control tree and back down, as a cycle: no rank handles more than its tree links.
   try {
-    gatherBytes(*transport_, {}, kCoordinatorRank);
-    if (transport_->rank() == kCoordinatorRank && beforeRelease_) beforeRelease_();
-    broadcastBytes(*transport_, {}, kCoordinatorRank);
+    Transport& t = *transport_;
+    gatherFromChildren(t, children_);
+    if (tree_.parent() >= 0) sendToParent(t, tree_.parent(), {});
+    if (tree_.parent() < 0 && beforeRelease_) beforeRelease_();
+    relayDown(t, tree_.parent(), children_);
   } catch (const std::exception& e) {
     logger_.log(LogLevel::kDebug, std::string("shutdown handshake: ") + e.what());
   }
