@@ -18,6 +18,7 @@ takes them from a file of the tool's JSON lines instead.
 """
 import argparse
 import json
+import os
 import sys
 from dataclasses import dataclass, replace
 
@@ -28,11 +29,11 @@ from dataclasses import dataclass, replace
 class Costs:
     # Bytes on the links of one steady-state control message (every unit cached): the bare
     # frame. cerar-bench-scale, rank 0's bytes per message over the cached rounds, 256 at every
-    # N from 4 to 512 (bench/results/scale-inproc/scale.json).
+    # N from 4 to 1024 (bench/results/scale-inproc/).
     message_bytes: float = 256.0
     # CPU of one control message, both ends and the cycle's own work: the process's CPU over
     # the messages sent while the ranks idle (cycles with nothing to negotiate), the median over
-    # N = 4 .. 512 of the same run (20 to 66 us). Threads on 2 cores: the wake-ups dominate,
+    # N = 4 .. 1024 of the same runs (20 to 99 us). Threads on 2 cores: the wake-ups dominate,
     # so an upper bound.
     cpu_us_per_message: float = 29.5
     # One link hop's latency between hosts: an assumed figure for a small TCP message on a
@@ -127,8 +128,8 @@ def cycle_figures(design, n, k, costs):
 
 def star_requests(rank, n):
     """Rank `rank`'s store requests with the full mesh, as docs/scale.md's table measured them
-    (6 + r + 2(N-1) exactly): the fixed ones, a wait and a get of each peer's record, and
-    Gloo's connect, which adds one per lower rank."""
+    with Gloo's own connect: 6 + r + 2(N-1) exactly, r the rank (the fixed ones, a wait and a
+    get of each peer's record, and r more)."""
     return FIXED_STORE_REQUESTS + rank + 2 * (n - 1)
 
 
@@ -181,19 +182,21 @@ def model(design, n, k, costs):
 # --- the measured figures -------------------------------------------------------------------
 
 
-def read_measured(path):
-    """cerar-bench-scale's JSON lines: the counting runs by N, and the --costs line if any."""
+def read_measured(paths):
+    """cerar-bench-scale's JSON lines from one file or several: the counting runs by N, and the
+    --costs line if any (the last one read)."""
     runs, cost_line = {}, None
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
-            entry = json.loads(line)
-            if entry.get("costs"):
-                cost_line = entry
-            else:
-                runs[entry["ranks"]] = entry
+    for path in [paths] if isinstance(paths, (str, os.PathLike)) else paths:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if not line.startswith("{"):
+                    continue
+                entry = json.loads(line)
+                if entry.get("costs"):
+                    cost_line = entry
+                else:
+                    runs[entry["ranks"]] = entry
     return runs, cost_line
 
 
@@ -298,8 +301,9 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", default="64,256,1024,4096", help="comma-separated job sizes")
     parser.add_argument("--fanout", type=int, default=8, help="the tree's k (default 8)")
-    parser.add_argument("--measured", help="cerar-bench-scale's JSON lines: its figures and "
-                        "the comparison with its counts")
+    parser.add_argument("--measured", nargs="+", metavar="FILE",
+                        help="cerar-bench-scale's JSON lines: its figures and the comparison "
+                        "with its counts")
     parser.add_argument("--json", action="store_true", help="one JSON line per row instead")
     return parser.parse_args(argv)
 

@@ -97,14 +97,15 @@ def test_comparison_names_the_design_the_counts_follow(tmp_path, capsys):
                       "rank0_cached_bytes_per_cycle": 256 * 2 * (n - 1),
                       "worker_max_cached_messages_per_cycle": 2, "cpu_us_per_message": 9.0,
                       "idle_cpu_us_per_message": 8.0})
-    path = tmp_path / "scale.json"
-    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-    runs, cost_line = scale_model.read_measured(path)
+    path, more = tmp_path / "scale.json", tmp_path / "scale-16.json"  # one run in a file of its own
+    path.write_text("\n".join(json.dumps(line) for line in lines[:2]) + "\n")
+    more.write_text(json.dumps(lines[2]) + "\n")
+    runs, cost_line = scale_model.read_measured([path, more])
     costs = scale_model.costs_from(runs, cost_line, COSTS)
     assert costs.message_bytes == 256 and costs.store_request_us == 20.0
     assert costs.cpu_us_per_message == 8.0  # the idle cycles' figure
     rows = scale_model.comparison(runs, K, costs)
     # At N = 4 every rank is a child of rank 0: the tree is the star.
     assert [r["agrees"] for r in rows] == [["star", "tree(8)"], ["star"]]
-    assert scale_model.main(["--ranks", "64", "--measured", str(path)]) == 0
+    assert scale_model.main(["--ranks", "64", "--measured", str(path), str(more)]) == 0
     assert "agrees with" in capsys.readouterr().out
