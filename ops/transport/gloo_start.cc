@@ -81,41 +81,6 @@ class LinkContext : public gloo::Context {
   }
 };
 
-// While links start, a stranger's well-formed Gloo message (a connection taken for a peer's)
-// can break an invariant that Gloo checks on its network thread (its TCP pair's reader),
-// where nothing catches the exception: std::terminate would abort the process. Cerar cannot
-// stop that thread from reading; it can end the process with its own message and status
-// instead of SIGABRT, so the other ranks fail their start-up with the pair named.
-class StrangerExitGuard {
- public:
-  explicit StrangerExitGuard(int rank) {
-    rank_ = rank;
-    previous_ = std::set_terminate(onTerminate);
-  }
-  ~StrangerExitGuard() { std::set_terminate(previous_); }
-  StrangerExitGuard(const StrangerExitGuard&) = delete;
-  StrangerExitGuard& operator=(const StrangerExitGuard&) = delete;
-
- private:
-  static void onTerminate() {
-    try {
-      if (std::exception_ptr failure = std::current_exception()) std::rethrow_exception(failure);
-    } catch (const gloo::EnforceNotMet& e) {
-      std::fprintf(stderr,
-                   "cerar: rank %d: Gloo's network thread failed while the data links started "
-                   "(%s): a connection that is not this job's sent a message on a link; "
-                   "exiting with status %d\n",
-                   rank_, realPorts(e.what()).c_str(), kStrangerExitStatus);
-      std::_Exit(kStrangerExitStatus);
-    } catch (...) {
-    }
-    if (previous_ != nullptr) previous_();
-    std::abort();
-  }
-  static inline int rank_ = -1;
-  static inline std::terminate_handler previous_ = nullptr;
-};
-
 // The links of `context`, connected and (with a key) proven; this rank's outcome.
 // The store's own failures (a rank that never published) propagate.
 Status startLinks(const std::shared_ptr<LinkContext>& context, gloo::rendezvous::Store& store,

@@ -58,6 +58,15 @@ std::shared_ptr<Transport> GlooTransport::channel(uint32_t tag) {
   return std::make_shared<GlooTransport>(context_, timeout_, tag, links_);
 }
 
+void GlooTransport::closeConnections() {
+  // Links made on demand are created on threads of their own: close under their lock.
+  if (links_) {
+    links_->closeConnections();
+  } else {
+    context_->closeConnections();
+  }
+}
+
 int GlooTransport::linksConnected() const {
   return links_ ? links_->linksConnected() : size_ - 1;
 }
@@ -72,7 +81,7 @@ GlooTransport::~GlooTransport() {
   // peers fail at once instead of waiting for their timeout.
   if (pending && failure_.ok()) {
     try {
-      context_->closeConnections();
+      closeConnections();
     } catch (...) {
     }
   }
@@ -97,7 +106,7 @@ void GlooTransport::fail(Status failure) {
   // Gloo has closed some or all pairs; close the rest so that no pending transfer writes into
   // memory the caller may free after this error, then drop every pending transfer.
   try {
-    context_->closeConnections();
+    closeConnections();
   } catch (...) {
   }
   for (int p = 0; p < size_; ++p) {

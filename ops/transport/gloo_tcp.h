@@ -118,6 +118,7 @@ class GlooTransport : public Transport {
     size_t bytes;
   };
   bool pendingOn(const gloo::transport::UnboundBuffer* buffer) const;
+  void closeConnections();
   void checkUsable(int peer, const char* op) const;
   void post(bool send, int peer, void* data, size_t bytes);
   void wait(bool send, int peer);

@@ -3,7 +3,11 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
 
+#include <gloo/common/error.h>
 #include <gloo/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/context.h>
@@ -33,6 +37,45 @@ std::string addressText(const std::vector<char>& bytes) {
   const auto& in6 = reinterpret_cast<const sockaddr_in6&>(ss);
   inet_ntop(AF_INET6, &in6.sin6_addr, host, sizeof host);
   return detail::concat("[", host, "]:", ntohs(in6.sin6_port));
+}
+
+namespace {
+
+std::mutex guardMutex;
+int guardHolders = 0;
+int guardRank = -1;  // the first holder's, for the message
+std::terminate_handler guardPrevious = nullptr;
+
+}  // namespace
+
+StrangerExitGuard::StrangerExitGuard(int rank) {
+  std::lock_guard<std::mutex> lock(guardMutex);
+  if (guardHolders++ == 0) {
+    guardRank = rank;
+    guardPrevious = std::set_terminate(onTerminate);
+  }
+}
+
+StrangerExitGuard::~StrangerExitGuard() {
+  std::lock_guard<std::mutex> lock(guardMutex);
+  if (--guardHolders == 0) std::set_terminate(guardPrevious);
+}
+
+void StrangerExitGuard::onTerminate() {
+  try {
+    if (std::exception_ptr failure = std::current_exception()) std::rethrow_exception(failure);
+  } catch (const gloo::EnforceNotMet& e) {
+    std::fprintf(stderr,
+                 "cerar: rank %d: Gloo's network thread failed while the data links started "
+                 "(%s): a connection that is not this job's sent a message on a link; "
+                 "exiting with status %d\n",
+                 guardRank, realPorts(e.what()).c_str(), kStrangerExitStatus);
+    std::_Exit(kStrangerExitStatus);
+  } catch (...) {
+  }
+  // Read without the lock: the process is ending, and a holder may be what terminates.
+  if (guardPrevious != nullptr) guardPrevious();
+  std::abort();
 }
 
 LazyLinks::LazyLinks(std::shared_ptr<gloo::Context> context,
@@ -104,6 +147,11 @@ void LazyLinks::forget(const void* owner) {
   }
 }
 
+void LazyLinks::closeConnections() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  context_->closeConnections();
+}
+
 bool LazyLinks::connected(int peer) const {
   std::lock_guard<std::mutex> lock(mutex_);
   return state_[peer] == State::kUp;
@@ -173,6 +221,7 @@ Status LazyLinks::connectAndProve(int peer) {
 }
 
 void LazyLinks::make(int peer) {
+  const StrangerExitGuard guard(rank_);  // until the link is up, proven or failed
   Status outcome;
   try {
     outcome = connectAndProve(peer);

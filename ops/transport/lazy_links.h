@@ -44,6 +44,24 @@ constexpr uint32_t kLinkProofTag = 0xffffffffu;
 // "127.0.0.1:41795" (or "[::1]:41795") from a Gloo TCP address's bytes.
 std::string addressText(const std::vector<char>& bytes);
 
+// While links start, a stranger's well-formed Gloo message (a connection taken for a peer's)
+// can break an invariant that Gloo checks on its network thread (its TCP pair's reader),
+// where nothing catches the exception: std::terminate would abort the process. Cerar cannot
+// stop that thread from reading; it can end the process with its own message and status
+// (kStrangerExitStatus) instead of SIGABRT, so the other ranks fail the link with the pair
+// named. Held while any link of the process starts (at start, and while a link is made on
+// demand): the first holder installs the handler, the last restores the one before.
+class StrangerExitGuard {
+ public:
+  explicit StrangerExitGuard(int rank);
+  ~StrangerExitGuard();
+  StrangerExitGuard(const StrangerExitGuard&) = delete;
+  StrangerExitGuard& operator=(const StrangerExitGuard&) = delete;
+
+ private:
+  static void onTerminate();
+};
+
 class LazyLinks {
  public:
   struct Setup {
@@ -69,6 +87,8 @@ class LazyLinks {
             uint64_t slot, size_t offset, size_t bytes);
   // Drops `owner`'s queued transfers (it fails or ends: its buffers go).
   void forget(const void* owner);
+  // Closes every link of the context, apart from a link being created.
+  void closeConnections();
   bool connected(int peer) const;
   // Ok, or why the link to `peer` could not be made.
   Status failureOf(int peer) const;
