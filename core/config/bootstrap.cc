@@ -166,6 +166,8 @@ GlooOptions glooOptionsOf(const DataAddress& data, const RuntimeConfig& agreed,
   }
   options.timeout = timeoutOf(agreed);
   options.prefix = prefix + "/links";
+  // Links made on demand: at start only the ring's and the control tree's (planPeers' default
+  // fanout, the tree the negotiation is to use); the others on first use.
   if (agreed.lazyLinks) options.eagerPeers = planPeers(agreed.rank, agreed.size);
   return options;
 }
