@@ -109,7 +109,7 @@ LazyLinks::~LazyLinks() {
   for (std::thread& thread : threads_) thread.join();
 }
 
-void LazyLinks::issue(const Queued& op, int peer) {
+void LazyLinks::postNow(const Queued& op, int peer) {
   if (op.send) {
     op.buffer->send(peer, op.slot, op.offset, op.bytes);
   } else {
@@ -124,7 +124,7 @@ void LazyLinks::post(const void* owner, bool send, int peer,
   std::lock_guard<std::mutex> lock(mutex_);
   switch (state_[peer]) {
     case State::kUp:
-      issue(op, peer);
+      postNow(op, peer);
       return;
     case State::kFailed:
       failure_[peer].raise();
@@ -238,7 +238,7 @@ void LazyLinks::finish(int peer, Status outcome) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (outcome.ok()) {
     try {
-      for (const Queued& op : queued_[peer]) issue(op, peer);
+      for (const Queued& op : queued_[peer]) postNow(op, peer);
     } catch (const std::exception& e) {
       outcome = Status(StatusCode::kPeerLost,
                        detail::concat("rank ", rank_, ": posting to rank ", peer,

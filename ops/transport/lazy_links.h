@@ -108,7 +108,7 @@ class LazyLinks {
   std::vector<char> peerAddress(int peer, const std::string& key);
   Status connectAndProve(int peer);
   void finish(int peer, Status outcome);
-  static void issue(const Queued& op, int peer);
+  static void postNow(const Queued& op, int peer);
 
   std::shared_ptr<gloo::Context> context_;
   std::shared_ptr<gloo::transport::Context> links_;
