@@ -244,6 +244,7 @@ py::dict statsDict(const RuntimeStats& s) {
   d["rendezvous_requests"] = s.rendezvousRequests;
   d["rendezvous_bytes_sent"] = s.rendezvousBytesSent;
   d["rendezvous_bytes_received"] = s.rendezvousBytesReceived;
+  d["data_links"] = s.dataLinks;
   d["fusion_threshold_bytes"] = s.fusionThresholdBytes;
   d["cycle_time_ms"] = s.cycleTimeMs;
   d["components_scale"] = s.componentsScale;

@@ -104,6 +104,9 @@ struct RuntimeStats {
   uint64_t rendezvousRequests = 0;
   uint64_t rendezvousBytesSent = 0;
   uint64_t rendezvousBytesReceived = 0;
+  // This rank's data links (TCP) connected so far: size - 1 once every link is made, fewer
+  // with links made on demand (CERAR_LAZY_LINKS; docs/scale.md). 0 without Gloo links.
+  uint64_t dataLinks = 0;
   // The parameters in force, as the coordinator rank's last response set them (the same on
   // every rank), and where autotuning stands (docs/autotune.md).
   uint64_t fusionThresholdBytes = 0;

@@ -77,6 +77,7 @@ int childMain(int rank, uint16_t port, const std::string& secret,
       GlooOptions gloo;
       gloo.iface = "lo";
       gloo.timeout = options.timeout;
+      gloo.storeHas = [&store](const std::string& key) { return store.check({key}); };
       std::shared_ptr<Transport> transport = connectGloo(store, rank, options.size, gloo);
       // Gloo's mesh is complete on this rank before its peers have read every handshake: a
       // rank that ran and died at once could still break a peer's connect. Everyone waits

@@ -166,6 +166,11 @@ GlooOptions glooOptionsOf(const DataAddress& data, const RuntimeConfig& agreed,
   }
   options.timeout = timeoutOf(agreed);
   options.prefix = prefix + "/links";
+  // Links made on demand: at start only the ring's and the control tree's (the job's fanout:
+  // the tree the negotiation travels); the others on first use.
+  if (agreed.lazyLinks) {
+    options.eagerPeers = planPeers(agreed.rank, agreed.size, std::max(1, agreed.controlFanout));
+  }
   return options;
 }
 
@@ -246,13 +251,19 @@ JobLinks connectLinks(const RuntimeConfig& config) {
   });
   GlooOptions gloo = glooOptionsOf(data, links.config, prefix);
   gloo.linkKey = linkKeyOf(store, config, prefix);
+  // Links made on demand poll the store (which lives as long as the links) for their peer's
+  // address instead of holding its connection in one long wait.
+  gloo.storeHas = [client = rendezvous->store](const std::string& key) {
+    return client->check({key});
+  };
   gloo.startLimit = std::min(kLinkStartLimit, gloo.timeout);
   // A rank posts once its connects (up to 2 start limits) and its proof (2) are done; once a
   // failure is posted, the other end of its link fails within a start limit.
   gloo.agreeOnStart = [&, limit = 6 * gloo.startLimit](const Status& mine) {
     return agreeOnLinks(store, prefix, config.rank, config.size, mine, limit, gloo.startLimit);
   };
-  links.transport = connectGloo(store, config.rank, config.size, gloo);
+  std::shared_ptr<GlooTransport> tcp = connectGloo(store, config.rank, config.size, gloo);
+  links.transport = tcp;
   // Which ranks share a host, agreed once; a job on one host moves its data through shared
   // memory (Gloo's links carry the channels), a layered one gets its two levels.
   const AgreedHosts hosts = agreeOnHosts(store, links.config, prefix);
@@ -277,9 +288,11 @@ JobLinks connectLinks(const RuntimeConfig& config) {
   Rendezvous* hosted = rendezvous.get();
   links.beforeRelease = [hosted] { hosted->server.reset(); };
   const TcpStore* client = rendezvous->store.get();  // lives as long as the runtime
-  links.storeTraffic = [client, inMemory = links.config.linksInMemory ||
-                                               links.localInMemory](RuntimeStats& stats) {
+  const std::weak_ptr<GlooTransport> dataLinks = tcp;
+  links.storeTraffic = [client, dataLinks, inMemory = links.config.linksInMemory ||
+                                                          links.localInMemory](RuntimeStats& stats) {
     stats.sharedMemory = inMemory;
+    if (const auto gloo = dataLinks.lock()) stats.dataLinks = uint64_t(gloo->linksConnected());
     const TcpStore::Traffic traffic = client->traffic();
     stats.rendezvousRequests = traffic.requests;
     stats.rendezvousBytesSent = traffic.bytesSent;

@@ -13,7 +13,7 @@ namespace cerar {
 namespace {
 
 // 2: autotune; 3: dynamic process sets; 4: error budget; 5: the error budget's bound;
-// 6: shared memory; 7: the control tree's fanout
+// 6: shared memory; 7: links made on demand, the control tree's fanout
 constexpr uint8_t kVersion = 7;
 
 // Visits every job-wide field of a config with its variable name, in encoding order (the

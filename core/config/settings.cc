@@ -126,6 +126,11 @@ std::vector<Setting> makeSettings() {
        .variable = "CERAR_SHARED_MEMORY", .kind = kJob,
        .why = "whether the ranks of a one-host job exchange data through shared memory "
               "instead of TCP loopback (docs/shared-memory.md); every rank must use the same links"},
+      {.field = &C::lazyLinks, .attribute = "lazy_links", .variable = "CERAR_LAZY_LINKS",
+       .kind = kJob,
+       .why = "whether the data links connect at start only where the ring and the control tree "
+              "need them, the others on first use (docs/scale.md); both ends of a link must "
+              "agree"},
       {.field = &C::hierarchicalAllreduce, .attribute = "hierarchical_allreduce",
        .variable = "CERAR_HIERARCHICAL_ALLREDUCE",
        .aliases = {"HOROVOD_HIERARCHICAL_ALLREDUCE"}, .kind = kJob,

@@ -1,7 +1,6 @@
 // Connecting a Gloo context's links for the job (connectGloo): the pairs' connects, the links'
 // proof (link_auth.h) and the agreement on the outcome.
-#include <arpa/inet.h>
-
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -11,47 +10,50 @@
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
 #include <gloo/context.h>
-#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
 #include <gloo/transport/context.h>
-#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 
 #include "common/error.h"
 #include "ops/transport/gloo_message.h"
 #include "ops/transport/gloo_tcp.h"
+#include "ops/transport/lazy_links.h"
 #include "ops/transport/link_auth.h"
 
 namespace cerar {
 namespace {
 
-// The link proof's slot: past any channel's tag (process sets count up from 0).
-constexpr uint32_t kProofTag = 0xffffffffu;
-
-// "127.0.0.1:41795" (or "[::1]:41795") from a Gloo TCP address's bytes.
-std::string addressText(const std::vector<char>& bytes) {
-  const gloo::transport::tcp::Address address(bytes);
-  const sockaddr_storage& ss = address.getSockaddr();
-  char host[INET6_ADDRSTRLEN] = {};
-  if (ss.ss_family == AF_INET) {
-    const auto& in = reinterpret_cast<const sockaddr_in&>(ss);
-    inet_ntop(AF_INET, &in.sin_addr, host, sizeof host);
-    return detail::concat(host, ":", ntohs(in.sin_port));
+// The peers whose links connect at start: GlooOptions::eagerPeers, or every peer.
+std::vector<int> startPeers(int rank, int size, const std::vector<int>& eager) {
+  std::vector<int> peers;
+  for (int peer : eager) {
+    CERAR_ENFORCE(peer >= 0 && peer < size, "connectGloo: rank ", rank, ": eager peer ", peer,
+                  " is not in a group of ", size);
+    if (peer != rank) peers.push_back(peer);
   }
-  const auto& in6 = reinterpret_cast<const sockaddr_in6&>(ss);
-  inet_ntop(AF_INET6, &in6.sin6_addr, host, sizeof host);
-  return detail::concat("[", host, "]:", ntohs(in6.sin6_port));
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  if (eager.empty()) {
+    for (int peer = 0; peer < size; ++peer) {
+      if (peer != rank) peers.push_back(peer);
+    }
+  }
+  return peers;
 }
 
-// A context whose pairs connect as Gloo's connectFullMesh does (each rank publishes one
-// listening address per peer under its rank; of each pair, Gloo's address order picks which
-// end connects), but with the limits split: the store's waits follow the job's timeout, the
-// pairs' connects the short start limit, and a failed connect names its peer.
+// A context whose pairs connect as Gloo's connectFullMesh does (of each pair, Gloo's address
+// order picks which end connects), but with each pair's address under a key of its own, so a
+// rank reads only the addresses meant for it (O(N) bytes per rank, not O(N^2)), and with the
+// limits split: the store's waits follow the job's timeout, the pairs' connects the short
+// start limit, and a failed connect names its peer.
 class LinkContext : public gloo::Context {
  public:
   using gloo::Context::Context;
 
+  std::shared_ptr<gloo::transport::Context> links() const { return transportContext_; }
+
   void connect(gloo::rendezvous::Store& store, std::shared_ptr<gloo::transport::Device> device,
-               const GlooOptions& options) {
+               const GlooOptions& options, const std::vector<int>& peers) {
     std::shared_ptr<gloo::transport::Context> links = device->createContext(rank, size);
     // The pairs copy it as they are created; Gloo waits 5 times it for a connect, so a connect
     // waits 2 start limits (a peer that died before connecting costs no more).
@@ -59,20 +61,13 @@ class LinkContext : public gloo::Context {
     // Set at once, so that closeConnections() reaches the pairs after a failed connect.
     device_ = std::move(device);
     transportContext_ = links;
-    std::vector<char> mine;
-    for (int peer = 0; peer < size; ++peer) {
-      if (peer == rank) continue;
-      const std::vector<char> bytes = links->createPair(peer)->address().bytes();
-      mine.insert(mine.end(), bytes.begin(), bytes.end());
+    for (int peer : peers) {
+      store.set(pairKey(options.prefix, rank, peer), links->createPair(peer)->address().bytes());
     }
-    store.set(std::to_string(rank), mine);
-    for (int peer = 0; peer < size; ++peer) {
-      if (peer == rank) continue;
-      store.wait({std::to_string(peer)}, options.timeout);
-      const std::vector<char> theirs = store.get(std::to_string(peer));
-      const size_t each = theirs.size() / size_t(size - 1);
-      const size_t at = size_t(rank > peer ? rank - 1 : rank) * each;
-      const std::vector<char> address(theirs.begin() + at, theirs.begin() + at + each);
+    for (int peer : peers) {
+      const std::string key = pairKey(options.prefix, peer, rank);
+      store.wait({key}, options.timeout);
+      const std::vector<char> address = store.get(key);
       try {
         links->getPair(peer)->connect(address);
       } catch (const std::exception& e) {
@@ -86,52 +81,18 @@ class LinkContext : public gloo::Context {
   }
 };
 
-// While links start, a stranger's well-formed Gloo message (a connection taken for a peer's)
-// can break an invariant that Gloo checks on its network thread (its TCP pair's reader),
-// where nothing catches the exception: std::terminate would abort the process. Cerar cannot
-// stop that thread from reading; it can end the process with its own message and status
-// instead of SIGABRT, so the other ranks fail their start-up with the pair named.
-class StrangerExitGuard {
- public:
-  explicit StrangerExitGuard(int rank) {
-    rank_ = rank;
-    previous_ = std::set_terminate(onTerminate);
-  }
-  ~StrangerExitGuard() { std::set_terminate(previous_); }
-  StrangerExitGuard(const StrangerExitGuard&) = delete;
-  StrangerExitGuard& operator=(const StrangerExitGuard&) = delete;
-
- private:
-  static void onTerminate() {
-    try {
-      if (std::exception_ptr failure = std::current_exception()) std::rethrow_exception(failure);
-    } catch (const gloo::EnforceNotMet& e) {
-      std::fprintf(stderr,
-                   "cerar: rank %d: Gloo's network thread failed while the data links started "
-                   "(%s): a connection that is not this job's sent a message on a link; "
-                   "exiting with status %d\n",
-                   rank_, realPorts(e.what()).c_str(), kStrangerExitStatus);
-      std::_Exit(kStrangerExitStatus);
-    } catch (...) {
-    }
-    if (previous_ != nullptr) previous_();
-    std::abort();
-  }
-  static inline int rank_ = -1;
-  static inline std::terminate_handler previous_ = nullptr;
-};
-
 // The links of `context`, connected and (with a key) proven; this rank's outcome.
 // The store's own failures (a rank that never published) propagate.
 Status startLinks(const std::shared_ptr<LinkContext>& context, gloo::rendezvous::Store& store,
-                  std::shared_ptr<gloo::transport::Device> device, const GlooOptions& options) {
+                  std::shared_ptr<gloo::transport::Device> device, const GlooOptions& options,
+                  const std::vector<int>& peers) {
   try {
-    context->connect(store, std::move(device), options);
-    if (options.linkKey.empty()) return Status();
+    context->connect(store, std::move(device), options, peers);
+    if (options.linkKey.empty() || peers.empty()) return Status();
     // A transport of its own, with the short limit: its failure closes every link of the
     // context, so the peers' proofs fail at once too.
-    GlooTransport proof(context, options.startLimit, kProofTag);
-    return authenticateLinks(proof, options.linkKey, options.prefix);
+    GlooTransport proof(context, options.startLimit, kLinkProofTag);
+    return authenticateLinks(proof, options.linkKey, options.prefix, peers);
   } catch (const Error& e) {
     const Status seen = statusOf(e);
     if (seen.peer < 0) return seen;
@@ -152,6 +113,8 @@ std::unique_ptr<GlooTransport> connectGloo(gloo::rendezvous::Store& store, int r
   std::call_once(sigpipe, [] { std::signal(SIGPIPE, SIG_IGN); });
 
   const std::string& prefix = options.prefix;
+  const std::vector<int> peers = startPeers(rank, size, options.eagerPeers);
+  const bool lazy = int(peers.size()) < size - 1;
   auto rendezvousFailed = [&](const std::string& why) {
     return Error(detail::concat("rank ", rank, ": Gloo rendezvous of ", size, " ranks (keys '",
                                 prefix, "/...') failed: ", why));
@@ -169,8 +132,7 @@ std::unique_ptr<GlooTransport> connectGloo(gloo::rendezvous::Store& store, int r
     std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
     context = std::make_shared<LinkContext>(rank, size);
     context->setTimeout(options.timeout);
-    gloo::rendezvous::PrefixStore scoped(prefix, store);
-    outcome = startLinks(context, scoped, std::move(device), options);
+    outcome = startLinks(context, store, std::move(device), options, peers);
   } catch (const std::exception& e) {
     throw rendezvousFailed(glooMessage(e));
   }
@@ -182,7 +144,22 @@ std::unique_ptr<GlooTransport> connectGloo(gloo::rendezvous::Store& store, int r
     }
     throw Error(detail::concat("rank ", rank, ": ", outcome.message));
   }
-  return std::make_unique<GlooTransport>(std::move(context), options.timeout);
+  std::shared_ptr<LazyLinks> later;
+  if (lazy) {
+    std::vector<bool> connected(size, false);
+    for (int peer : peers) connected[peer] = true;
+    LazyLinks::Setup setup;
+    setup.store = &store;
+    setup.storeHas = options.storeHas;
+    setup.prefix = prefix;
+    setup.timeout = options.timeout;
+    setup.startLimit = options.startLimit;
+    setup.linkKey = options.linkKey;
+    later = std::make_shared<LazyLinks>(context, context->links(), std::move(setup),
+                                        std::move(connected));
+  }
+  return std::make_unique<GlooTransport>(std::move(context), options.timeout, 0,
+                                         std::move(later));
 }
 
 

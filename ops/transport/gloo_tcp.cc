@@ -1,5 +1,7 @@
 #include "ops/transport/gloo_tcp.h"
 
+#include <algorithm>
+
 #include <gloo/common/error.h>
 #include <gloo/context.h>
 #include <gloo/transport/unbound_buffer.h>
@@ -7,6 +9,7 @@
 
 #include "common/error.h"
 #include "ops/transport/gloo_message.h"
+#include "ops/transport/lazy_links.h"
 
 namespace cerar {
 namespace {
@@ -19,9 +22,29 @@ constexpr uint8_t kSlotPrefix = 0x43;
 
 }  // namespace
 
+std::vector<int> planPeers(int rank, int size, int fanout) {
+  CERAR_ENFORCE(size >= 1 && rank >= 0 && rank < size && fanout >= 1, "planPeers: rank ", rank,
+                " of ", size, " with fanout ", fanout);
+  std::vector<int> peers = {(rank + 1) % size, (rank + size - 1) % size};
+  if (rank > 0) peers.push_back((rank - 1) / fanout);
+  for (int64_t child = int64_t(fanout) * rank + 1;
+       child <= int64_t(fanout) * rank + fanout && child < size; ++child) {
+    peers.push_back(int(child));
+  }
+  std::sort(peers.begin(), peers.end());
+  peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+  peers.erase(std::remove(peers.begin(), peers.end(), rank), peers.end());
+  return peers;
+}
+
+std::string pairKey(const std::string& prefix, int from, int to) {
+  return detail::concat(prefix, "/pair/", from, "/", to);
+}
+
 GlooTransport::GlooTransport(std::shared_ptr<gloo::Context> context, Duration timeout,
-                             uint32_t tag)
+                             uint32_t tag, std::shared_ptr<LazyLinks> links)
     : context_(std::move(context)),
+      links_(std::move(links)),
       rank_(context_->rank),
       size_(context_->size),
       timeout_(timeout),
@@ -32,7 +55,20 @@ GlooTransport::GlooTransport(std::shared_ptr<gloo::Context> context, Duration ti
 }
 
 std::shared_ptr<Transport> GlooTransport::channel(uint32_t tag) {
-  return std::make_shared<GlooTransport>(context_, timeout_, tag);
+  return std::make_shared<GlooTransport>(context_, timeout_, tag, links_);
+}
+
+void GlooTransport::closeConnections() {
+  // Links made on demand are created on threads of their own: close under their lock.
+  if (links_) {
+    links_->closeConnections();
+  } else {
+    context_->closeConnections();
+  }
+}
+
+int GlooTransport::linksConnected() const {
+  return links_ ? links_->linksConnected() : size_ - 1;
 }
 
 GlooTransport::~GlooTransport() {
@@ -40,11 +76,12 @@ GlooTransport::~GlooTransport() {
   for (int peer = 0; peer < size_; ++peer) {
     pending = pending || !sends_[peer].empty() || !recvs_[peer].empty();
   }
+  if (links_) links_->forget(this);
   // Abandoned transfers: close the pairs so Gloo stops touching the caller's memory and the
   // peers fail at once instead of waiting for their timeout.
   if (pending && failure_.ok()) {
     try {
-      context_->closeConnections();
+      closeConnections();
     } catch (...) {
     }
   }
@@ -65,10 +102,11 @@ void GlooTransport::checkUsable(int peer, const char* op) const {
 
 void GlooTransport::fail(Status failure) {
   failure_ = std::move(failure);
+  if (links_) links_->forget(this);  // before the buffers of its queued transfers go
   // Gloo has closed some or all pairs; close the rest so that no pending transfer writes into
   // memory the caller may free after this error, then drop every pending transfer.
   try {
-    context_->closeConnections();
+    closeConnections();
   } catch (...) {
   }
   for (int p = 0; p < size_; ++p) {
@@ -98,7 +136,9 @@ void GlooTransport::post(bool send, int peer, void* data, size_t bytes) {
       op.buffer = op.owned.get();
       ++buffersCreated_;
     }
-    if (send) {
+    if (links_) {
+      links_->post(this, send, peer, op.buffer, slot_, offset, bytes);
+    } else if (send) {
       op.buffer->send(peer, slot_, offset, bytes);
     } else {
       op.buffer->recv(peer, slot_, offset, bytes);
@@ -160,6 +200,17 @@ void GlooTransport::wait(bool send, int peer) {
     why = glooMessage(e);
   }
   const auto elapsed = std::chrono::steady_clock::now() - start;
+  if (links_) {
+    // A link made on demand that failed aborts the waits on it: its own reason says more.
+    Status link = links_->failureOf(peer);
+    if (!link.ok()) fail(std::move(link));
+    if (!links_->connected(peer) && elapsed >= timeout_) {
+      fail(Status(StatusCode::kTimeout,
+                  detail::concat("rank ", rank_, ": timed out after ", timeout_.count(),
+                                 " ms waiting for its link to rank ", peer, " to be made"),
+                  peer));
+    }
+  }
   // Gloo ends a wait by throwing both on its timeout and on a broken link; only the time
   // spent tells them apart (its message text is not an interface).
   if (elapsed >= timeout_) {

@@ -41,7 +41,27 @@ struct GlooOptions {
   // so that every rank fails alike (core/config/bootstrap.cc agrees through the store). Unset: this
   // rank's own outcome decides.
   std::function<Status(const Status&)> agreeOnStart;
+  // The peers whose links connect before connectGloo returns; empty, or every peer: the full
+  // mesh. Otherwise any other link connects on its first use (links made on demand,
+  // lazy_links.h), through the store given to connectGloo, which must then outlive the
+  // transport. Every rank's set must mirror its peers' (planPeers() does).
+  std::vector<int> eagerPeers;
+  // Whether a key is in the store, without waiting (TcpStore::check). Set, a link made on
+  // demand polls for its peer's address, so the store's other users never queue behind one
+  // long wait. Unset, it waits on the store (up to the timeout).
+  std::function<bool(const std::string&)> storeHas;
 };
+
+// The peers that the job's plans use from the start: the ring's neighbours (rank +- 1 mod
+// size) and the control tree's links (a `fanout`-ary tree rooted at rank 0: parent
+// (rank-1)/fanout, children fanout*rank+1 .. fanout*rank+fanout). Ascending, without `rank`;
+// q is in planPeers(p) exactly when p is in planPeers(q).
+std::vector<int> planPeers(int rank, int size, int fanout = 8);
+
+// The store key under which rank `from` publishes the address of its link to rank `to`.
+std::string pairKey(const std::string& prefix, int from, int to);
+
+class LazyLinks;
 
 // One rank's link to every other rank of a Gloo context. A post inside a registered region
 // (registerMemory) goes through the region's UnboundBuffer at an offset; any other post creates
@@ -57,9 +77,11 @@ struct GlooOptions {
 // aborts the receiving process inside Gloo), and no transfer to oneself.
 class GlooTransport : public Transport {
  public:
-  // `context` must be connected (connectFullMesh done); `timeout` limits each wait.
-  // `tag` picks the slot of the transfers (channel()); 0 is the job's.
-  GlooTransport(std::shared_ptr<gloo::Context> context, Duration timeout, uint32_t tag = 0);
+  // `context` must be connected (connectFullMesh done), or `links` makes its missing links;
+  // `timeout` limits each wait. `tag` picks the slot of the transfers (channel()); 0 is the
+  // job's.
+  GlooTransport(std::shared_ptr<gloo::Context> context, Duration timeout, uint32_t tag = 0,
+                std::shared_ptr<LazyLinks> links = nullptr);
   ~GlooTransport() override;
 
   int rank() const override { return rank_; }
@@ -81,6 +103,8 @@ class GlooTransport : public Transport {
   std::shared_ptr<gloo::Context> context() const { return context_; }
   // UnboundBuffers created so far (one per registered region, one per other transfer).
   uint64_t buffersCreated() const { return buffersCreated_; }
+  // This rank's links that are connected now (size - 1 for a full mesh): the sockets it holds.
+  int linksConnected() const;
 
  private:
   struct Region {
@@ -94,12 +118,14 @@ class GlooTransport : public Transport {
     size_t bytes;
   };
   bool pendingOn(const gloo::transport::UnboundBuffer* buffer) const;
+  void closeConnections();
   void checkUsable(int peer, const char* op) const;
   void post(bool send, int peer, void* data, size_t bytes);
   void wait(bool send, int peer);
   [[noreturn]] void fail(Status failure);
 
   std::shared_ptr<gloo::Context> context_;  // first member: outlives the buffers below
+  std::shared_ptr<LazyLinks> links_;        // null: every link is connected
   int rank_;
   int size_;
   Duration timeout_;
@@ -118,7 +144,10 @@ class GlooTransport : public Transport {
 constexpr int kStrangerExitStatus = 70;
 
 // Connects rank `rank` of `size` through `store` over Gloo's TCP transport, under the keys
-// options.prefix + "/...", which must be fresh on this store (see GlooOptions::prefix).
+// options.prefix + "/...", which must be fresh on this store (see GlooOptions::prefix): each
+// link's end under pairKey(), so a rank reads only the addresses made for it. Connects the
+// links to options.eagerPeers (every peer where empty) and, with a link key, proves them; the
+// others are made on demand (lazy_links.h).
 // Throws cerar::Error naming the rank when the rendezvous fails or times out, and naming the
 // rank pair when a link fails its start-up (options.agreeOnStart's verdict). Gloo's messages
 // are repeated with the ports it prints byte-swapped (Gloo 0.5.0) put right.

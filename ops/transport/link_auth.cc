@@ -31,21 +31,29 @@ std::string proofMessage(std::string_view scope, int prover, int verifier,
   return out;
 }
 
-// Posts a fixed-size send to and receive from every peer, then waits for all of them.
+// Posts a fixed-size send to and receive from each of `peers`, then waits for all of them.
 // Throws the transport's error (naming the peer) when one fails.
 template <typename Message>
-void exchange(Transport& transport, const std::vector<Message>& out, std::vector<Message>& in) {
-  const int rank = transport.rank();
-  for (int peer = 0; peer < transport.size(); ++peer) {
-    if (peer == rank) continue;
+void exchange(Transport& transport, const std::vector<int>& peers,
+              const std::vector<Message>& out, std::vector<Message>& in) {
+  for (int peer : peers) {
     transport.postRecv(peer, in[peer].data(), in[peer].size());
     transport.postSend(peer, out[peer].data(), out[peer].size());
   }
-  for (int peer = 0; peer < transport.size(); ++peer) {
-    if (peer == rank) continue;
+  for (int peer : peers) {
     transport.waitSend(peer);
     transport.waitRecv(peer);
   }
+}
+
+// `peers`, or every peer of `rank` where it is empty.
+std::vector<int> peersOrAll(const std::vector<int>& peers, int rank, int size) {
+  if (!peers.empty()) return peers;
+  std::vector<int> all;
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer != rank) all.push_back(peer);
+  }
+  return all;
 }
 
 }  // namespace
@@ -78,25 +86,26 @@ std::string strangerMessage(int rank, int peer, const std::string& seen) {
                         "link, or that rank ended (docs/rendezvous.md, threat model)");
 }
 
-Status authenticateLinks(Transport& transport, std::string_view key, std::string_view scope) {
+Status authenticateLinks(Transport& transport, std::string_view key, std::string_view scope,
+                         const std::vector<int>& only) {
   const int rank = transport.rank();
   const int size = transport.size();
+  const std::vector<int> peers = peersOrAll(only, rank, size);
   std::vector<LinkNonce> mine(size), theirs(size);
   std::vector<Sha256Digest> proofs(size), answers(size);
   try {
     for (auto& nonce : mine) nonce = freshLinkNonce();
-    exchange(transport, mine, theirs);
-    for (int peer = 0; peer < size; ++peer) {
-      if (peer != rank) proofs[peer] = linkProof(key, scope, rank, peer, mine[peer], theirs[peer]);
+    exchange(transport, peers, mine, theirs);
+    for (int peer : peers) {
+      proofs[peer] = linkProof(key, scope, rank, peer, mine[peer], theirs[peer]);
     }
-    exchange(transport, proofs, answers);
+    exchange(transport, peers, proofs, answers);
   } catch (const Error& e) {
     const Status seen = statusOf(e);
     if (seen.peer < 0) return seen;  // not a link's failure (a misuse): no pair to name
     return Status(seen.code, strangerMessage(rank, seen.peer, e.what()), seen.peer);
   }
-  for (int peer = 0; peer < size; ++peer) {
-    if (peer == rank) continue;
+  for (int peer : peers) {
     if (!checkLinkProof(key, scope, peer, rank, theirs[peer], mine[peer], answers[peer])) {
       return Status(StatusCode::kPeerLost,
                     strangerMessage(rank, peer, detail::concat("the end that should be rank ",

@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "ops/transport/hmac_sha256.h"
@@ -42,10 +43,12 @@ bool checkLinkProof(std::string_view key, std::string_view scope, int prover, in
 // The message of a link that failed its start-up; names the pair and the likely cause.
 std::string strangerMessage(int rank, int peer, const std::string& seen);
 
-// Runs the exchange with every peer of `transport` (each wait bounded by its timeout).
+// Runs the exchange with every peer in `peers` of `transport`, all of them where `peers` is
+// empty (each wait bounded by the transport's timeout).
 // Returns ok, or the first link that failed: kPeerLost with the pair and "a connection that is
 // not this job's" for a wrong proof, the transport's own failure otherwise. The transport is
 // unusable after a failure.
-Status authenticateLinks(Transport& transport, std::string_view key, std::string_view scope);
+Status authenticateLinks(Transport& transport, std::string_view key, std::string_view scope,
+                         const std::vector<int>& peers = {});
 
 }  // namespace cerar

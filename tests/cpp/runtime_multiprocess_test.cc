@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ops/transport/gloo_tcp.h"
 #include "rendezvous/tcp_store.h"
 #include "child_processes.h"
 #include "runtime_scenarios.h"
@@ -109,6 +110,37 @@ TEST(RuntimeMultiprocess, StartUnderTorchrunWhereRankZeroHostsTheStore) {
                        {"CERAR_SECRET", "t0rch"}};
   });
   EXPECT_EQ(codes, (std::vector<int>{0, 0, 0, 0}));
+}
+
+// CERAR_LAZY_LINKS=1 through the job settings: the ring's and the tree's links at start, an
+// alltoall's on demand, its rows right.
+TEST(RuntimeMultiprocess, LazyLinksStartWithTheRingAndTreeAndMakeTheRestOnDemand) {
+  constexpr int N = 8;
+  TcpStoreServer server("127.0.0.1", 0, "l4zy");
+  const std::string port = std::to_string(server.port());
+  const std::vector<pid_t> pids = testing::forkRanks(N, [&](int rank) {
+    const Environment environment = {
+        {"CERAR_RANK", std::to_string(rank)}, {"CERAR_SIZE", std::to_string(N)},
+        {"CERAR_LOCAL_RANK", std::to_string(rank)}, {"CERAR_LOCAL_SIZE", std::to_string(N)},
+        {"CERAR_RENDEZVOUS_ADDR", "127.0.0.1"}, {"CERAR_RENDEZVOUS_PORT", port},
+        {"CERAR_SECRET", "l4zy"}, {"CERAR_LAZY_LINKS", "1"}, {"CERAR_SHARED_MEMORY", "0"},
+        {"CERAR_MEASURE_LINK", "0"}, {"CERAR_TIMEOUT_SECONDS", "20"}};
+    for (const auto& [name, value] : environment) setenv(name.c_str(), value.c_str(), 1);
+    auto rt = Runtime::start(RuntimeConfig::fromEnvironment());
+    const uint64_t atStart = rt->stats().dataLinks;
+    std::vector<int64_t> rows(N);
+    for (int to = 0; to < N; ++to) rows[to] = rank * 100 + to;
+    Handle sent = rt->alltoall("a2a", view(rows, {N, 1}, DType::kInt64), {});
+    sent.wait();
+    const auto* got = reinterpret_cast<const int64_t*>(sent.output().data());
+    int code = atStart == planPeers(rank, N).size() ? 0 : 1;  // rank 1: 2 links, not 7
+    for (int from = 0; from < N; ++from) code |= got[from] == from * 100 + rank ? 0 : 2;
+    code |= rt->stats().dataLinks == uint64_t(N - 1) ? 0 : 4;
+    rt->shutdown();
+    return code;
+  });
+  server.start();
+  EXPECT_EQ(testing::exitCodes(pids), std::vector<int>(N, 0));
 }
 
 }  // namespace

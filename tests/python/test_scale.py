@@ -24,10 +24,11 @@ AGREEMENT_POLLS = 200
 
 def rendezvous_requests(n):
     """A rank's fewest requests to the store: hello, its start count, the job settings, its loss
-    mark (4); the data links' start (ops/transport/gloo_start.cc): its address record (1) and a
-    wait and a get of every peer's (2 (n - 1)); the links' agreement (core/config/bootstrap.cc): its
-    outcome and its count (2), then polls of the count (0 to AGREEMENT_POLLS more)."""
-    return 4 + 1 + 2 * (n - 1) + 2
+    mark (4); the data links' start (ops/transport/gloo_start.cc): the address of its end of each
+    link (n - 1) and a wait and a get of the address each peer made for it (2 (n - 1)); the links'
+    agreement (core/config/bootstrap.cc): its outcome and its count (2), then polls of the count
+    (0 to AGREEMENT_POLLS more)."""
+    return 4 + 3 * (n - 1) + 2
 
 
 def assert_rendezvous_requests(got, n, what):
