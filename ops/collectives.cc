@@ -257,4 +257,19 @@ void abortDown(Transport& t, const std::vector<int>& children, const std::string
   for (int child : children) sendMessage(t, child, Type::kAbort, abortText(why));
 }
 
+std::vector<uint8_t> treeBroadcastBytes(Transport& t, const std::vector<uint8_t>& message,
+                                        int fanout) {
+  const ControlTree tree{t.rank(), t.size(), fanout};
+  return relayDown(t, tree.parent(), tree.children(), message);
+}
+
+std::vector<uint8_t> treeAllreduceBytes(
+    Transport& t, std::vector<uint8_t> mine, int fanout,
+    const std::function<void(std::vector<uint8_t>&, const std::vector<uint8_t>&)>& combine) {
+  const ControlTree tree{t.rank(), t.size(), fanout};
+  for (const auto& theirs : gatherFromChildren(t, tree.children())) combine(mine, theirs);
+  if (tree.parent() >= 0) sendToParent(t, tree.parent(), mine);
+  return relayDown(t, tree.parent(), tree.children(), mine);
+}
+
 }  // namespace cerar

@@ -5,10 +5,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "ops/control_frame.h"
+#include "ops/control_tree.h"
 #include "ops/transport/transport.h"
 
 namespace cerar {
@@ -49,7 +51,7 @@ std::vector<uint8_t> broadcastBytes(Transport& transport, const std::vector<uint
 // corrupt): every other rank's broadcastBytes throws Error with `why`, so all fail alike.
 void broadcastAbort(Transport& transport, const std::string& why, int root);
 
-// The control tree's halves (core/control/control_tree.h names parent and children), in the
+// The control tree's halves (ops/control_tree.h names parent and children), in the
 // same frames. Up: a rank receives its children's messages (all posted at once, checked as
 // gatherBytes checks), then sends its own, merged, to its parent; a child's abort throws
 // Error with the child's reason. A rank that cannot report sends an abort up instead.
@@ -66,5 +68,15 @@ std::vector<uint8_t> relayDown(Transport& transport, int parent, const std::vect
                                uint64_t maxBytes = control_frame::kMaxMessageBytes);
 // The root's alternative to relayDown when it cannot go on.
 void abortDown(Transport& transport, const std::vector<int>& children, const std::string& why);
+
+// Rank 0's `message` to every rank down the control tree of `fanout` (no rank sends more than
+// `fanout` copies: links made on demand stay those of the tree).
+std::vector<uint8_t> treeBroadcastBytes(Transport& transport, const std::vector<uint8_t>& message,
+                                        int fanout);
+// Every rank's `mine` combined up the tree (`combine(into, child's)`), then rank 0's result
+// down to every rank.
+std::vector<uint8_t> treeAllreduceBytes(
+    Transport& transport, std::vector<uint8_t> mine, int fanout,
+    const std::function<void(std::vector<uint8_t>&, const std::vector<uint8_t>&)>& combine);
 
 }  // namespace cerar

@@ -168,8 +168,14 @@ GlooOptions glooOptionsOf(const DataAddress& data, const RuntimeConfig& agreed,
   options.prefix = prefix + "/links";
   // Links made on demand: at start only the ring's and the control tree's (the job's fanout:
   // the tree the negotiation travels); the others on first use.
+  // The collectives at start (the link probe's) take the default fanout's tree: its links too.
   if (agreed.lazyLinks) {
-    options.eagerPeers = planPeers(agreed.rank, agreed.size, std::max(1, agreed.controlFanout));
+    std::vector<int> peers = planPeers(agreed.rank, agreed.size, std::max(1, agreed.controlFanout));
+    for (int peer : planPeers(agreed.rank, agreed.size, kDefaultControlFanout)) {
+      if (std::find(peers.begin(), peers.end(), peer) == peers.end()) peers.push_back(peer);
+    }
+    std::sort(peers.begin(), peers.end());
+    options.eagerPeers = std::move(peers);
   }
   return options;
 }

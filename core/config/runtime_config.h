@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/types.h"
+#include "ops/control_tree.h"
 
 namespace cerar {
 
@@ -34,8 +35,8 @@ struct RuntimeConfig {
   double cycleTimeMs = 1.0;                   // CERAR_CYCLE_TIME
   size_t cacheCapacity = 1024;                // CERAR_CACHE_CAPACITY; 0 disables the cache
   // CERAR_CONTROL_FANOUT: children per rank in the control tree every negotiation cycle
-  // travels (core/control/control_tree.h). Job-wide.
-  int controlFanout = 8;
+  // travels (ops/control_tree.h). Job-wide.
+  int controlFanout = kDefaultControlFanout;
   std::string algorithm = "auto";             // CERAR_ALGORITHM: auto | ring | cerar
   int components = 0;                         // CERAR_COMPONENTS; 0 = cost model
   // CERAR_COMPONENTS_SCALE: a factor on the cost model's c (rounded to a multiple of N); the

@@ -340,7 +340,8 @@ BlameOptions setUpBlame(Transport& transport, BlameBoard* board, bool hostedByRa
                         std::chrono::milliseconds timeout) {
   BlameOptions options;
   const std::string mine = transport.rank() == 0 ? newBlameScope() : "";
-  const auto scope = broadcastBytes(transport, {mine.begin(), mine.end()}, 0);
+  const auto scope =
+      treeBroadcastBytes(transport, {mine.begin(), mine.end()}, kDefaultControlFanout);
   options.scope.assign(scope.begin(), scope.end());
   options.rank = transport.rank();
   options.size = transport.size();

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/control/blame.h"
-#include "core/control/control_tree.h"
+#include "ops/control_tree.h"
 #include "core/policy/coordinator_tuning.h"
 #include "core/execution/dispatch.h"
 #include "core/device/finalizer.h"

@@ -134,7 +134,7 @@ struct RankPart {
 };
 
 // A subtree's report of one cycle, merged rank by rank on its way up the control tree
-// (core/control/control_tree.h). Cached units are not announced once but held: a rank names
+// (ops/control_tree.h). Cached units are not announced once but held: a rank names
 // every cached unit it has submitted and not yet seen answered, in every cycle, so merging is
 // an OR of bits and the report's size does not grow with the ranks under it.
 struct CycleReport {

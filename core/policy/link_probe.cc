@@ -163,7 +163,7 @@ void makeMonotone(std::vector<LinkModel::RoundPoint>& points) {
 
 // Rank 0's choice, on every rank: all take the same branch.
 uint8_t rankZeroChoice(Transport& t, uint8_t mine) {
-  return broadcastBytes(t, {mine}, 0).at(0);
+  return treeBroadcastBytes(t, {mine}, kDefaultControlFanout).at(0);
 }
 
 double codecSecondsPerByte() {
@@ -222,19 +222,17 @@ std::vector<size_t> probeMessageSizes(size_t segmentBytes) {
 std::vector<double> slowestOverRanks(Transport& t, std::vector<double> values) {
   std::vector<uint8_t> mine(values.size() * sizeof(double));
   std::memcpy(mine.data(), values.data(), mine.size());
-  const auto all = gatherBytes(t, mine, 0);
-  if (t.rank() == 0) {
-    for (const auto& theirs : all) {
-      CERAR_ENFORCE(theirs.size() == mine.size(), "link probe: ranks disagree on the figures");
-      for (size_t i = 0; i < values.size(); ++i) {
-        double value;
-        std::memcpy(&value, theirs.data() + i * sizeof(double), sizeof(double));
-        values[i] = std::max(values[i], value);
-      }
+  const auto slowest = [&](std::vector<uint8_t>& into, const std::vector<uint8_t>& theirs) {
+    CERAR_ENFORCE(theirs.size() == into.size(), "link probe: ranks disagree on the figures");
+    for (size_t i = 0; i < values.size(); ++i) {
+      double a, b;
+      std::memcpy(&a, into.data() + i * sizeof(double), sizeof(double));
+      std::memcpy(&b, theirs.data() + i * sizeof(double), sizeof(double));
+      a = std::max(a, b);
+      std::memcpy(into.data() + i * sizeof(double), &a, sizeof(double));
     }
-    std::memcpy(mine.data(), values.data(), mine.size());
-  }
-  mine = broadcastBytes(t, mine, 0);
+  };
+  mine = treeAllreduceBytes(t, std::move(mine), kDefaultControlFanout, slowest);
   std::memcpy(values.data(), mine.data(), mine.size());
   return values;
 }

@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "common/error.h"
-#include "core/control/control_tree.h"
+#include "ops/control_tree.h"
 #include "ops/collectives.h"
 #include "ops/transport/inproc.h"
 

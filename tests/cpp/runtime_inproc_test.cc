@@ -8,7 +8,7 @@
 #include <future>
 #include <unistd.h>
 
-#include "core/control/control_tree.h"
+#include "ops/control_tree.h"
 #include "core/control/message.h"
 #include "ops/communicator.h"
 #include "ops/control_frame.h"

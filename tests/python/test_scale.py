@@ -50,7 +50,7 @@ def scale_stats(n, count=100, fanout=None):
 
 
 def tree_links(rank, n, fanout):
-    """The control tree's links of `rank` (core/control/control_tree.h): children, parent."""
+    """The control tree's links of `rank` (ops/control_tree.h): children, parent."""
     children = [c for c in range(fanout * rank + 1, fanout * rank + fanout + 1) if c < n]
     return len(children) + (0 if rank == 0 else 1)
 

@@ -8,10 +8,14 @@
 
 namespace cerar {
 
+// CERAR_CONTROL_FANOUT's default, and the fanout of the few collectives at start that run
+// before or apart from the negotiation (the link probe's, the blame scope's).
+constexpr int kDefaultControlFanout = 8;
+
 struct ControlTree {
   int rank = 0;
   int size = 1;
-  int fanout = 8;  // children per rank at most (>= 1; 1 makes a chain)
+  int fanout = kDefaultControlFanout;  // children per rank at most (>= 1; 1 makes a chain)
 
   // -1 for the root.
   int parent() const { return rank == 0 ? -1 : (rank - 1) / fanout; }

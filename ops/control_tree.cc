@@ -1,4 +1,4 @@
-#include "core/control/control_tree.h"
+#include "ops/control_tree.h"
 
 namespace cerar {
 
