@@ -39,6 +39,8 @@ def parse_args(argv=None):
     parser.add_argument("--repeat", type=int, default=3,
                         help="passes of the same names after the first (cached: the steady "
                              "state, reported in the steady_* columns)")
+    parser.add_argument("--lazy-links", action="store_true",
+                        help="links made on demand (CERAR_LAZY_LINKS=1)")
     parser.add_argument("--count", type=int, default=100, help="all-reduces per job")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per job")
     parser.add_argument("--json", help="write every rank's counters here")
@@ -83,6 +85,7 @@ def summary(stats, wall_s, fanout=""):
                                   + per_worker("control_messages_received")) / cycles,
         "worker_bytes_per_cycle": (per_worker("control_bytes_sent")
                                    + per_worker("control_bytes_received")) / cycles,
+        "links_max": max(s.get("data_links", 0) for s in stats.values()),
         "rdv_requests_min": min(s["rendezvous_requests"] for s in stats.values()),
         "rdv_requests_max": max(s["rendezvous_requests"] for s in stats.values()),
         "rdv_requests_total": sum(s["rendezvous_requests"] for s in stats.values()),
@@ -109,6 +112,8 @@ def run_job(n, args, hosts=None, fanout=""):
     env = {**os.environ, **JOB_ENV}
     if fanout:
         env["CERAR_CONTROL_FANOUT"] = fanout
+    if args.lazy_links:
+        env["CERAR_LAZY_LINKS"] = "1"
     started = time.perf_counter()
     if hosts is None:
         result = subprocess.run(command, capture_output=True, text=True, env=env,
@@ -123,7 +128,7 @@ def run_job(n, args, hosts=None, fanout=""):
 
 
 COLUMNS = ("ranks", "fanout", "cycles", "coord_msgs_per_cycle", "max_msgs_per_cycle", "coord_bytes_per_cycle",
-           "worker_msgs_per_cycle", "worker_bytes_per_cycle", "rdv_requests_min",
+           "worker_msgs_per_cycle", "worker_bytes_per_cycle", "links_max", "rdv_requests_min",
            "rdv_requests_max", "rdv_requests_total", "rdv_bytes_total",
            "steady_coord_msgs_per_cycle", "steady_coord_bytes_per_cycle",
            "steady_max_bytes_per_cycle", "init_s_max",
