@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKERS = ROOT / "tests" / "python" / "workers"
 sys.path.insert(0, str(ROOT / "tests" / "python"))
 
-JOB_ENV = {"CERAR_LOG_LEVEL": "warning", "CERAR_TIMEOUT_SECONDS": "300",
+JOB_ENV = {"CERAR_LOG_LEVEL": os.environ.get("CERAR_LOG_LEVEL", "warning"), "CERAR_TIMEOUT_SECONDS": "300",
            "CERAR_RENDEZVOUS_TIMEOUT_SECONDS": "300", "PYTHONUNBUFFERED": "1"}
 
 

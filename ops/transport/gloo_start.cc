@@ -41,6 +41,20 @@ std::vector<int> startPeers(int rank, int size, const std::vector<int>& eager) {
   return peers;
 }
 
+// Links made on demand: each rank connects at start only to a few peers, which may still be
+// waiting for theirs (a chain along the ring): a connect would then outwait its short start
+// limit while ranks are still starting. So every rank first waits until every rank has
+// published its addresses, as the full mesh's waits do by themselves: one key per rank,
+// waited for in one request (O(N) bytes per rank).
+void waitForEveryRank(gloo::rendezvous::Store& store, const GlooOptions& options, int rank,
+                      int size) {
+  const auto key = [&](int r) { return detail::concat(options.prefix, "/published/", r); };
+  store.set(key(rank), {'1'});
+  std::vector<std::string> all;
+  for (int r = 0; r < size; ++r) all.push_back(key(r));
+  store.wait(all, options.timeout);
+}
+
 // A context whose pairs connect as Gloo's connectFullMesh does (of each pair, Gloo's address
 // order picks which end connects), but with each pair's address under a key of its own, so a
 // rank reads only the addresses meant for it (O(N) bytes per rank, not O(N^2)), and with the
@@ -64,6 +78,7 @@ class LinkContext : public gloo::Context {
     for (int peer : peers) {
       store.set(pairKey(options.prefix, rank, peer), links->createPair(peer)->address().bytes());
     }
+    if (!options.eagerPeers.empty()) waitForEveryRank(store, options, rank, size);
     for (int peer : peers) {
       const std::string key = pairKey(options.prefix, peer, rank);
       store.wait({key}, options.timeout);

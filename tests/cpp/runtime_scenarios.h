@@ -321,47 +321,12 @@ inline std::string timeline(int rank, const Starter& start, const std::string& p
   return "ok";
 }
 
-// The last rank never submits 'lonely': rank 0 logs that it is missing, and past the
-// shutdown time every submitter's handle fails naming it.
-inline std::string stallReport(int rank, const Starter& start) {
-  RuntimeConfig config = testConfig();
-  config.stallCheckSeconds = 0.2;
-  config.stallShutdownSeconds = 0.8;
-  LogCapture log;
-  config.logSink = log.sink();
-  auto rt = start(config);
-  const int N = rt->size();
-  std::string result = "missing";
-  if (rank == N - 1) {
-    // Enter the barrier while the others still wait for 'lonely', but not so early that the
-    // barrier itself would stall.
-    std::this_thread::sleep_for(std::chrono::duration<double>(config.stallShutdownSeconds / 2 + 0.1));
-  } else {
-    std::vector<float> v(2, 1);
-    const Status status = outcome(rt->allreduce("lonely", f32(v), f32(v), Op::kSum));
-    const std::string& error = status.message;
-    check(status.code == StatusCode::kTimeout && status.peer == N - 1, "stall status ",
-          statusCodeName(status.code), " peer ", status.peer);
-    check(error.find("'lonely' stalled") != std::string::npos &&
-              error.find("ranks " + std::to_string(N - 1) + " have not submitted") !=
-                  std::string::npos,
-          "stall error: '", error, "'");
-    result = "failed";
-  }
-  rt->barrier().wait();
-  if (rank == 0) {
-    const std::string line = log.find("rank " + std::to_string(N - 1) + " is missing 'lonely'");
-    check(!line.empty(), "no stall warning naming rank ", N - 1);
-    check(rt->stats().stallWarnings >= 1, "stall warnings not counted");
-  }
-  rt->barrier().wait();
-  return result;
-}
-
-// The same for a cached unit: every rank runs 'steady' twice, then the last rank withholds
-// it. Its holders name it by held bits only (no rank by rank), so rank 0 calls the roll to
-// learn who lacks it: the warning and the failure still name the last rank.
-inline std::string cachedStallReport(int rank, const Starter& start) {
+// The last rank never submits `name`: rank 0 logs that it is missing, and past the shutdown
+// time every submitter's handle fails naming it. With `cached`, every rank first runs the name
+// twice: its holders then name it by held bits only (no rank by rank), so rank 0 calls the
+// roll to learn who lacks it, and the job goes on after the stall.
+inline std::string stallScenario(int rank, const Starter& start, const std::string& name,
+                                 bool cached) {
   RuntimeConfig config = testConfig();
   config.stallCheckSeconds = 0.2;
   config.stallShutdownSeconds = 0.8;
@@ -370,32 +335,45 @@ inline std::string cachedStallReport(int rank, const Starter& start) {
   auto rt = start(config);
   const int N = rt->size();
   std::vector<float> v(2, 1);
-  for (int step = 0; step < 2; ++step) {
-    check(outcome(rt->allreduce("steady", f32(v), f32(v), Op::kSum)).ok(), "step ", step);
+  for (int step = 0; cached && step < 2; ++step) {
+    check(outcome(rt->allreduce(name, f32(v), f32(v), Op::kSum)).ok(), "step ", step);
   }
   std::string result = "missing";
   if (rank == N - 1) {
+    // Enter the barrier while the others still wait for `name`, but not so early that the
+    // barrier itself would stall.
     std::this_thread::sleep_for(std::chrono::duration<double>(config.stallShutdownSeconds / 2 + 0.1));
   } else {
-    const Status status = outcome(rt->allreduce("steady", f32(v), f32(v), Op::kSum));
+    const Status status = outcome(rt->allreduce(name, f32(v), f32(v), Op::kSum));
+    const std::string& error = status.message;
     check(status.code == StatusCode::kTimeout && status.peer == N - 1, "stall status ",
-          statusCodeName(status.code), " peer ", status.peer, ": ", status.message);
-    check(status.message.find("'steady' stalled") != std::string::npos &&
-              status.message.find("ranks " + std::to_string(N - 1) + " have not submitted") !=
+          statusCodeName(status.code), " peer ", status.peer, ": ", error);
+    check(error.find("'" + name + "' stalled") != std::string::npos &&
+              error.find("ranks " + std::to_string(N - 1) + " have not submitted") !=
                   std::string::npos,
-          "stall error: '", status.message, "'");
-    check(rt->stats().cacheHits >= 1, "'steady' was not held by its cache slot");
+          "stall error: '", error, "'");
+    check(!cached || rt->stats().cacheHits >= 1, "'", name, "' was not held by its slot");
     result = "failed";
   }
   rt->barrier().wait();
   if (rank == 0) {
-    check(!log.find("rank " + std::to_string(N - 1) + " is missing 'steady'").empty(),
-          "no stall warning naming rank ", N - 1);
+    const std::string line = log.find("rank " + std::to_string(N - 1) + " is missing '" + name + "'");
+    check(!line.empty(), "no stall warning naming rank ", N - 1);
+    check(rt->stats().stallWarnings >= 1, "stall warnings not counted");
   }
-  // The job goes on: the name runs again on every rank.
-  check(outcome(rt->allreduce("steady", f32(v), f32(v), Op::kSum)).ok(), "after the stall");
+  if (cached) {
+    check(outcome(rt->allreduce(name, f32(v), f32(v), Op::kSum)).ok(), "after the stall");
+  }
   rt->barrier().wait();
   return result;
+}
+
+inline std::string stallReport(int rank, const Starter& start) {
+  return stallScenario(rank, start, "lonely", false);
+}
+
+inline std::string cachedStallReport(int rank, const Starter& start) {
+  return stallScenario(rank, start, "steady", true);
 }
 
 // The same name with another shape on the last rank fails on every rank, at negotiation.
