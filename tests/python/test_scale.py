@@ -22,22 +22,39 @@ MAX_AVERAGE_MESSAGE_BYTES = 2048
 AGREEMENT_POLLS = 200
 
 
-def rendezvous_requests(n):
+def start_peers(rank, n, fanout, lazy=True):
+    """The peers a rank connects at start (core/config/bootstrap.cc): every one, or with links
+    on demand the ring's two and the control tree's, for the job's fanout and the default 8
+    (the link probe's tree)."""
+    if not lazy:
+        return set(range(n)) - {rank}
+    peers = {(rank + 1) % n, (rank - 1) % n}
+    for k in {fanout, 8}:
+        if rank > 0:
+            peers.add((rank - 1) // k)
+        peers |= {c for c in range(k * rank + 1, k * rank + k + 1) if c < n}
+    return peers - {rank}
+
+
+def rendezvous_requests(links, lazy=True):
     """A rank's fewest requests to the store: hello, its start count, the job settings, its loss
-    mark (4); the data links' start (ops/transport/gloo_start.cc): the address of its end of each
-    link (n - 1) and a wait and a get of the address each peer made for it (2 (n - 1)); the links'
+    mark (4); the data links' start (ops/transport/gloo_start.cc): per link made at start the
+    address of its end, and a wait and a get of the address the peer made for it (3 per link),
+    with links on demand its own "published" key and one wait for every rank's (2); the links'
     agreement (core/config/bootstrap.cc): its outcome and its count (2), then polls of the count
     (0 to AGREEMENT_POLLS more)."""
-    return 4 + 3 * (n - 1) + 2
+    return 4 + 3 * links + (2 if lazy else 0) + 2
 
 
-def assert_rendezvous_requests(got, n, what):
-    fewest = rendezvous_requests(n)
+def assert_rendezvous_requests(got, links, what, lazy=True):
+    fewest = rendezvous_requests(links, lazy)
     assert fewest <= got <= fewest + AGREEMENT_POLLS, (what, got, fewest)
 
 
-def scale_stats(n, count=100, fanout=None):
-    env = {"CERAR_CONTROL_FANOUT": str(fanout)} if fanout else None
+def scale_stats(n, count=100, fanout=None, lazy=True):
+    env = {"CERAR_LAZY_LINKS": "1" if lazy else "0"}
+    if fanout:
+        env["CERAR_CONTROL_FANOUT"] = str(fanout)
     result = run_job("scale_job.py", np=n, args=(count, "ring"), timeout=300, env=env)
     assert_ok(result, "SCALE", np=n)
     stats = {}
@@ -56,9 +73,10 @@ def tree_links(rank, n, fanout):
 
 
 @needs_runtime
-@pytest.mark.parametrize("n,fanout", [(2, 8), (4, 8), (8, 8), (8, 2)])
-def test_control_and_rendezvous_traffic_grow_as_designed(n, fanout):
-    stats = scale_stats(n, fanout=fanout)
+@pytest.mark.parametrize("n,fanout,lazy", [(2, 8, True), (4, 8, True), (8, 8, True),
+                                           (8, 2, True), (8, 8, False)])
+def test_control_and_rendezvous_traffic_grow_as_designed(n, fanout, lazy):
+    stats = scale_stats(n, fanout=fanout, lazy=lazy)
     cycles = stats[0]["cycles"]
     assert cycles > 0
     for rank, s in stats.items():
@@ -72,7 +90,10 @@ def test_control_and_rendezvous_traffic_grow_as_designed(n, fanout):
             messages, sent = s[f"control_messages_{way}"], s[f"control_bytes_{way}"]
             assert FRAME_BYTES * messages <= sent <= MAX_AVERAGE_MESSAGE_BYTES * messages, \
                 (rank, way, s)
-        assert_rendezvous_requests(s["rendezvous_requests"], n, (rank, s))
+        # Links made at start, and none later: the job's all-reduces take the ring's.
+        peers = start_peers(rank, n, fanout, lazy)
+        assert s["data_links"] == len(peers), (rank, s["data_links"], sorted(peers))
+        assert_rendezvous_requests(s["rendezvous_requests"], len(peers), (rank, s), lazy)
     # Every byte sent is received: the reports up the tree, the answer down.
     assert sum(s["control_bytes_sent"] for s in stats.values()) == \
         sum(s["control_bytes_received"] for s in stats.values())
@@ -94,5 +115,6 @@ def test_bench_command_runs_on_loopback(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     row = json.loads(out.read_text())["rows"][0]
     assert row["ranks"] == 2 and row["coord_msgs_per_cycle"] == 2
-    assert_rendezvous_requests(row["rdv_requests_min"], 2, row)
-    assert_rendezvous_requests(row["rdv_requests_max"], 2, row)
+    assert_rendezvous_requests(row["rdv_requests_min"], 1, row)
+    assert_rendezvous_requests(row["rdv_requests_max"], 1, row)
+    assert row["links_max"] == 1
