@@ -26,19 +26,6 @@ void countAnswered(RuntimeStats& stats, const Response& unit, const Entry& entry
   stats.negotiationWait.add(std::chrono::duration<double>(responded - entry.enqueued).count());
 }
 
-// Horovod's readiness ticks, on the coordinator rank's timeline: an instant named after `rank`
-// on the row of each tensor it submitted in full, at the cycle its part arrived (cached units
-// travel as bits merged over the ranks, so they have no tick per rank).
-void recordReadiness(Timeline& timeline, int rank, const RequestMessage& message,
-                     Clock::time_point arrived) {
-  const std::string tick = std::to_string(rank);
-  for (const Request& request : message.requests) {
-    for (const auto& name : request.names) {
-      timeline.record(tensorRow(request.description, name), tick, arrived, arrived);
-    }
-  }
-}
-
 // Seconds a cached unit may wait for some member before the coordinator asks every rank which
 // it holds: well within the stall inspector's times, and at most a second (0: no inspector).
 double rollCallAfter(const RuntimeConfig& config) {
@@ -55,11 +42,11 @@ Coordinator::Coordinator(const RuntimeConfig& config, std::shared_ptr<Transport>
                          Queue& queue, Timeline& timeline, const Logger& logger,
                          DeviceSlot& devices, ProcessSetTable& sets,
                          std::function<void()> beforeRelease)
-    : config_(config), transport_(transport),
+    : config_(config), transport_(transport), queue_(queue), sets_(sets), timeline_(timeline),
+      logger_(logger), cache_(config.cacheCapacity),
       tree_{transport->rank(), transport->size(), std::max(1, config.controlFanout)},
-      children_(tree_.children()), rollCallAfter_(rollCallAfter(config)), queue_(queue),
-      sets_(sets), timeline_(timeline),
-      logger_(logger), cache_(config.cacheCapacity), policy_(selectionPolicyOf(config)),
+      children_(tree_.children()), held_(cache_, sets, transport->rank()),
+      rollCallAfter_(rollCallAfter(config)), policy_(selectionPolicyOf(config)),
       beforeRelease_(std::move(beforeRelease)),
       stallInspector_(config.stallCheckSeconds, config.stallShutdownSeconds), devices_(devices),
       dispatcher_(std::move(transport), timeline, devices), pending_(queue),
@@ -127,190 +114,6 @@ void Coordinator::run() {
   }
 }
 
-CycleReport Coordinator::collectReport() {
-  RequestMessage message;
-  message.shutdown = queue_.shutdownRequested();
-  auto fresh = queue_.drain(message.join);
-  joined_ = joined_ || message.join;
-  message.requests = std::move(resubmit_);
-  resubmit_.clear();
-  const auto now = Clock::now();
-  if (!held_.empty() && heldGeneration_ != cache_.generation()) revalidateHeld();
-  for (auto& entry : fresh) {
-    entry->requested = now;
-    const int32_t id = entry->request.description.processSet;
-    const auto set = sets_.find(id);
-    if (!set) {  // removed since it was enqueued: never sent
-      completeEntry(queue_, *entry,
-                    Status(StatusCode::kInvalidArgument,
-                           detail::concat("cerar: '", entry->request.names.front(),
-                                          "': process set ", id, " has been removed")));
-      continue;
-    }
-    const int64_t slot = cache_.capacity() > 0
-                             ? cache_.lookup(entry->request, entry->key,
-                                             set->rankOf(transport_->rank()))
-                             : -1;
-    if (slot >= 0) {
-      hold(entry.get(), size_t(slot));
-      ++stats_.working().cacheHits;
-    } else {
-      message.requests.push_back(entry->request);
-      if (cache_.capacity() > 0) ++stats_.working().cacheMisses;
-    }
-    pending_.add(std::move(entry));
-  }
-  heldGeneration_ = cache_.generation();
-  CycleReport report;
-  for (const auto& [key, held] : held_) setBit(report.held, held.slot);
-  if (!joined_ && cache_.slotCount() > 0) {
-    // Every slot of this rank's sets that it does not hold.
-    report.missing = memberSlots();
-    for (size_t i = 0; i < report.missing.size(); ++i) {
-      report.missing[i] &= uint8_t(i < report.held.size() ? ~report.held[i] : 0xff);
-    }
-  }
-  if (rollCall_) message.cacheBits = report.held;
-  rollCall_ = false;
-  if (message.shutdown || message.join || !message.requests.empty() ||
-      !message.cacheBits.empty()) {
-    report.parts.push_back({transport_->rank(), std::move(message)});
-  }
-  return report;
-}
-
-const std::vector<uint8_t>& Coordinator::memberSlots() {
-  if (memberGeneration_ == cache_.generation()) return memberSlots_;
-  memberGeneration_ = cache_.generation();
-  memberSlots_.assign((cache_.slotCount() + 7) / 8, 0);
-  const int rank = transport_->rank();
-  for (size_t slot = 0; slot < cache_.slotCount(); ++slot) {
-    if (!cache_.used(slot)) continue;
-    const int32_t id = cache_.at(slot).description.processSet;
-    if (id == kGlobalProcessSet) {
-      setBit(memberSlots_, slot);
-    } else if (const auto set = sets_.find(id); set && set->contains(rank)) {
-      setBit(memberSlots_, slot);
-    }
-  }
-  return memberSlots_;
-}
-
-void Coordinator::revalidateHeld() {
-  const int rank = transport_->rank();
-  for (auto it = held_.begin(); it != held_.end();) {
-    Held& held = it->second;
-    if (cache_.used(held.slot) && cache_.slotOf(std::string(it->first)) == int64_t(held.slot)) {
-      ++it;
-      continue;
-    }
-    const Request& request = held.entry->request;
-    const auto set = sets_.find(request.description.processSet);
-    const int64_t slot =
-        set ? cache_.lookup(request, held.entry->key, set->rankOf(rank)) : int64_t{-1};
-    if (slot >= 0) {
-      held.slot = size_t(slot);
-      ++it;
-    } else {
-      resubmit_.push_back(request);
-      it = held_.erase(it);
-    }
-  }
-  heldGeneration_ = cache_.generation();
-}
-
-ResponseMessage Coordinator::negotiate(CycleReport report) {
-  Transport& t = *transport_;
-  const int parent = tree_.parent();
-  try {
-    for (auto& bytes : gatherFromChildren(t, children_)) {
-      countControl(stats_.working(), bytes.size(), false);
-      mergeReport(report, decodeCycleReport(bytes, t.size()));
-    }
-  } catch (const TimeoutError&) {
-    throw;  // a silent peer: the others time out as well
-  } catch (const Error& e) {
-    // A corrupt or foreign message from some rank: every rank fails with the same reason
-    // instead of waiting out its timeout (the abort goes up to rank 0, then down to all).
-    try {
-      if (parent < 0) {
-        abortDown(t, children_, e.what());
-      } else {
-        abortToParent(t, parent, e.what());
-        relayDown(t, parent, children_);
-      }
-    } catch (const std::exception&) {
-      // The abort itself (as it comes back down), or some rank is gone too: the original
-      // reason is the one to report.
-    }
-    throw;
-  }
-  std::vector<uint8_t> answer;
-  if (parent >= 0) {
-    const std::vector<uint8_t> mine = encode(report);
-    sendToParent(t, parent, mine);
-    countControl(stats_.working(), mine.size(), true);
-    answer = relayDown(t, parent, children_);
-    countControl(stats_.working(), answer.size(), false);
-  } else {
-    answer = decide(report);
-    relayDown(t, -1, children_, answer);
-  }
-  for (size_t i = 0; i < children_.size(); ++i) {
-    countControl(stats_.working(), answer.size(), true);
-  }
-  ResponseMessage decoded = decodeResponseMessage(answer);
-  rollCall_ = decoded.rollCall;
-  return decoded;
-}
-
-std::vector<uint8_t> Coordinator::decide(const CycleReport& report) {
-  try {
-    const auto now = Clock::now();
-    table_->receive(report, cache_, now);  // checks the parts first
-    if (timeline_.active()) {
-      for (const RankPart& part : report.parts) {
-        recordReadiness(timeline_, part.rank, part.message, now);
-      }
-    }
-    // The table can be long; a stall is judged in seconds, so a glance every 50 ms suffices.
-    if (now - lastInspection_ >= std::chrono::milliseconds(50)) {
-      lastInspection_ = now;
-      if (rollCallAfter_ > 0 && table_->longestHeldWait(now) > rollCallAfter_) {
-        table_->callRoll();
-      }
-      auto report = stallInspector_.inspect(table_->waiting(), now);
-      if (!report.warning.empty()) {
-        logger_.log(LogLevel::kWarning, report.warning);
-        ++stats_.working().stallWarnings;
-      }
-      for (const auto& [key, error] : report.failures) {
-        logger_.log(LogLevel::kError, error.message);
-        table_->fail(key, error);
-      }
-    }
-    ResponseMessage decided = table_->decide(cache_);
-    decided.tuning = tuning_.decided();
-    SelectionPolicy policy = policy_;
-    policy.componentsScale = decided.tuning.point.componentsScale;
-    const auto setSize = [this](int32_t id) {
-      const auto set = sets_.find(id);
-      return set ? set->size() : 1;  // a removed set's units fail when processed
-    };
-    decided.groups = decideGroups(unitsOf(decided), setSize,
-                                  size_t(decided.tuning.point.thresholdBytes), link_, policy);
-    return encode(decided);
-  } catch (const TimeoutError&) {
-    throw;
-  } catch (const Error& e) {
-    try {
-      abortDown(*transport_, children_, e.what());
-    } catch (const std::exception&) {
-    }
-    throw;
-  }
-}
-
 UnitRefs Coordinator::unitsOf(const ResponseMessage& message) const {
   UnitRefs units;
   for (size_t slot : setBits(message.cacheBits)) units.push_back(&cache_.at(slot));
@@ -322,14 +125,7 @@ void Coordinator::process(const ResponseMessage& message) {
   // Slots some rank submitted in full go first, alike everywhere (no unit of this answer is
   // one of them); their holders here submit them in full next cycle.
   for (size_t slot : setBits(message.invalidated)) {
-    for (auto it = held_.begin(); it != held_.end();) {
-      if (it->second.slot != slot) {
-        ++it;
-        continue;
-      }
-      resubmit_.push_back(it->second.entry->request);
-      it = held_.erase(it);
-    }
+    held_.invalidate(slot);
     cache_.erase(slot);
   }
   // The same list on every rank (the caches agree). The units point into the cache: its puts
@@ -345,7 +141,7 @@ void Coordinator::process(const ResponseMessage& message) {
     const Response& unit = *units[i];
     Entry* entry = entries[i];
     if (entry == nullptr) continue;
-    if (!held_.empty()) held_.erase(entry->key);  // answered: no longer held
+    held_.release(entry->key);  // answered: no longer held
     entry->responded = responded;
     countAnswered(stats_.working(), unit, *entry, responded);
     if (!timeline_.active()) continue;
@@ -431,12 +227,9 @@ void Coordinator::changeSets(const Response& unit) {
   const Description& d = unit.description;
   const SetChange change =
       applySetChange(sets_, d.root, std::vector<int>(d.splits.begin(), d.splits.end()));
-  memberGeneration_ = ~uint64_t{0};  // the member slots follow the sets
+  held_.setsChanged();
   if (change.removed) {
-    for (auto it = held_.begin(); it != held_.end();) {
-      it = it->second.entry->request.description.processSet == change.id ? held_.erase(it)
-                                                                          : std::next(it);
-    }
+    held_.dropSet(change.id);
     dispatcher_.forget(change.id);
     if (table_) table_->dropSet(change.id);
     // Operations of the set still pending here can no longer run.
@@ -448,21 +241,6 @@ void Coordinator::changeSets(const Response& unit) {
   Entry* entry = pending_.find(unit.key());
   if (entry != nullptr && change.outcome.ok()) entry->state->processSetId = change.id;
   pending_.complete(unit.key(), change.outcome);
-}
-
-void Coordinator::farewell() {
-  // Nobody closes its links before everyone has the shutdown answer: a link closed early
-  // could reset a peer's last transfer.
-  // Up the control tree and back down, as a cycle: no rank handles more than its tree links.
-  try {
-    Transport& t = *transport_;
-    gatherFromChildren(t, children_);
-    if (tree_.parent() >= 0) sendToParent(t, tree_.parent(), {});
-    if (tree_.parent() < 0 && beforeRelease_) beforeRelease_();
-    relayDown(t, tree_.parent(), children_);
-  } catch (const std::exception& e) {
-    logger_.log(LogLevel::kDebug, std::string("shutdown handshake: ") + e.what());
-  }
 }
 
 void Coordinator::finish(const Status& why) {

@@ -6,8 +6,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "core/control/blame.h"
@@ -16,6 +14,7 @@
 #include "core/execution/dispatch.h"
 #include "core/device/finalizer.h"
 #include "core/log.h"
+#include "core/control/held_units.h"
 #include "core/control/negotiation.h"
 #include "core/control/operation.h"
 #include "core/control/pending.h"
@@ -60,14 +59,8 @@ class Coordinator {
   // This rank's report of the cycle: what it has newly submitted in full (or joined, or asked
   // to shut down) and the cached units it holds.
   CycleReport collectReport();
-  // The slots of the cache whose units this rank takes part in (its process sets'), as bits.
-  const std::vector<uint8_t>& memberSlots();
-  // After the cache changed: each held unit to its new slot, or (gone) submitted in full.
-  void revalidateHeld();
-  // Holds `entry` by `slot`: named in every report until answered.
-  void hold(Entry* entry, size_t slot) { held_[entry->key] = Held{slot, entry}; }
-  // The cycle's units: the cached ones in slot order, then the full responses.
-  // The cycle's units, by reference into the cache and `message`: valid until the next put.
+  // The cycle's units, the cached ones in slot order, then the full responses; by reference
+  // into the cache and `message`: valid until the next put.
   UnitRefs unitsOf(const ResponseMessage& message) const;
   ResponseMessage negotiate(CycleReport report);
   // Rank 0's part of negotiate: the answer to the job's merged report.
@@ -84,28 +77,18 @@ class Coordinator {
 
   RuntimeConfig config_;
   std::shared_ptr<Transport> transport_;
-  ControlTree tree_;
-  std::vector<int> children_;
-  // This rank's cached units submitted and not yet answered, by key (a view of the entry's
-  // own key: an entry leaves here before it completes).
-  struct Held {
-    size_t slot;
-    Entry* entry;
-  };
-  std::unordered_map<std::string_view, Held> held_;
-  uint64_t heldGeneration_ = 0;          // the cache's generation the slots above are of
-  std::vector<Request> resubmit_;        // held units whose slot went: sent in full next
-  std::vector<uint8_t> memberSlots_;
-  uint64_t memberGeneration_ = ~uint64_t{0};
-  bool joined_ = false;                  // joined and not yet released
-  bool rollCall_ = false;                // the last answer asked for a roll call
-  double rollCallAfter_ = 0;             // seconds a held unit waits before one (0: never)
   std::shared_ptr<Transport> local_;  // a layered job's host level, else null
   Queue& queue_;
   ProcessSetTable& sets_;
   Timeline& timeline_;
   const Logger& logger_;
   ResponseCache cache_;
+  ControlTree tree_;
+  std::vector<int> children_;
+  HeldUnits held_;        // this rank's cached units not yet answered
+  bool joined_ = false;   // joined and not yet released
+  bool rollCall_ = false;  // the last answer asked for a roll call
+  double rollCallAfter_ = 0;  // seconds a held unit waits before one (0: never)
   SelectionPolicy policy_;
   LinkModel link_;  // used on the coordinator rank only: it decides for every rank
   std::function<void()> beforeRelease_;
