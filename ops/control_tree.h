@@ -21,13 +21,8 @@ struct ControlTree {
   int parent() const { return rank == 0 ? -1 : (rank - 1) / fanout; }
   // In ascending order: fanout*rank+1 .. fanout*rank+fanout, those below size.
   std::vector<int> children() const;
-  // Ranks in this rank's subtree, itself included.
-  int subtreeSize() const;
   // Hops from the root to the deepest rank (0 for one rank).
   int depth() const;
 };
-
-// Whether `rank` and `peer` are linked in the control tree of `size` ranks.
-bool treeNeighbours(int rank, int peer, int size, int fanout);
 
 }  // namespace cerar

@@ -8,6 +8,7 @@
 #include <gloo/types.h>
 
 #include "common/error.h"
+#include "ops/control_tree.h"
 #include "ops/transport/gloo_message.h"
 #include "ops/transport/lazy_links.h"
 
@@ -25,12 +26,11 @@ constexpr uint8_t kSlotPrefix = 0x43;
 std::vector<int> planPeers(int rank, int size, int fanout) {
   CERAR_ENFORCE(size >= 1 && rank >= 0 && rank < size && fanout >= 1, "planPeers: rank ", rank,
                 " of ", size, " with fanout ", fanout);
-  std::vector<int> peers = {(rank + 1) % size, (rank + size - 1) % size};
-  if (rank > 0) peers.push_back((rank - 1) / fanout);
-  for (int64_t child = int64_t(fanout) * rank + 1;
-       child <= int64_t(fanout) * rank + fanout && child < size; ++child) {
-    peers.push_back(int(child));
-  }
+  const ControlTree tree{rank, size, fanout};
+  std::vector<int> peers = tree.children();
+  peers.push_back((rank + 1) % size);
+  peers.push_back((rank + size - 1) % size);
+  if (tree.parent() >= 0) peers.push_back(tree.parent());
   std::sort(peers.begin(), peers.end());
   peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
   peers.erase(std::remove(peers.begin(), peers.end(), rank), peers.end());

@@ -25,12 +25,10 @@ TEST(ControlTree, EveryRankHasOneParentAndAtMostFanoutChildren) {
           EXPECT_EQ(parentOf[child], -2) << "child " << child << " reached twice";
           parentOf[child] = rank;
           EXPECT_EQ((ControlTree{child, size, fanout}.parent()), rank);
-          EXPECT_TRUE(treeNeighbours(rank, child, size, fanout));
         }
       }
       EXPECT_EQ(parentOf[0], -2);  // the root has none
       for (int rank = 1; rank < size; ++rank) EXPECT_GE(parentOf[rank], 0) << rank;
-      EXPECT_EQ((ControlTree{0, size, fanout}.subtreeSize()), size);
     }
   }
   // 1 + 8 + 64 ranks fill depth 2 exactly; one more needs depth 3.
@@ -39,9 +37,6 @@ TEST(ControlTree, EveryRankHasOneParentAndAtMostFanoutChildren) {
   EXPECT_EQ((ControlTree{0, 9, 8}.depth()), 1);
   EXPECT_EQ((ControlTree{0, 1, 8}.depth()), 0);
   EXPECT_EQ((ControlTree{0, 4096, 2}.depth()), 12);
-  // Rank 1's subtree at 20 ranks, fanout 2: 1, 3, 4, 7..10, 15..19 (13 ranks).
-  EXPECT_EQ((ControlTree{1, 20, 2}.subtreeSize()), 12);
-  EXPECT_FALSE(treeNeighbours(1, 2, 20, 2));
 }
 
 // Every rank's message reaches the root through its ancestors (each passes its subtree's
