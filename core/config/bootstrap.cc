@@ -14,6 +14,7 @@
 
 #include "core/config/config.h"
 #include "core/config/job_config.h"
+#include "core/config/membership.h"
 #include "core/config/shm_links.h"
 #include "core/log.h"
 #include "rendezvous/data_address.h"
@@ -102,6 +103,11 @@ using std::chrono::milliseconds;
 // How long one data link may take to start (GlooOptions::startLimit): far above what a link
 // between live ranks needs, and short enough that a stray connection fails start-up in seconds.
 constexpr milliseconds kLinkStartLimit{1000};
+
+// How long rank 0 of a job without an identity waits, once its ranks are in, for a second
+// process that claims one of their ranks (membership.h): the ranks of jobs started together
+// (by hand, by a script) start within it.
+constexpr milliseconds kTwinGrace{1000};
 
 // The key the data links prove at start-up (link_auth.h): the job secret; without one (a
 // single-host job, whose store is a private Unix socket) 16 random bytes from rank 0 through
@@ -250,6 +256,9 @@ JobLinks connectLinks(const RuntimeConfig& config) {
                                 ? std::string("cerar/runtime/")
                                 : detail::concat("cerar/runtime/", config.rendezvousScope, "/");
   const int64_t epoch = store.add(detail::concat(scope, "starts/", config.rank), 1);
+  // Rank 0's store lives one start: a second process as one rank there is another job's.
+  const bool oneStart = config.hostStore && config.rendezvousScope.empty();
+  if (oneStart && epoch > 1) throw clash(refuseTwin(store, scope, config.rank, epoch));
   const std::string prefix = detail::concat(scope, epoch);
   JobLinks links;
   links.config = agreeJobConfig(config, [&](const std::vector<uint8_t>& mine) {
@@ -270,6 +279,14 @@ JobLinks connectLinks(const RuntimeConfig& config) {
   };
   std::shared_ptr<GlooTransport> tcp = connectGloo(store, config.rank, config.size, gloo);
   links.transport = tcp;
+  if (oneStart) {
+    // Without an identity nothing else tells the job's ranks from another job's: a twin that
+    // starts within a moment of the job's last rank still fails the start.
+    const milliseconds grace = config.jobId.empty() ? kTwinGrace : milliseconds(0);
+    const std::string twin = sealMembership(store, scope, prefix, config.rank, grace,
+                                            rendezvousTimeoutOf(config));
+    if (!twin.empty()) throw clash(twin);
+  }
   // Which ranks share a host, agreed once; a job on one host moves its data through shared
   // memory (Gloo's links carry the channels), a layered one gets its two levels.
   const AgreedHosts hosts = agreeOnHosts(store, links.config, prefix);

@@ -35,9 +35,9 @@ def launcher_env(launcher, job, rank, port):
             **identity}
 
 
-def start_in_order(order, launcher, port, extra=None):
-    """Starts the ranks named in `order` ("A0", "B1", ...) 0.3 s apart; each rank's output,
-    exit code and seconds to exit."""
+def start_in_order(order, launcher, port, extra=None, gap=0.3):
+    """Starts the ranks named in `order` ("A0", "B1", ...) 0.3 s apart (`gap` s between the
+    two jobs' first ranks); each rank's output, exit code and seconds to exit."""
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("CERAR_", "OMPI_", "SLURM_", "MASTER_", "PMIX_", "TORCHELASTIC_"))
             and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
@@ -45,6 +45,8 @@ def start_in_order(order, launcher, port, extra=None):
     procs = {}
     for name in order:
         job, rank = name[0], int(name[1])
+        if procs and job not in {n[0] for n in procs}:
+            time.sleep(gap - 0.3)
         env = {**base, **launcher_env(launcher, job, rank, port),
                "JOB_VALUE": str(VALUES[job][rank])}
         procs[name] = (time.monotonic(), subprocess.Popen(
@@ -98,13 +100,33 @@ def test_two_jobs_on_one_port_never_sum_together(order, launcher):
 
 def test_plain_variables_a_second_rank_zero_fails_at_once():
     # RANK and WORLD_SIZE set by hand name no job: the second rank 0 on the port cannot listen
-    # and says why; its other rank cannot be told from the first job's (docs/rendezvous.md).
-    names = ["A0", "A1", "B0"]
-    results = start_in_order(names, "plain", free_port(), {"JOB_STEPS": "400"})
+    # and says why; its rank 1, a second process as rank 1 once job A has sealed, fails alone.
+    names = ["A0", "A1", "B0", "B1"]
+    results = start_in_order(names, "plain", free_port(), {"JOB_STEPS": "3000"}, gap=2.5)
     assert results["A0"][1] == 0 and results["A1"][1] == 0, results
     output, code, seconds = results["B0"]
     assert code != 0 and CLASH in output and "already listens" in output, output
     assert "CERAR_JOB_ID" in output and seconds < LIMIT, (seconds, output)
+    output, code, seconds = results["B1"]
+    assert code != 0 and "to start as rank 1" in output and "goes on" in output, output
+    assert seconds < LIMIT, (seconds, output)
+
+
+# Interleaved plain starts (0.3 s apart): no identity tells the jobs apart, but a second
+# process as one rank before a job's start is sealed fails that start.
+PLAIN_ORDERS = ["A0 B1 A1 B0", "B1 A0 A1 B0", "A1 B1 A0 B0", "A0 B0 B1 A1"]
+
+
+@pytest.mark.parametrize("order", PLAIN_ORDERS)
+def test_plain_variables_interleaved_never_sum_together(order):
+    names = order.split()
+    results = start_in_order(names, "plain", free_port())
+    for name, (output, code, seconds) in results.items():
+        sums = [line.split()[1] for line in output.splitlines() if line.startswith("sum ")]
+        assert all(float(value) == SUMS[name[0]] for value in sums), f"{name}: {output}"
+        if code != 0:
+            assert CLASH in output and "CERAR_JOB_ID" in output, f"{name}:\n{output}"
+            assert seconds < LIMIT + 5, f"{name} failed after {seconds:.1f} s:\n{output}"
 
 
 def test_a_foreign_hello_leaves_the_job_running():
