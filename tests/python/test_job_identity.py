@@ -117,10 +117,13 @@ def test_plain_variables_a_second_rank_zero_fails_at_once():
 PLAIN_ORDERS = ["A0 B1 A1 B0", "B1 A0 A1 B0", "A1 B1 A0 B0", "A0 B0 B1 A1"]
 
 
-@pytest.mark.parametrize("order", PLAIN_ORDERS)
-def test_plain_variables_interleaved_never_sum_together(order):
+@pytest.mark.parametrize("order,secret", [(order, "") for order in PLAIN_ORDERS]
+                         + [("A0 B1 A1 B0", "one-secret-for-both")])
+def test_plain_variables_interleaved_never_sum_together(order, secret):
+    # With a secret the store is the TCP one (the way across hosts): the same guarantee.
     names = order.split()
-    results = start_in_order(names, "plain", free_port())
+    results = start_in_order(names, "plain", free_port(),
+                             {"CERAR_SECRET": secret} if secret else None)
     for name, (output, code, seconds) in results.items():
         sums = [line.split()[1] for line in output.splitlines() if line.startswith("sum ")]
         assert all(float(value) == SUMS[name[0]] for value in sums), f"{name}: {output}"
