@@ -37,6 +37,11 @@ def test_training_matches_one_process():
     assert_ok(run_job("tf_train.py", np=2, env=ENV), "tf train OK", np=2)
 
 
+@needs_tf
+def test_tf1_graph_with_more_collectives_than_threads():
+    assert_ok(run_job("tf_graph_v1.py", np=2, env=ENV, timeout=90), "tf graph v1 OK", np=2)
+
+
 def test_import_error_names_tensorflow(tmp_path):
     """Where TensorFlow does not import, the error says what cerar.tensorflow needs."""
     import subprocess

@@ -48,6 +48,8 @@ from cerar.tensorflow.functions import (allgather_object, broadcast_object,  # n
                                         local_rank_op, local_size_op, rank_op, size_op)
 from cerar.tensorflow.gradient_tape import DistributedGradientTape  # noqa: E402,F401
 from cerar.tensorflow.optimizer import DistributedOptimizer  # noqa: E402,F401
+from cerar.tensorflow.sessions import (BroadcastGlobalVariablesHook,  # noqa: E402,F401
+                                       broadcast_global_variables)
 from cerar.tensorflow.sync_batch_normalization import SyncBatchNormalization  # noqa: E402,F401
 
 # Horovod code catches HorovodInternalError when a collective fails (as cerar.torch's).

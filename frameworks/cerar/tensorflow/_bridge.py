@@ -7,9 +7,17 @@ another in program order: every rank issues its blocking collectives in the same
 would running the step op by op. The op's results get the shapes the caller declares (a `None`
 dimension where only the run knows it, as an allgather's first).
 
+In a TF1 graph run by a session there are no automatic control dependencies, and a session may
+start independent ops in any order on each rank: with more collectives than inter-op threads,
+two ranks can block on different ones for good. There each collective gets a control dependency
+on the previous one made in the same graph (and control flow context), so they run in creation
+order, which every rank shares. Fetching one also runs those made before it.
+
 Inside `tf.function(jit_compile=True)` no Python op can run (XLA compiles the whole graph), so
 a collective refuses at trace time with an error that names jit_compile.
 """
+import weakref
+
 import numpy as np
 import tensorflow as tf
 
@@ -83,10 +91,27 @@ def call(what, host_function, inputs, outputs):
     def run(*arrays):
         results = host_function(*arrays)
         return [np.asarray(r, dtype=d.as_numpy_dtype) for r, (d, _) in zip(results, outputs)]
-    tensors = tf.numpy_function(run, inputs, [d for d, _ in outputs], stateful=True,
-                                name=f"cerar_{what}")
+    graph = tf.compat.v1.get_default_graph()
+    with tf.control_dependencies(_previous_in_session_graph(graph)):
+        tensors = tf.numpy_function(run, inputs, [d for d, _ in outputs], stateful=True,
+                                    name=f"cerar_{what}")
     if not isinstance(tensors, (list, tuple)):
         tensors = [tensors]
     for tensor, (_, shape) in zip(tensors, outputs):
         tensor.set_shape(shape)
+    if not graph.building_function:
+        _last_collective[graph] = (tensors[0].op, graph._get_control_flow_context())
     return list(tensors)
+
+
+# A TF1 graph's last collective op and its control flow context (module docstring).
+_last_collective = weakref.WeakKeyDictionary()
+
+
+def _previous_in_session_graph(graph):
+    """The op a new collective in `graph` must follow: none inside tf.function (its automatic
+    control dependencies order stateful ops) or in another control flow context."""
+    if graph.building_function or graph not in _last_collective:
+        return []
+    op, context = _last_collective[graph]
+    return [op] if context is graph._get_control_flow_context() else []
