@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from conftest import assert_ok, needs_runtime, run_job
+from conftest import WORKERS, assert_ok, needs_runtime, run_job
+from elastic_fake_driver import FakeDriver, needs_store_client
 
 # Read here and not passed on: the ranks' runtime would warn of a variable it does not know.
 REQUIRED = os.environ.pop("CERAR_REQUIRE_TF", None) == "1"
@@ -40,6 +41,36 @@ def test_training_matches_one_process():
 @needs_tf
 def test_tf1_graph_with_more_collectives_than_threads():
     assert_ok(run_job("tf_graph_v1.py", np=2, env=ENV, timeout=90), "tf graph v1 OK", np=2)
+
+
+@needs_tf
+@needs_store_client
+def test_elastic_custom_loop_resumes_after_a_worker_is_killed(tmp_path):
+    """3 workers run a custom tf.function loop under a fake elastic driver; one is killed
+    mid-loop: the other two restore the last commit, go on at size 2 and end with equal
+    replicas, every step done."""
+    import signal
+
+    from cerar.elastic import protocol
+    driver = FakeDriver(tmp_path, WORKERS / "tf_elastic.py")
+    try:
+        driver.publish(1, ["w0", "w1", "w2"])
+        for worker_id in ("w0", "w1", "w2"):
+            driver.start(worker_id, **ENV)
+        driver.wait_for(lambda: driver.output("w1").count("step ") >= 5, "loop at 3 ranks", 120)
+        driver.processes["w0"].send_signal(signal.SIGKILL)
+        driver.wait_for(lambda: any(driver.has(protocol.failed_key(1, w)) for w in ("w1", "w2")),
+                        "a survivor's failure report", 30)
+        driver.publish(2, ["w1", "w2"], removed=["w0"], reason="w0 failed")
+        codes = driver.finish(limit=120)
+        assert codes == {"w0": -signal.SIGKILL, "w1": 0, "w2": 0}, driver.all_output()
+        results = [driver.result("w1"), driver.result("w2")]
+        assert [(r["rank"], r["size"], r["step"]) for r in results] == [(0, 2, 40), (1, 2, 40)]
+        assert results[0]["values"] == results[1]["values"], "replicas differ"
+        assert all(r["restores"] == 1 and r["resets"] == 1 for r in results), results
+        assert "size 2" in driver.output("w1"), driver.output("w1")
+    finally:
+        driver.stop()
 
 
 def test_import_error_names_tensorflow(tmp_path):

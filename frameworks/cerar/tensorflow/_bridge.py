@@ -16,12 +16,13 @@ order, which every rank shares. Fetching one also runs those made before it.
 Inside `tf.function(jit_compile=True)` no Python op can run (XLA compiles the whole graph), so
 a collective refuses at trace time with an error that names jit_compile.
 """
+import threading
 import weakref
 
 import numpy as np
 import tensorflow as tf
 
-from cerar._cerar import InvalidArgumentError
+from cerar._cerar import CerarError, InvalidArgumentError
 from cerar._frontend import auto_name
 
 try:  # whether a gradient tape is recording (eagerly, a collective then skips custom_gradient)
@@ -89,7 +90,11 @@ def call(what, host_function, inputs, outputs):
     check_not_xla(what)
 
     def run(*arrays):
-        results = host_function(*arrays)
+        try:
+            results = host_function(*arrays)
+        except CerarError as error:
+            _remember(error)
+            raise
         return [np.asarray(r, dtype=d.as_numpy_dtype) for r, (d, _) in zip(results, outputs)]
     graph = tf.compat.v1.get_default_graph()
     with tf.control_dependencies(_previous_in_session_graph(graph)):
@@ -115,3 +120,29 @@ def _previous_in_session_graph(graph):
         return []
     op, context = _last_collective[graph]
     return [op] if context is graph._get_control_flow_context() else []
+
+
+# The cerar errors raised lately inside graph ops, by message: TensorFlow hands the caller its
+# own OpError, whose message holds the cerar error's; cerar_error_of finds the original.
+_raised, _raised_lock = {}, threading.Lock()
+_REMEMBERED = 16
+
+
+def _remember(error):
+    with _raised_lock:
+        _raised[str(error)] = error
+        while len(_raised) > _REMEMBERED:
+            del _raised[next(iter(_raised))]
+
+
+def cerar_error_of(error):
+    """The cerar error (its class, its peer) behind `error`: itself, or the one a collective
+    raised inside a graph when `error` is the tf.errors.OpError that reports it; else None."""
+    if isinstance(error, CerarError):
+        return error
+    if isinstance(error, tf.errors.OpError):
+        with _raised_lock:
+            for message, raised in reversed(list(_raised.items())):
+                if message and message in error.message:
+                    return raised
+    return None

@@ -7,15 +7,43 @@
         ...
         state.commit()
 
-The framework-free pieces (run, State, ObjectState, the errors) are cerar.elastic's. The states
+The framework-free pieces (State, ObjectState, the errors) are cerar.elastic's; run is theirs
+too, with the cerar error behind a TensorFlow op error raised as such. The states
 here keep variables: their values are copied at save (host copies), assigned back at restore,
 and broadcast from rank 0 at sync.
 """
+import functools
+
+import tensorflow as tf
+
 from cerar.elastic import (HorovodInternalError, HostsUpdatedInterrupt,  # noqa: F401
-                           ObjectState, State, run, run_fn)
+                           ObjectState, State, _reset)
+from cerar.elastic import run_fn as _run_fn
 
 __all__ = ["run", "State", "ObjectState", "TensorFlowState", "TensorFlowKerasState",
            "HostsUpdatedInterrupt", "HorovodInternalError"]
+
+
+def run(func):
+    """cerar.elastic.run for TensorFlow: a collective that fails inside tf.function reaches the
+    caller as TensorFlow's OpError; it counts as the cerar error it carries (a lost peer: a
+    reset), as eagerly."""
+    return run_fn(func, _reset)
+
+
+def run_fn(func, reset):
+    from cerar.tensorflow._bridge import cerar_error_of
+
+    @functools.wraps(func)
+    def unwrapped(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except tf.errors.OpError as error:
+            cause = cerar_error_of(error)
+            if cause is None:
+                raise
+            raise cause from error
+    return _run_fn(unwrapped, reset)
 
 
 class TensorFlowState(ObjectState):
