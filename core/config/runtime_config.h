@@ -63,7 +63,7 @@ struct RuntimeConfig {
   // CERAR_LAZY_LINKS: the data links connect at start only where the plans' ring and control
   // tree need them; any other connects on its first use (ops/transport/lazy_links.h;
   // docs/scale.md, "Links made on demand"). Job-wide.
-  bool lazyLinks = false;
+  bool lazyLinks = true;
   // Not a setting: set at start when the job's data moves through shared memory, where CERAR
   // and the lossy wires have nothing to save (auto then takes the exact ring).
   bool linksInMemory = false;

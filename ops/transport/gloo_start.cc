@@ -168,7 +168,6 @@ std::unique_ptr<GlooTransport> connectGloo(gloo::rendezvous::Store& store, int r
     setup.storeHas = options.storeHas;
     setup.prefix = prefix;
     setup.timeout = options.timeout;
-    setup.startLimit = options.startLimit;
     setup.linkKey = options.linkKey;
     later = std::make_shared<LazyLinks>(context, context->links(), std::move(setup),
                                         std::move(connected));

@@ -60,7 +60,9 @@ std::shared_ptr<Transport> GlooTransport::channel(uint32_t tag) {
 
 void GlooTransport::closeConnections() {
   // Links made on demand are created on threads of their own: close under their lock.
-  if (links_) {
+  if (close_) {
+    close_();
+  } else if (links_) {
     links_->closeConnections();
   } else {
     context_->closeConnections();
@@ -191,13 +193,18 @@ void GlooTransport::wait(bool send, int peer) {
                 peer, ") without a pending transfer");
   Pending op = std::move(queue.front());
   queue.pop_front();
+  if (links_) links_->waiting(peer);  // a link still being made waits as long as this wait
   const auto start = std::chrono::steady_clock::now();
-  std::string why;
-  try {
-    if (send ? op.buffer->waitSend(timeout_) : op.buffer->waitRecv(timeout_)) return;
-    why = "aborted";
-  } catch (const std::exception& e) {
-    why = glooMessage(e);
+  std::string why = "aborted";
+  if (watch(op.buffer, send)) {
+    bool done = false;
+    try {
+      done = send ? op.buffer->waitSend(timeout_) : op.buffer->waitRecv(timeout_);
+    } catch (const std::exception& e) {
+      why = glooMessage(e);
+    }
+    watch(nullptr, send);
+    if (done) return;
   }
   const auto elapsed = std::chrono::steady_clock::now() - start;
   if (links_) {
@@ -224,6 +231,26 @@ void GlooTransport::wait(bool send, int peer) {
               detail::concat("rank ", rank_, ": ", send ? "send of " : "receive of ", op.bytes,
                              " bytes ", send ? "to" : "from", " rank ", peer, " failed: ", why),
               peer));
+}
+
+// Marks `buffer` as the one waited on (null: none); false once aborted.
+bool GlooTransport::watch(gloo::transport::UnboundBuffer* buffer, bool send) {
+  std::lock_guard<std::mutex> lock(abortMutex_);
+  waitingOn_ = buffer;
+  waitingSend_ = send;
+  return !aborted_;
+}
+
+void GlooTransport::abort() {
+  std::lock_guard<std::mutex> lock(abortMutex_);
+  aborted_ = true;
+  // Gloo keeps the abort until the wait runs, so one that has not yet begun ends too.
+  if (waitingOn_ == nullptr) return;
+  if (waitingSend_) {
+    waitingOn_->abortWaitSend();
+  } else {
+    waitingOn_->abortWaitRecv();
+  }
 }
 
 void GlooTransport::postSend(int peer, const void* data, size_t bytes) {

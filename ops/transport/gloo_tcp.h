@@ -6,6 +6,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -34,8 +35,9 @@ struct GlooOptions {
   // The job's link key. Set: every link proves it before connectGloo returns (link_auth.h).
   // Empty: links are taken as connected (tests and tools on a store of their own).
   std::string linkKey;
-  // How long one link may take to start: a pair's connect waits up to 2 times it, each step
-  // of the proof up to it.
+  // How long one link made at start may take: a pair's connect waits up to 2 times it, each
+  // step of the proof up to it, so that a stray connection fails the start-up in seconds. A
+  // link made on demand waits the timeout instead (lazy_links.h).
   std::chrono::milliseconds startLimit{1000};
   // Takes this rank's start-up outcome (ok, or the link that failed) and returns the job's,
   // so that every rank fails alike (core/config/bootstrap.cc agrees through the store). Unset: this
@@ -105,6 +107,13 @@ class GlooTransport : public Transport {
   uint64_t buffersCreated() const { return buffersCreated_; }
   // This rank's links that are connected now (size - 1 for a full mesh): the sockets it holds.
   int linksConnected() const;
+  // How a failure closes the links instead of the default (every link of the context, under
+  // the lazy links' lock where there are any): a link's proof on a context whose other links
+  // are made on demand closes them under that lock.
+  void closeWith(std::function<void()> close) { close_ = std::move(close); }
+  // From another thread: ends the wait in progress, and fails every later one, at once (a
+  // link made on demand stops its proof so when its owner goes).
+  void abort();
 
  private:
   struct Region {
@@ -122,10 +131,16 @@ class GlooTransport : public Transport {
   void checkUsable(int peer, const char* op) const;
   void post(bool send, int peer, void* data, size_t bytes);
   void wait(bool send, int peer);
+  bool watch(gloo::transport::UnboundBuffer* buffer, bool send);
   [[noreturn]] void fail(Status failure);
 
   std::shared_ptr<gloo::Context> context_;  // first member: outlives the buffers below
   std::shared_ptr<LazyLinks> links_;        // null: every link is connected
+  std::function<void()> close_;             // unset: the default (closeConnections())
+  std::mutex abortMutex_;                    // guards the three below
+  gloo::transport::UnboundBuffer* waitingOn_ = nullptr;  // the buffer of the wait in progress
+  bool waitingSend_ = false;
+  bool aborted_ = false;
   int rank_;
   int size_;
   Duration timeout_;

@@ -87,6 +87,8 @@ LazyLinks::LazyLinks(std::shared_ptr<gloo::Context> context,
       rank_(context_->rank),
       size_(context_->size),
       state_(size_, State::kNone),
+      neededAt_(size_),
+      proving_(size_, nullptr),
       failure_(size_),
       queued_(size_) {
   CERAR_ENFORCE(setup_.store != nullptr, "LazyLinks: no store");
@@ -104,6 +106,14 @@ LazyLinks::~LazyLinks() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
+    // A link being made may wait up to the job's timeout in its connect or its proof: closing
+    // its pair ends the connect's wait, aborting its proof the proof's (a link's thread checks
+    // stopping_ before each step, so one between steps stops too).
+    for (int peer = 0; peer < size_; ++peer) {
+      if (state_[peer] != State::kMaking) continue;
+      if (const auto& pair = links_->getPair(peer)) pair->close();
+      if (proving_[peer] != nullptr) proving_[peer]->abort();
+    }
   }
   stopped_.notify_all();
   for (std::thread& thread : threads_) thread.join();
@@ -130,12 +140,21 @@ void LazyLinks::post(const void* owner, bool send, int peer,
       failure_[peer].raise();
     case State::kNone:
       state_[peer] = State::kMaking;
+      need(peer);
       threads_.emplace_back([this, peer] { make(peer); });
       [[fallthrough]];
     case State::kMaking:
+      need(peer);
       queued_[peer].push_back(op);
       return;
   }
+}
+
+void LazyLinks::need(int peer) { neededAt_[peer] = Clock::now(); }
+
+void LazyLinks::waiting(int peer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (state_[peer] == State::kMaking) need(peer);
 }
 
 void LazyLinks::forget(const void* owner) {
@@ -167,33 +186,43 @@ int LazyLinks::linksConnected() const {
   return connected_;
 }
 
-// The peer's address of the link, or empty if it did not come within the timeout (or this
-// object stops). Polls where it can, so that the store is never held in a long wait.
-std::vector<char> LazyLinks::peerAddress(int /*peer*/, const std::string& key) {
+// The peer's address of the link, or empty if it did not come within the timeout of the
+// link's latest post or wait (or this object stops): a transfer posted early, or waited for
+// after others, leaves its peer as long as the wait on it does. Polls where it can, so that
+// the store is never held in a long wait.
+std::vector<char> LazyLinks::peerAddress(int peer, const std::string& key) {
   if (!setup_.storeHas) {
     setup_.store->wait({key}, setup_.timeout);
     return setup_.store->get(key);
   }
-  const auto deadline = Clock::now() + setup_.timeout;
   milliseconds pause(1);
   while (!setup_.storeHas(key)) {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (stopping_ || Clock::now() >= deadline) return {};
-    stopped_.wait_for(lock, std::min<milliseconds>(
-                                pause, std::chrono::duration_cast<milliseconds>(
-                                           deadline - Clock::now()) + milliseconds(1)));
+    const Clock::time_point deadline = neededAt_[peer] + setup_.timeout;
+    const Clock::time_point now = Clock::now();
+    if (stopping_ || now >= deadline) return {};
+    stopped_.wait_for(lock, std::min<Clock::duration>(pause, deadline - now));
     pause = std::min(pause * 2, milliseconds(50));
   }
   return setup_.store->get(key);
+}
+
+Status LazyLinks::closing(int peer) const {
+  return Status(StatusCode::kPeerLost,
+                detail::concat("rank ", rank_, ": its link to rank ", peer,
+                               " was not made: the links are closing"),
+                peer);
 }
 
 Status LazyLinks::connectAndProve(int peer) {
   std::vector<char> mine;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return closing(peer);
     // The pair copies the context's timeout, and Gloo waits 5 times it for a connect: the
-    // connect then waits 2 start limits, as at start. Both ends are here within moments.
-    links_->setTimeout(setup_.startLimit * 2 / 5);
+    // connect then waits about the job's timeout, so that it outlasts a network outage that
+    // the transfers on links made at start outlast.
+    links_->setTimeout(std::max(setup_.timeout / 5, milliseconds(1)));
     mine = links_->createPair(peer)->address().bytes();
     links_->setTimeout(setup_.timeout);
   }
@@ -216,8 +245,21 @@ Status LazyLinks::connectAndProve(int peer) {
                   peer);
   }
   if (setup_.linkKey.empty()) return Status();
-  GlooTransport proof(context_, setup_.startLimit, kLinkProofTag);
-  return authenticateLinks(proof, setup_.linkKey, setup_.prefix, {peer});
+  // Each step waits the job's timeout too. A silent stranger on the link then fails it no
+  // sooner than a silent peer would; a stranger that answers fails the check at once.
+  GlooTransport proof(context_, setup_.timeout, kLinkProofTag);
+  // Its failure closes the context's links: under the lock, as other links' threads may
+  // create their pairs meanwhile.
+  proof.closeWith([this] { closeConnections(); });
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return closing(peer);  // the pair closed: its connect may have returned
+    proving_[peer] = &proof;
+  }
+  const Status outcome = authenticateLinks(proof, setup_.linkKey, setup_.prefix, {peer});
+  std::lock_guard<std::mutex> lock(mutex_);
+  proving_[peer] = nullptr;
+  return outcome;
 }
 
 void LazyLinks::make(int peer) {

@@ -38,6 +38,8 @@ class UnboundBuffer;
 
 namespace cerar {
 
+class GlooTransport;
+
 // The slot of the links' proofs: past any channel's tag (process sets count up from 0).
 constexpr uint32_t kLinkProofTag = 0xffffffffu;
 
@@ -68,8 +70,10 @@ class LazyLinks {
     gloo::rendezvous::Store* store = nullptr;  // outlives this object
     std::function<bool(const std::string&)> storeHas;  // GlooOptions::storeHas
     std::string prefix;     // of the store keys, GlooOptions::prefix
-    std::chrono::milliseconds timeout{30000};     // how long a peer may take to come
-    std::chrono::milliseconds startLimit{1000};   // a link's connect and each proof step
+    // How long a peer may take to come (from the latest post or wait on the link), then to
+    // connect, then each step of the proof: the job's timeout, so that a network outage
+    // shorter than it delays a link made on demand as it delays a link made at start.
+    std::chrono::milliseconds timeout{30000};
     std::string linkKey;    // empty: links are taken as connected
   };
 
@@ -77,7 +81,7 @@ class LazyLinks {
   LazyLinks(std::shared_ptr<gloo::Context> context,
             std::shared_ptr<gloo::transport::Context> links, Setup setup,
             std::vector<bool> connected);
-  ~LazyLinks();  // stops the links still being made (within about 2 start limits)
+  ~LazyLinks();  // fails the links still being made at once, then waits for their threads
   LazyLinks(const LazyLinks&) = delete;
   LazyLinks& operator=(const LazyLinks&) = delete;
 
@@ -85,6 +89,9 @@ class LazyLinks {
   // queued until it is (and the link started). Throws the link's failure once it failed.
   void post(const void* owner, bool send, int peer, gloo::transport::UnboundBuffer* buffer,
             uint64_t slot, size_t offset, size_t bytes);
+  // A wait on a transfer to or from `peer` begins: a link still being made gives its peer
+  // the timeout from now, as the wait does.
+  void waiting(int peer);
   // Drops `owner`'s queued transfers (it fails or ends: its buffers go).
   void forget(const void* owner);
   // Closes every link of the context, apart from a link being created.
@@ -105,8 +112,10 @@ class LazyLinks {
   enum class State { kNone, kMaking, kUp, kFailed };
 
   void make(int peer);  // a link's thread
+  void need(int peer);  // under the lock
   std::vector<char> peerAddress(int peer, const std::string& key);
   Status connectAndProve(int peer);
+  Status closing(int peer) const;  // the failure of a link that stopped as this object goes
   void finish(int peer, Status outcome);
   static void postNow(const Queued& op, int peer);
 
@@ -118,6 +127,9 @@ class LazyLinks {
   std::condition_variable stopped_;
   bool stopping_ = false;
   std::vector<State> state_;
+  // Per link being made: when it was last needed (a post or a wait on it).
+  std::vector<std::chrono::steady_clock::time_point> neededAt_;
+  std::vector<GlooTransport*> proving_;  // per link: the transport of its proof, while it runs
   std::vector<Status> failure_;
   std::vector<std::vector<Queued>> queued_;
   std::vector<std::thread> threads_;

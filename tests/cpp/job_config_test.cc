@@ -242,7 +242,7 @@ std::vector<std::pair<std::string, std::function<void(RuntimeConfig&)>>> variati
       {"CERAR_ERROR_BOUND", [](RuntimeConfig& c) { c.errorBound = "strict"; }},
       {"CERAR_ERROR_FEEDBACK", [](RuntimeConfig& c) { c.errorFeedback = true; }},
       {"CERAR_SHARED_MEMORY", [](RuntimeConfig& c) { c.sharedMemory = false; }},
-      {"CERAR_LAZY_LINKS", [](RuntimeConfig& c) { c.lazyLinks = true; }},
+      {"CERAR_LAZY_LINKS", [](RuntimeConfig& c) { c.lazyLinks = false; }},
       {"CERAR_HIERARCHICAL_ALLREDUCE", [](RuntimeConfig& c) { c.hierarchicalAllreduce = "1"; }},
       {"CERAR_CONTROL_FANOUT", [](RuntimeConfig& c) { c.controlFanout = 1; }},
   };
