@@ -9,9 +9,11 @@ dimension where only the run knows it, as an allgather's first).
 
 In a TF1 graph run by a session there are no automatic control dependencies, and a session may
 start independent ops in any order on each rank: with more collectives than inter-op threads,
-two ranks can block on different ones for good. There each collective gets a control dependency
-on the previous one made in the same graph (and control flow context), so they run in creation
-order, which every rank shares. Fetching one also runs those made before it.
+two ranks can block on different ones for good. There the collectives made between two runs of
+the graph (a segment, in one control flow context) form a chain of control dependencies, so
+they run in creation order, which every rank shares; fetching one also runs those of its
+segment made before it. A collective made after the graph has run starts a new segment, so
+graphs that grow between runs do not re-run what came before.
 
 Inside `tf.function(jit_compile=True)` no Python op can run (XLA compiles the whole graph), so
 a collective refuses at trace time with an error that names jit_compile.
@@ -89,37 +91,52 @@ def call(what, host_function, inputs, outputs):
                 for r, (d, _) in zip(results, outputs)]
     check_not_xla(what)
 
+    graph = tf.compat.v1.get_default_graph()
+    segment, previous = _segment_for(graph)
+
     def run(*arrays):
+        if segment is not None:
+            segment.ran = True
         try:
             results = host_function(*arrays)
         except CerarError as error:
             _remember(error)
             raise
         return [np.asarray(r, dtype=d.as_numpy_dtype) for r, (d, _) in zip(results, outputs)]
-    graph = tf.compat.v1.get_default_graph()
-    with tf.control_dependencies(_previous_in_session_graph(graph)):
+    with tf.control_dependencies(previous):
         tensors = tf.numpy_function(run, inputs, [d for d, _ in outputs], stateful=True,
                                     name=f"cerar_{what}")
     if not isinstance(tensors, (list, tuple)):
         tensors = [tensors]
     for tensor, (_, shape) in zip(tensors, outputs):
         tensor.set_shape(shape)
-    if not graph.building_function:
-        _last_collective[graph] = (tensors[0].op, graph._get_control_flow_context())
+    if segment is not None:
+        segment.last = tensors[0].op.name  # a name: the segment holds no reference to the graph
     return list(tensors)
 
 
-# A TF1 graph's last collective op and its control flow context (module docstring).
-_last_collective = weakref.WeakKeyDictionary()
+class _Segment:
+    """A TF1 graph's collectives made since it last ran one of them (module docstring)."""
+
+    def __init__(self, context):
+        self.context, self.last, self.ran = context, None, False
 
 
-def _previous_in_session_graph(graph):
-    """The op a new collective in `graph` must follow: none inside tf.function (its automatic
-    control dependencies order stateful ops) or in another control flow context."""
-    if graph.building_function or graph not in _last_collective:
-        return []
-    op, context = _last_collective[graph]
-    return [op] if context is graph._get_control_flow_context() else []
+_segments = weakref.WeakKeyDictionary()  # graph -> its current segment
+
+
+def _segment_for(graph):
+    """The segment a new collective in `graph` joins, and the op it must follow: none inside
+    tf.function (its automatic control dependencies order stateful ops)."""
+    if graph.building_function:
+        return None, []
+    context = graph._get_control_flow_context()
+    segment = _segments.get(graph)
+    if segment is None or segment.ran or segment.context is not context:
+        segment = _segments[graph] = _Segment(context)
+    if segment.last is None:
+        return segment, []
+    return segment, [graph.get_operation_by_name(segment.last)]
 
 
 # The cerar errors raised lately inside graph ops, by message: TensorFlow hands the caller its

@@ -15,16 +15,17 @@ from cerar.tensorflow._bridge import check_not_xla
 def broadcast_variables(variables, root_rank, process_set=global_process_set,
                         name="broadcast_variables"):
     """Assigns root_rank's values to every rank's variables (the same list, in the same order,
-    on every rank), e.g. a model's after building it. Eagerly it returns None; in a graph the
-    op that assigns (run it in a TF1 session)."""
+    on every rank), e.g. a model's after building it. In a TF1 graph it returns the op that
+    assigns (run it in the session); eagerly and in tf.function None."""
     from cerar.tensorflow.ops import broadcast
     variables = list(variables)
     if not tf.executing_eagerly():
         # In tf.function the assignments run in order; a TF1 graph runs the returned op.
         check_not_xla("broadcast_variables")
-        return tf.group(*[v.assign(broadcast(v, root_rank, name=f"{name}.{i}",
-                                             process_set=process_set))
-                          for i, v in enumerate(variables)])
+        assigned = tf.group(*[v.assign(broadcast(v, root_rank, name=f"{name}.{i}",
+                                                 process_set=process_set))
+                              for i, v in enumerate(variables)])
+        return None if tf.compat.v1.get_default_graph().building_function else assigned
     set_ = _set(process_set)
     arrays = [np.array(v.numpy(), order="C", copy=True, ndmin=1) for v in variables]
     handles = [cn.broadcast_async_(a, root_rank, f"{name}.{i}", set_)

@@ -52,7 +52,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     op = resolve_op(op, average, "cerar.tensorflow")
     _host.check_op(op, "allreduce")
     if isinstance(tensor, tf.IndexedSlices):
-        return _sparse_allreduce(tensor, op, name, process_set)
+        return _sparse_allreduce(tensor, op, name, process_set, prescale_factor,
+                                 postscale_factor)
     compressed, ctx = compression.compress(tf.convert_to_tensor(tensor))
     (out,) = _grouped_allreduce([compressed], op, name, float(prescale_factor),
                                 float(postscale_factor), _set(process_set))
@@ -79,10 +80,20 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outs, pairs)]
 
 
-def _sparse_allreduce(slices, op, name, process_set):
+class SlicesUnsupportedError(InvalidArgumentError, NotImplementedError):
+    """What a tf.IndexedSlices cannot take (an op other than Average and Sum, scale factors):
+    an InvalidArgumentError, and the NotImplementedError Horovod raises there."""
+    __init__ = Exception.__init__
+
+
+def _sparse_allreduce(slices, op, name, process_set, prescale_factor=1.0,
+                      postscale_factor=1.0):
     if op not in (Average, Sum):
-        raise InvalidArgumentError("cerar.tensorflow.allreduce: a tf.IndexedSlices reduces "
-                                   "with Average or Sum only")
+        raise SlicesUnsupportedError("cerar.tensorflow.allreduce: a tf.IndexedSlices reduces "
+                                     "with Average or Sum only")
+    if prescale_factor != 1.0 or postscale_factor != 1.0:
+        raise SlicesUnsupportedError("cerar.tensorflow.allreduce: a tf.IndexedSlices takes no "
+                                     "prescale_factor or postscale_factor (scale its values)")
     base = op_name("sparse_allreduce", name)
     values = allgather(slices.values, name=f"{base}.values", process_set=process_set)
     indices = allgather(slices.indices, name=f"{base}.indices", process_set=process_set)

@@ -1,6 +1,7 @@
 """cerar.tensorflow's errors: shapes that differ across ranks fail on every rank, eagerly with
 MismatchError and inside tf.function with TensorFlow's op error naming it; jit_compile is
-refused at trace time, naming the option; and the runtime goes on afterwards."""
+refused at trace time, naming the option; what a tf.IndexedSlices cannot take is refused as
+Horovod refuses it; and the runtime goes on afterwards."""
 import numpy as np
 import tensorflow as tf
 
@@ -36,6 +37,19 @@ try:
     hvd.allreduce(tf.ones([2]), op="Median")
 except hvd.InvalidArgumentError as error:
     check("bad op", "Median" in str(error), str(error))
+
+# What a tf.IndexedSlices cannot take: cerar's InvalidArgumentError, Horovod's
+# NotImplementedError, before anything is sent.
+slices = tf.IndexedSlices(tf.ones([1, 3]), tf.constant([r]), tf.constant([n, 3]))
+for kwargs in ({"op": hvd.Min}, {"op": hvd.Sum, "prescale_factor": 0.5},
+               {"op": hvd.Sum, "postscale_factor": 2.0}):
+    for error_class in (hvd.InvalidArgumentError, NotImplementedError):
+        try:
+            hvd.allreduce(slices, **kwargs)
+        except error_class as error:
+            check(f"slices {kwargs}", "IndexedSlices" in str(error), str(error))
+        else:
+            check(f"slices {kwargs}", False, f"no {error_class.__name__}")
 
 check_close("after errors", hvd.allreduce(tf.ones([4]), op=hvd.Sum).numpy(), np.full(4, n))
 hvd.shutdown()
