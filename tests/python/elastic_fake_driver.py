@@ -71,6 +71,21 @@ class FakeDriver:
         assert lines, f"{worker_id} printed no result\n{self.all_output()}"
         return json.loads(lines[-1])
 
+    def kill_first_and_go_on(self, what, steps=3, limit=120.0, **extra):
+        """Generation 1 of w0, w1, w2 (started with `extra` variables) runs until w1 has printed
+        `steps` "step " lines; w0 is killed; once a survivor has reported the failure,
+        generation 2 (w1, w2) is published. Returns every worker's exit code."""
+        import signal
+        self.publish(1, ["w0", "w1", "w2"])
+        for worker_id in ("w0", "w1", "w2"):
+            self.start(worker_id, **extra)
+        self.wait_for(lambda: self.output("w1").count("step ") >= steps, what, limit)
+        self.processes["w0"].send_signal(signal.SIGKILL)
+        self.wait_for(lambda: any(self.has(protocol.failed_key(1, w)) for w in ("w1", "w2")),
+                      "a survivor's failure report", 30)
+        self.publish(2, ["w1", "w2"], removed=["w0"], reason="w0 failed")
+        return self.finish(limit=limit)
+
     def all_output(self):
         return "\n".join(f"--- {w}:\n{self.output(w)}" for w in self.logs)
 

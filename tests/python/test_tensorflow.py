@@ -50,19 +50,9 @@ def test_elastic_custom_loop_resumes_after_a_worker_is_killed(tmp_path):
     mid-loop: the other two restore the last commit, go on at size 2 and end with equal
     replicas, every step done."""
     import signal
-
-    from cerar.elastic import protocol
     driver = FakeDriver(tmp_path, WORKERS / "tf_elastic.py")
     try:
-        driver.publish(1, ["w0", "w1", "w2"])
-        for worker_id in ("w0", "w1", "w2"):
-            driver.start(worker_id, **ENV)
-        driver.wait_for(lambda: driver.output("w1").count("step ") >= 5, "loop at 3 ranks", 120)
-        driver.processes["w0"].send_signal(signal.SIGKILL)
-        driver.wait_for(lambda: any(driver.has(protocol.failed_key(1, w)) for w in ("w1", "w2")),
-                        "a survivor's failure report", 30)
-        driver.publish(2, ["w1", "w2"], removed=["w0"], reason="w0 failed")
-        codes = driver.finish(limit=120)
+        codes = driver.kill_first_and_go_on("loop at 3 ranks", steps=5, **ENV)
         assert codes == {"w0": -signal.SIGKILL, "w1": 0, "w2": 0}, driver.all_output()
         results = [driver.result("w1"), driver.result("w2")]
         assert [(r["rank"], r["size"], r["step"]) for r in results] == [(0, 2, 40), (1, 2, 40)]

@@ -15,6 +15,19 @@ def check_close(name, got, expected, rtol=0.0, atol=0.0):
         fail(f"{name}: max error {error:g} > {atol + rtol * scale:g}\ngot {got}\nexpected {expected}")
 
 
+def count_resets(state):
+    """{"resets": n, "restores": n}, counted as the elastic `state` goes through them."""
+    counts = {"resets": 0, "restores": 0}
+    original = state.restore
+
+    def restore():
+        counts["restores"] += 1
+        original()
+    state.restore = restore
+    state.register_reset_callbacks([lambda: counts.__setitem__("resets", counts["resets"] + 1)])
+    return counts
+
+
 def check(name, condition, detail=""):
     if not condition:
         fail(f"{name}: {detail}")

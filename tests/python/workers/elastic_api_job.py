@@ -10,6 +10,7 @@ import time
 import torch
 
 import cerar.torch as hvd
+from common import count_resets
 
 SAMPLES, BATCH, EPOCHS = 48, 2, 2
 STEP_SECONDS = float(os.environ.get("ELASTIC_STEP_SECONDS", "0.05"))
@@ -29,16 +30,7 @@ if DISTRIBUTED:
 sampler = hvd.elastic.ElasticSampler(list(range(SAMPLES)), shuffle=True, seed=7)
 state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0,
                                log={e: [] for e in range(EPOCHS)})
-counts = {"resets": 0, "restores": 0}
-
-
-def counted_restore(original=state.restore):
-    counts["restores"] += 1
-    original()
-
-
-state.restore = counted_restore
-state.register_reset_callbacks([lambda: counts.__setitem__("resets", counts["resets"] + 1)])
+counts = count_resets(state)
 
 
 def step(indices):

@@ -11,6 +11,7 @@ import keras
 import numpy as np
 
 import cerar.keras as hvd
+from common import count_resets
 
 EPOCHS, BATCH = 3, 4
 hvd.init()
@@ -22,16 +23,7 @@ model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
 model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9)),
               loss="mse")
 state = hvd.elastic.KerasState(model, epoch=0, batch=0)
-counts = {"resets": 0, "restores": 0}
-
-
-def counted_restore(original=state.restore):
-    counts["restores"] += 1
-    original()
-
-
-state.restore = counted_restore
-state.register_reset_callbacks([lambda: counts.__setitem__("resets", counts["resets"] + 1)])
+counts = count_resets(state)
 
 
 def announce(batch, logs):

@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 import cerar.tensorflow as hvd
+from common import count_resets
 
 STEPS = 40
 hvd.init()
@@ -21,16 +22,7 @@ weight = tf.Variable(tf.random.normal([4, 1]), name="weight")
 bias = tf.Variable(tf.random.normal([1]), name="bias")
 velocity = [tf.Variable(tf.zeros_like(v)) for v in (weight, bias)]  # momentum, by hand
 state = hvd.elastic.TensorFlowState([weight, bias, *velocity], step=0)
-counts = {"resets": 0, "restores": 0}
-
-
-def counted_restore(original=state.restore):
-    counts["restores"] += 1
-    original()
-
-
-state.restore = counted_restore
-state.register_reset_callbacks([lambda: counts.__setitem__("resets", counts["resets"] + 1)])
+counts = count_resets(state)
 
 
 @tf.function
