@@ -38,7 +38,8 @@ from cerar._frontend import barrier  # noqa: E402,F401
 from cerar._frontend import join as _join  # noqa: E402
 from cerar._process_sets import (ProcessSet, add_process_set,  # noqa: E402,F401
                                  global_process_set, remove_process_set)
-from cerar.tensorflow import elastic  # noqa: E402,F401
+from cerar.tensorflow import elastic, util  # noqa: E402,F401
+from cerar.tensorflow.util import _executing_eagerly  # noqa: E402,F401
 from cerar.tensorflow.compression import Compression  # noqa: E402,F401
 from cerar.tensorflow.ops import (allgather, allreduce, alltoall, broadcast,  # noqa: E402,F401
                                   broadcast_, grouped_allgather, grouped_allreduce,
@@ -59,9 +60,3 @@ HorovodInternalError = CerarError
 def join():
     """This rank has no more data; returns the rank that joined last once all have joined."""
     return _join()
-
-
-def _executing_eagerly():
-    """Horovod's helper of the same name, which scripts written for it call."""
-    import tensorflow
-    return tensorflow.executing_eagerly()

@@ -183,7 +183,8 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
              process_set=global_process_set):
     """Sends splits[j] rows of `tensor` to rank j of the set (equal parts without splits);
-    returns (the rows received, in rank order; the received splits, int32)."""
+    returns the rows received, in rank order, and with `splits` also the received splits
+    (int32), as Horovod's: (rows, received_splits)."""
     process_set = _set(process_set)
     name = op_name("alltoall", name)
     x = tf.convert_to_tensor(tensor)
@@ -206,7 +207,8 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
                                process_set=process_set or global_process_set)
             return tf.reshape(back, tf.shape(x))
         return (out, received), grad
-    return forward(x)
+    out, received = forward(x)
+    return out if splits is None else (out, received)
 
 
 def reducescatter(tensor, device_dense="", compression=Compression.none, op=Average, name=None,
@@ -229,10 +231,11 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
                     [x], [(x.dtype, shape)])
 
         def grad(dy):
+            # Horovod's: the allgathered gradient, times the set's size for Sum.
             gathered = allgather(dy, name=f"{name}.grad",
                                  process_set=process_set or global_process_set)
-            if op == Average:
-                gathered = gathered / tf.cast(_membership(process_set)[2], gathered.dtype)
+            if op == Sum:
+                gathered = gathered * tf.cast(_membership(process_set)[2], gathered.dtype)
             return gathered * tf.cast(prescale * postscale, gathered.dtype)
         return y, grad
     return compression.decompress(forward(compressed), ctx)

@@ -7,12 +7,18 @@ from cerar._cerar import InvalidArgumentError
 from cerar.tensorflow.functions import broadcast_variables
 
 
+class EagerGlobalVariablesError(InvalidArgumentError, RuntimeError):
+    """broadcast_global_variables called eagerly: an InvalidArgumentError, and the RuntimeError
+    Horovod raises there."""
+    __init__ = Exception.__init__
+
+
 def broadcast_global_variables(root_rank):
     """An op that assigns root_rank's values to every global variable of the default graph
     (tf.compat.v1.global_variables(), the same on every rank). TF1 graphs only: eagerly (and
     in tf.function) there is no such collection; pass the variables to broadcast_variables."""
     if tf.executing_eagerly() or tf.compat.v1.get_default_graph().building_function:
-        raise InvalidArgumentError(
+        raise EagerGlobalVariablesError(
             "cerar.tensorflow.broadcast_global_variables works in TF1 graphs (sessions); "
             "eagerly and in tf.function call broadcast_variables(model.variables, root_rank)")
     return broadcast_variables(tf.compat.v1.global_variables(), root_rank,

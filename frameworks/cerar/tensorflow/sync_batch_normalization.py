@@ -10,6 +10,7 @@ import keras
 import tensorflow as tf
 
 from cerar import Sum
+from cerar._cerar import InvalidArgumentError
 from cerar._process_sets import global_process_set
 from cerar.tensorflow.ops import grouped_allreduce
 
@@ -19,7 +20,11 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
     """keras.layers.BatchNormalization with global batch statistics (process_set: among its
     ranks only; not saved in the config: the default set is used when loaded)."""
 
-    def __init__(self, *args, process_set=global_process_set, **kwargs):
+    def __init__(self, *args, process_set=global_process_set, fused=None, **kwargs):
+        # fused: Keras 2's, which Horovod's layer passes on and Keras 3 no longer takes.
+        if fused:
+            raise InvalidArgumentError("cerar.tensorflow.SyncBatchNormalization: fused=True is "
+                                       "not supported (Keras 3 has no fused kernel)")
         super().__init__(*args, **kwargs)
         self._cerar_process_set = process_set
 

@@ -78,6 +78,9 @@ for mode, wrap in MODES.items():
     check_close(f"{mode} alltoall", out.numpy(), np.repeat(np.arange(float(n)), r + 1)
                 [:, None] * np.ones((1, 2)))
     check_close(f"{mode} alltoall splits", received.numpy(), np.full(n, r + 1))
+    # Without splits: equal parts, and the rows alone (no received splits), as Horovod's.
+    got = wrap(lambda t: hvd.alltoall(t))(tf.fill([2 * n], tf.cast(r, tf.uint8)))
+    check_close(f"{mode} alltoall equal", got.numpy(), np.repeat(np.arange(n), 2))
     # reducescatter: 5 rows, the first rank gets 3.
     got = wrap(lambda t: hvd.reducescatter(t, op=hvd.Sum))(tf.fill([5, 2], float(r + 1)))
     mine = 3 if r == 0 else 2
@@ -115,6 +118,17 @@ for mode, wrap in MODES.items():
     # gradient), + n on the root only (the summed gradient; zero elsewhere).
     want = n * (r + 1) + 2 * n + (n if r == 0 else 0)
     check_close(f"{mode} gradients", got.numpy(), np.full(3, want))
+
+    def scatter_grads(x):
+        with tf.GradientTape(persistent=True) as tape:
+            tape.watch(x)
+            summed = hvd.reducescatter(x, op=hvd.Sum)
+            averaged = hvd.reducescatter(x * 3.0, op=hvd.Average)
+            loss = tf.reduce_sum(summed) + tf.reduce_sum(averaged)
+        return tape.gradient(loss, x)
+    got = wrap(scatter_grads)(tf.ones([2 * n, 2]))
+    # Horovod's: the allgathered gradient, times the size for Sum (n), alone for Average (3).
+    check_close(f"{mode} reducescatter gradients", got.numpy(), np.full((2 * n, 2), n + 3.0))
 
 # Objects and variables.
 check("broadcast_object", hvd.broadcast_object({"r": r}, root_rank=1) == {"r": 1})

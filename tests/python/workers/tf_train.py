@@ -66,7 +66,7 @@ features = data.normal(size=(8, 3)).astype(np.float32) * 3 + 1
 want_y, want_dx = batch_norm(tf.keras.layers.BatchNormalization(), tf.constant(features))
 mine = slice(r * 4, (r + 1) * 4)
 for label, wrap in (("eager", lambda f: f), ("function", tf.function)):
-    layer = hvd.SyncBatchNormalization()
+    layer = hvd.SyncBatchNormalization(fused=False)  # Keras 2's argument, accepted
     layer.build((4, 3))
     got_y, got_dx = wrap(batch_norm)(layer, tf.constant(features[mine]))
     check_close(f"sync bn {label}", got_y.numpy(), want_y.numpy()[mine], atol=1e-4)
