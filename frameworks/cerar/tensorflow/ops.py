@@ -125,8 +125,8 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_pro
 
 
 def _allgather_grad(x, dy, name, process_set):
-    """This rank's rows of the gradient summed over the ranks."""
-    summed = allreduce(dy, op=Sum, name=f"{name}.grad", process_set=process_set or
+    """This rank's rows of the gradient averaged over the ranks (Horovod's, cerar.torch's)."""
+    summed = allreduce(dy, op=Average, name=f"{name}.grad", process_set=process_set or
                        global_process_set)
     rows = tf.reshape(tf.shape(x)[0] if x.shape.rank else tf.constant(1), [1])
     sizes = allgather(rows, name=f"{name}.grad.rows", process_set=process_set or
