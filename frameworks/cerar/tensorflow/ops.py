@@ -156,10 +156,10 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
         (y,) = call("broadcast", lambda a: [_host.broadcast(a, root_rank, name, process_set)],
                     [x], [(x.dtype, x.shape)])
 
-        def grad(dy):
-            summed = allreduce(dy, op=Sum, name=f"{name}.grad",
-                               process_set=process_set or global_process_set)
-            return summed if _rank() == root_rank else summed * 0
+        def grad(dy):  # Horovod's, cerar.torch's: the averaged gradient on the root
+            averaged = allreduce(dy, op=Average, name=f"{name}.grad",
+                                 process_set=process_set or global_process_set)
+            return averaged if _rank() == root_rank else averaged * 0
         return y, grad
     return forward(tf.convert_to_tensor(tensor))
 

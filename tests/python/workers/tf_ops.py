@@ -115,8 +115,8 @@ for mode, wrap in MODES.items():
         return tape.gradient(loss, x)
     got = wrap(grads)(tf.ones([3]))
     # d/dx: the allreduced ones (n) times r+1, + 2 (this rank's rows of the averaged
-    # gradient), + n on the root only (the summed gradient; zero elsewhere).
-    want = n * (r + 1) + 2 + (n if r == 0 else 0)
+    # gradient), + 1 on the root only (the averaged gradient; zero elsewhere).
+    want = n * (r + 1) + 2 + (1 if r == 0 else 0)
     check_close(f"{mode} gradients", got.numpy(), np.full(3, want))
 
     def scatter_grads(x):
