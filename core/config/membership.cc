@@ -36,9 +36,8 @@ std::string sealMembership(TcpStore& store, const std::string& scope, const std:
     std::this_thread::sleep_for(grace);
     std::string outcome;
     if (store.add(scope + "seal", 1) >= kTwinMark) {
-      const std::string twin = store.check({scope + "twin-rank"}, limit)
-                                   ? text(store.get(scope + "twin-rank", limit))
-                                   : std::string("?");
+      // A twin posts its rank before it marks the seal (refuseTwin): the key is there.
+      const std::string twin = text(store.get(scope + "twin-rank", limit));
       outcome = detail::concat("a second process started as rank ", twin,
                                " at the rendezvous store ", store.address(),
                                " before this job's ranks were all in, so this job's ranks may "
