@@ -196,14 +196,15 @@ void GlooTransport::wait(bool send, int peer) {
   if (links_) links_->waiting(peer);  // a link still being made waits as long as this wait
   const auto start = std::chrono::steady_clock::now();
   std::string why = "aborted";
-  if (watch(op.buffer, send)) {
+  // Only a transport that may be aborted marks its waits: the data links' waits take no lock.
+  if (!abortable_ || watch(op.buffer, send)) {
     bool done = false;
     try {
       done = send ? op.buffer->waitSend(timeout_) : op.buffer->waitRecv(timeout_);
     } catch (const std::exception& e) {
       why = glooMessage(e);
     }
-    watch(nullptr, send);
+    if (abortable_) watch(nullptr, send);
     if (done) return;
   }
   const auto elapsed = std::chrono::steady_clock::now() - start;

@@ -111,8 +111,10 @@ class GlooTransport : public Transport {
   // the lazy links' lock where there are any): a link's proof on a context whose other links
   // are made on demand closes them under that lock.
   void closeWith(std::function<void()> close) { close_ = std::move(close); }
-  // From another thread: ends the wait in progress, and fails every later one, at once (a
-  // link made on demand stops its proof so when its owner goes).
+  // From the owning thread, before any wait: lets abort() end this transport's waits.
+  void allowAbort() { abortable_ = true; }
+  // From another thread, once allowAbort() was called: ends the wait in progress, and fails
+  // every later one, at once (a link made on demand stops its proof so when its owner goes).
   void abort();
 
  private:
@@ -141,6 +143,7 @@ class GlooTransport : public Transport {
   gloo::transport::UnboundBuffer* waitingOn_ = nullptr;  // the buffer of the wait in progress
   bool waitingSend_ = false;
   bool aborted_ = false;
+  bool abortable_ = false;  // set once, before the transport is shared (allowAbort)
   int rank_;
   int size_;
   Duration timeout_;

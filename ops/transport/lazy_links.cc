@@ -251,6 +251,7 @@ Status LazyLinks::connectAndProve(int peer) {
   // Its failure closes the context's links: under the lock, as other links' threads may
   // create their pairs meanwhile.
   proof.closeWith([this] { closeConnections(); });
+  proof.allowAbort();  // the destructor may end its waits
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopping_) return closing(peer);  // the pair closed: its connect may have returned
