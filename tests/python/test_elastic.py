@@ -194,7 +194,11 @@ def elastic(*flags):
 
 def test_a_killed_worker_shrinks_the_job_and_its_host_returns_after_the_cooldown(
         hosts, jobs, tmp_path):
-    job = Job(hosts, tmp_path, [0, 1, 2], elastic("--blacklist-cooldown-range", "6", "6"))
+    # A cooldown longer than the shrink may take (TIMEOUT + 5 s, below): the host cannot come
+    # back before the smaller generation has trained.
+    cooldown = str(TIMEOUT + 6)
+    job = Job(hosts, tmp_path, [0, 1, 2], elastic("--blacklist-cooldown-range", cooldown,
+                                                  cooldown))
     jobs.append(job)
     job.wait_for(synced(job, 6), count=6, timeout=180)
     time.sleep(1.0)
