@@ -89,7 +89,10 @@ void Coordinator::run() {
       // The pace is the coordinator rank's last answer's (job-wide; it may be autotuned).
       const auto cycle = std::chrono::duration_cast<Clock::duration>(
           std::chrono::duration<double, std::milli>(tuning_.applied().cycleTimeMs));
-      next = std::max(next + cycle, Clock::now());  // a late cycle does not cause a burst
+      // A late cycle does not cause a burst; one woken early (a push to an idle rank) keeps
+      // the pace's next cycle, so the rest of a step's tensors do not wait longer.
+      const auto now = Clock::now();
+      if (now >= next) next = std::max(next + cycle, now);
       const ResponseMessage answer = negotiate(collectReport());
       ++stats_.working().cycles;
       tuning_.apply(answer.tuning);

@@ -44,20 +44,32 @@ Status Queue::inFlight(const std::vector<std::string>& names, int32_t set) const
 }
 
 Status Queue::push(std::unique_ptr<Entry> entry) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const Status accepted = admit(std::move(entry), wake);
+    if (!accepted.ok()) return accepted;
+  }
+  if (wake) wake_.notify_all();
+  return {};
+}
+
+Status Queue::admit(std::unique_ptr<Entry> entry, bool& wake) {
   if (!closed_.ok()) return closed_;
+  const bool idle = inFlight_.empty();
   const int32_t set = entry->request.description.processSet;
   // One name: its in-flight key is the unit's key, made at enqueue.
   if (entry->request.names.size() == 1 && !entry->key.empty()) {
     if (!inFlight_.insert(entry->key).second) return refusal(entry->request.names[0]);
-    incoming_.push_back(std::move(entry));
-    return {};
+  } else {
+    const Status busy = findInFlight(entry->request.names, set);
+    if (!busy.ok()) return busy;
+    // Names repeated within one group are caught by enqueue's validation.
+    for (const auto& name : entry->request.names) inFlight_.insert(inFlightKey(name, set));
   }
-  const Status busy = findInFlight(entry->request.names, set);
-  if (!busy.ok()) return busy;
-  // Names repeated within one group are caught by enqueue's validation.
-  for (const auto& name : entry->request.names) inFlight_.insert(inFlightKey(name, set));
   incoming_.push_back(std::move(entry));
+  wake = idle && !idleWake_;
+  idleWake_ = idleWake_ || idle;
   return {};
 }
 
@@ -124,7 +136,8 @@ bool Queue::shutdownRequested() {
 
 void Queue::sleepUntil(Clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mutex_);
-  wake_.wait_until(lock, deadline, [&] { return shutdown_; });
+  wake_.wait_until(lock, deadline, [&] { return shutdown_ || idleWake_; });
+  idleWake_ = false;
 }
 
 std::vector<std::unique_ptr<Entry>> Queue::close(const Status& why,

@@ -76,13 +76,15 @@ class Queue {
 
   void requestShutdown();
   bool shutdownRequested();
-  // Sleeps until `deadline` or a shutdown request.
+  // Sleeps until `deadline`, a shutdown request, or a push to an idle rank (below).
   void sleepUntil(Clock::time_point deadline);
   // Refuses every later push with `why`; returns the entries and join not yet drained.
   std::vector<std::unique_ptr<Entry>> close(const Status& why,
                                             std::shared_ptr<OperationState>& join);
 
  private:
+  // Under mutex_: push's checks and queueing; `wake` when the coordinator should wake now.
+  Status admit(std::unique_ptr<Entry> entry, bool& wake);
   // Under mutex_: the refusal of the first of `names` in flight in `set`, or ok.
   Status findInFlight(const std::vector<std::string>& names, int32_t set) const;
   // The refusal of an operation named `name` while one of that name is in flight.
@@ -101,6 +103,10 @@ class Queue {
   std::shared_ptr<OperationState> join_;
   bool joinNew_ = false;
   bool shutdown_ = false;
+  // Set by a push while nothing was in flight on this rank: a lone call on an idle rank is
+  // negotiated at once instead of a cycle later. Pushes while work is in flight (a step's
+  // burst after its first tensor) leave the cycle's pace alone, so they still fuse.
+  bool idleWake_ = false;
   Status closed_;  // ok while open
 };
 
