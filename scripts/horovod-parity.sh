@@ -97,7 +97,9 @@ for test in $tests; do
   rc=$?
   result=PASS reason=""
   for ((r = 0; r < np; r++)); do
-    line=$(grep -E "^(PASSED|FAILED|SKIPPED|ERROR)" "$log.$r" 2>/dev/null | head -1)
+    # pytest's summary line ("PASSED file::test", "SKIPPED [1] file:line: why"), not a captured
+    # log record that starts with its level ("ERROR    tensorflow:...").
+    line=$(grep -E "^((PASSED|FAILED|ERROR) [^ ]+::|SKIPPED \[)" "$log.$r" 2>/dev/null | head -1)
     case "$line" in
       PASSED*) ;;
       SKIPPED*) [[ $result == PASS ]] && result=SKIP reason=${line#*: } ;;

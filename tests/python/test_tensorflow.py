@@ -29,8 +29,11 @@ def test_collectives_eager_and_in_tf_function():
 
 
 @needs_tf
-def test_errors_reach_every_rank():
-    assert_ok(run_job("tf_errors.py", np=2, env=ENV), "tf errors OK", np=2)
+@pytest.mark.parametrize("status_op", ["compiled", "off"])
+def test_errors_reach_every_rank(status_op):
+    env = {**ENV, "TF_STATUS_OP": status_op}
+    # The first compiled run on a machine builds the op (about 20 s) while the ranks wait.
+    assert_ok(run_job("tf_errors.py", np=2, env=env, timeout=180), "tf errors OK", np=2)
 
 
 @needs_tf
@@ -74,3 +77,28 @@ def test_import_error_names_tensorflow(tmp_path):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert "cerar.tensorflow needs TensorFlow >= 2.16" in result.stderr, result.stderr
+
+
+@needs_tf
+@pytest.mark.parametrize("compiler", ["absent", "failing"])
+def test_status_op_is_done_without_when_it_cannot_be_built(compiler, tmp_path, monkeypatch,
+                                                           caplog):
+    """No compiler, or one that fails: library() is None and a warning says why, once; the
+    collectives then fail as Python ops do (test_errors_reach_every_rank[off])."""
+    import logging
+    from cerar.tensorflow import status_op
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    if compiler == "absent":
+        monkeypatch.delenv("CXX", raising=False)
+        monkeypatch.setenv("PATH", str(tmp_path))  # no c++, no g++
+        expected = "no C++ compiler"
+    else:
+        monkeypatch.setenv("CXX", "false")
+        expected = "failed"
+    monkeypatch.setattr(status_op, "_state", {})
+    with caplog.at_level(logging.WARNING, logger="cerar.tensorflow"):
+        assert status_op.library() is None
+        assert status_op.library() is None
+    warnings = [r.getMessage() for r in caplog.records if r.name == "cerar.tensorflow"]
+    assert len(warnings) == 1 and expected in warnings[0], warnings
+    assert not list(tmp_path.glob("cerar/tf-status-op/*.so")), "a library was left behind"

@@ -15,6 +15,11 @@ they run in creation order, which every rank shares; fetching one also runs thos
 segment made before it. A collective made after the graph has run starts a new segment, so
 graphs that grow between runs do not re-run what came before.
 
+A failed collective raises TensorFlow's error class as Horovod's op kernels do (MismatchError as
+tf.errors.FailedPreconditionError, InvalidArgumentError as tf.errors.InvalidArgumentError, ...):
+eagerly an exception of both classes, in a graph through the CerarStatus op after the Python op
+(status_op.py; without it, TensorFlow's UnknownError).
+
 Inside `tf.function(jit_compile=True)` no Python op can run (XLA compiles the whole graph), so
 a collective refuses at trace time with an error that names jit_compile.
 """
@@ -24,8 +29,10 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
-from cerar._cerar import CerarError, InvalidArgumentError
+from cerar._cerar import (CerarError, CerarTimeoutError, InvalidArgumentError, MismatchError,
+                          ShutDownError)
 from cerar._frontend import auto_name
+from cerar.tensorflow import status_op
 
 try:  # whether a gradient tape is recording (eagerly, a collective then skips custom_gradient)
     from tensorflow.python.eager import record as _record
@@ -86,13 +93,17 @@ def call(what, host_function, inputs, outputs):
     Eagerly it runs now; in a graph it is a stateful numpy_function op."""
     inputs = [tf.convert_to_tensor(t) for t in inputs]
     if tf.executing_eagerly():
-        results = host_function(*[t.numpy() for t in inputs])
+        try:
+            results = host_function(*[t.numpy() for t in inputs])
+        except CerarError as error:
+            raise as_tf_error(error) from None
         return [tf.convert_to_tensor(np.asarray(r, dtype=d.as_numpy_dtype))
                 for r, (d, _) in zip(results, outputs)]
     check_not_xla(what)
 
     graph = tf.compat.v1.get_default_graph()
     segment, previous = _segment_for(graph)
+    status = status_op.library()
 
     def run(*arrays):
         if segment is not None:
@@ -101,18 +112,70 @@ def call(what, host_function, inputs, outputs):
             results = host_function(*arrays)
         except CerarError as error:
             _remember(error)
-            raise
-        return [np.asarray(r, dtype=d.as_numpy_dtype) for r, (d, _) in zip(results, outputs)]
+            if status is None:
+                raise
+            # Placeholders: CerarStatus fails with the error's code before anything reads them.
+            return ([np.zeros(0, d.as_numpy_dtype) for d, _ in outputs]
+                    + [np.int32(_TF_CODES[tf_class_of(error)]),
+                       np.bytes_(_message(error).encode())])
+        arrays = [np.asarray(r, dtype=d.as_numpy_dtype) for r, (d, _) in zip(results, outputs)]
+        return arrays + ([np.int32(0), np.bytes_(b"")] if status is not None else [])
+    types = [d for d, _ in outputs] + ([tf.int32, tf.string] if status is not None else [])
     with tf.control_dependencies(previous):
-        tensors = tf.numpy_function(run, inputs, [d for d, _ in outputs], stateful=True,
-                                    name=f"cerar_{what}")
-    if not isinstance(tensors, (list, tuple)):
-        tensors = [tensors]
+        tensors = tf.numpy_function(run, inputs, types, stateful=True, name=f"cerar_{what}")
+        if not isinstance(tensors, (list, tuple)):
+            tensors = [tensors]
+        if status is not None:  # the code rides along as a value: the op has an output
+            code, message = tensors[-2:]
+            tensors = status.cerar_status(code, message, list(tensors[:-2]) + [code],
+                                          name=f"cerar_{what}_status")[:-1]
     for tensor, (_, shape) in zip(tensors, outputs):
         tensor.set_shape(shape)
     if segment is not None:
         segment.last = tensors[0].op.name  # a name: the segment holds no reference to the graph
     return list(tensors)
+
+
+# TensorFlow's error class for a cerar error, as Horovod's op kernels report them; the first
+# row that matches; UnknownError for the rest.
+_TF_CLASSES = ((MismatchError, tf.errors.FailedPreconditionError),
+               (InvalidArgumentError, tf.errors.InvalidArgumentError),
+               (ShutDownError, tf.errors.AbortedError),
+               (CerarTimeoutError, tf.errors.DeadlineExceededError))
+_TF_CODES = {tf.errors.FailedPreconditionError: tf.errors.FAILED_PRECONDITION,
+             tf.errors.InvalidArgumentError: tf.errors.INVALID_ARGUMENT,
+             tf.errors.AbortedError: tf.errors.ABORTED,
+             tf.errors.DeadlineExceededError: tf.errors.DEADLINE_EXCEEDED,
+             tf.errors.UnknownError: tf.errors.UNKNOWN}
+
+
+def tf_class_of(error):
+    return next((tf_class for cerar_class, tf_class in _TF_CLASSES
+                 if isinstance(error, cerar_class)), tf.errors.UnknownError)
+
+
+def _message(error):
+    return f"{type(error).__name__}: {error}"
+
+
+_both = {}  # (cerar class, TensorFlow class) -> the class of both
+
+
+def as_tf_error(error):
+    """`error` as an exception of its cerar class and of TensorFlow's (tf_class_of), with its
+    message and attributes: `except cerar.MismatchError` and `except
+    tf.errors.FailedPreconditionError` both catch it."""
+    classes = (type(error), tf_class_of(error))
+    both = _both.get(classes)
+    if both is None:
+        both = _both[classes] = type(classes[0].__name__, classes,
+                                     {"__module__": classes[0].__module__,
+                                      "__str__": lambda self: self.message})
+    raised = both.__new__(both)
+    raised.__dict__.update(error.__dict__)
+    classes[1].__init__(raised, None, None, str(error))
+    raised.args = error.args
+    return raised
 
 
 class _Segment:

@@ -1,30 +1,59 @@
-"""cerar.tensorflow's errors: shapes that differ across ranks fail on every rank, eagerly with
-MismatchError and inside tf.function with TensorFlow's op error naming it; jit_compile is
+"""cerar.tensorflow's errors: shapes that differ across ranks fail on every rank with Horovod's
+class, tf.errors.FailedPreconditionError: eagerly an exception that is MismatchError too, inside
+tf.function and a TF1 session TensorFlow's error naming it (through the CerarStatus op, compiled
+here; with TF_STATUS_OP=off in the environment, the fallback without it: UnknownError);
+jit_compile is
 refused at trace time, naming the option; what a tf.IndexedSlices cannot take is refused as
 Horovod refuses it; and the runtime goes on afterwards."""
+import os
+
 import numpy as np
 import tensorflow as tf
 
 import cerar.tensorflow as hvd
+from cerar.tensorflow import status_op
+from cerar.tensorflow._bridge import cerar_error_of
 from common import check, check_close
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
 
-try:
-    hvd.allreduce(tf.ones([10 + r]), op=hvd.Sum, name="eager.mismatch")
-except hvd.MismatchError as error:
-    check("eager message", "eager.mismatch" in str(error), str(error))
-else:
-    check("eager mismatch", False, "no MismatchError for shapes that differ")
+if os.environ.get("TF_STATUS_OP") == "off":
+    status_op._state["library"] = None  # as where no compiler is found
+GRAPH_CLASS = (tf.errors.UnknownError if os.environ.get("TF_STATUS_OP") == "off"
+               else tf.errors.FailedPreconditionError)
+
+for kind in (hvd.MismatchError, tf.errors.FailedPreconditionError):
+    try:
+        hvd.allreduce(tf.ones([10 + r]), op=hvd.Sum, name=f"eager.mismatch.{kind.__name__}")
+    except kind as error:
+        check("eager message", "eager.mismatch" in str(error), str(error))
+        check("eager class", isinstance(error, hvd.MismatchError)
+              and isinstance(error, tf.errors.FailedPreconditionError), type(error).__mro__)
+    else:
+        check("eager mismatch", False, f"no {kind.__name__} for shapes that differ")
 
 try:
     tf.function(lambda t: hvd.allreduce(t, name="graph.mismatch"))(tf.ones([4, 1 + r]))
 except tf.errors.OpError as error:
     check("graph message", "MismatchError" in error.message and "graph.mismatch" in
           error.message, error.message)
+    check("graph class", type(error) is GRAPH_CLASS, type(error))
+    check("graph error's cerar error", isinstance(cerar_error_of(error), hvd.MismatchError),
+          cerar_error_of(error))
 else:
     check("graph mismatch", False, "no error for shapes that differ inside tf.function")
+
+graph = tf.Graph()
+with graph.as_default():
+    fetched = hvd.allgather(tf.ones([2, 3 + r]), name="session.mismatch")
+    with tf.compat.v1.Session() as session:
+        try:
+            session.run(fetched)
+        except tf.errors.OpError as error:
+            check("session class", type(error) is GRAPH_CLASS, type(error))
+        else:
+            check("session mismatch", False, "no error for shapes that differ in a session")
 
 try:
     tf.function(lambda t: hvd.allreduce(t), jit_compile=True)(tf.ones([3]))
