@@ -170,13 +170,18 @@ def _rank():
 
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
-    """Assigns root_rank's values to the variables (in place); returns them."""
+    """Assigns root_rank's values to the variables (in place); returns their values after it,
+    as Horovod's. In a graph each value is read after its assignment, so evaluating it runs the
+    broadcast (a TF1 session runs nothing it does not fetch)."""
     variables = list(variables)
     base = op_name("broadcast_", name)
+    values = []
     for i, variable in enumerate(variables):
-        variable.assign(broadcast(variable, root_rank, name=f"{base}.{i}",
-                                  process_set=process_set))
-    return variables
+        assigned = variable.assign(broadcast(variable, root_rank, name=f"{base}.{i}",
+                                             process_set=process_set))
+        with tf.control_dependencies([assigned]):
+            values.append(tf.identity(variable.read_value()))
+    return values
 
 
 # --- alltoall, reducescatter --------------------------------------------------------------------

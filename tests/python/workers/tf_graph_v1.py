@@ -32,6 +32,22 @@ with graph.as_default():
         check_close("one fetched", session.run(sums[5]), np.full([8], float(sum(k + 5
                                                                              for k in range(n)))))
 
+# broadcast_ (in place) on a reference and a resource variable: fetching its values runs the
+# broadcast, the variables then hold the root's values; fetched twice, it runs twice alike.
+with tf.Graph().as_default():
+    from tensorflow.python.ops.ref_variable import RefVariable
+    for kind, make in (("ref", RefVariable), ("resource", tf.compat.v1.Variable)):
+        variable = make(tf.fill([4], float(r + 1)))
+        values = hvd.broadcast_([variable], root_rank=n - 1, name=f"inplace.{kind}")
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.variables_initializer([variable]))
+            check_close(f"broadcast_ {kind} before", session.run(variable), np.full(4, r + 1.0))
+            for run in range(2):
+                check_close(f"broadcast_ {kind} value {run}", session.run(values[0]),
+                            np.full(4, float(n)))
+                check_close(f"broadcast_ {kind} variable {run}", session.run(variable),
+                            np.full(4, float(n)))
+
 # The hook broadcasts rank 0's initial values in a MonitoredTrainingSession.
 with tf.Graph().as_default():
     weight = tf.compat.v1.get_variable("w", initializer=tf.constant([1.0 + r, 2.0 * r]))

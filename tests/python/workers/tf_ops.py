@@ -134,6 +134,11 @@ for mode, wrap in MODES.items():
 check("broadcast_object", hvd.broadcast_object({"r": r}, root_rank=1) == {"r": 1})
 check("allgather_object", hvd.allgather_object(r * 10) == [k * 10 for k in range(n)])
 v = tf.Variable(tf.fill([2], float(r)))
+for mode, wrap in (("eager", lambda f: f), ("function", tf.function)):
+    u = tf.Variable(tf.fill([3], float(r + 5)))
+    got = wrap(lambda: hvd.broadcast_([u], root_rank=n - 1, name=f"inplace.{mode}"))()
+    check_close(f"{mode} broadcast_ value", got[0].numpy(), np.full(3, n + 4.0))
+    check_close(f"{mode} broadcast_ variable", u.numpy(), np.full(3, n + 4.0))
 hvd.broadcast_variables([v], root_rank=1)
 check_close("broadcast_variables", v.numpy(), np.ones(2))
 w = tf.Variable(tf.fill([2], float(r)))
