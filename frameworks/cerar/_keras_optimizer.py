@@ -13,9 +13,33 @@ class _Reducing:
 
     def apply(self, grads, trainable_variables=None):
         grads = list(grads)
-        variables = (list(trainable_variables) if trainable_variables is not None
-                     else [None] * len(grads))
+        if trainable_variables is not None:
+            variables = list(trainable_variables)
+        else:  # stateless_apply (JAX): the variables the optimizer was built for, as Keras's
+            variables = list(getattr(self, "_trainable_variables", None) or [])
+            if len(variables) != len(grads):
+                variables = [None] * len(grads)
         return super().apply(self._cerar_reducer.reduce(grads, variables), trainable_variables)
+
+
+class LocalSources:
+    """A reducer that leaves the gradients of `variables` to this rank (Horovod's
+    PartialDistributedOptimizer): not reduced, divided by `divisor`; `inner` reduces the rest."""
+
+    def __init__(self, inner, variables, divisor):
+        self.inner, self.divisor = inner, divisor
+        self.local = {id(v) for v in variables}
+
+    def reduce(self, grads, variables):
+        out = list(grads)
+        shared = [i for i, v in enumerate(variables) if id(v) not in self.local]
+        reduced = self.inner.reduce([grads[i] for i in shared], [variables[i] for i in shared])
+        for i, g in zip(shared, reduced):
+            out[i] = g
+        for i, v in enumerate(variables):
+            if id(v) in self.local and grads[i] is not None and self.divisor != 1:
+                out[i] = grads[i] / self.divisor
+        return out
 
 
 def _reducing_class(optimizer):

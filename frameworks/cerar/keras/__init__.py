@@ -27,7 +27,7 @@ from cerar import (ccl_built, cuda_built, ddl_built, gloo_built, gloo_enabled,  
                    mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rocm_built)
 from cerar import _keras_optimizer
 from cerar._frontend import auto_name, resolve_op
-from cerar._process_sets import (ProcessSet, add_process_set,  # noqa: F401
+from cerar._process_sets import (ProcessSet, _membership, add_process_set,  # noqa: F401
                                  global_process_set, remove_process_set)
 
 BACKEND = keras.backend.backend()
@@ -67,6 +67,34 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     reducer = _backend.make_reducer(compression, op, gradient_predivide_factor, process_set)
     return _keras_optimizer.wrap(optimizer, reducer, "cerar.keras.DistributedOptimizer",
                                  name=name, accumulation_steps=backward_passes_per_step)
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                                compression=Compression.none, sparse_as_dense=False,
+                                backward_passes_per_step=1, op=Average,
+                                gradient_predivide_factor=1.0,
+                                average_aggregated_gradients=False, groups=None,
+                                process_set=global_process_set, scale_local_gradients=True,
+                                local_layers=None):
+    """DistributedOptimizer whose gradients of `local_layers`' trainable weights (Keras
+    layers: this rank's own) are not reduced, as Horovod's: divided by the process set's size
+    when scale_local_gradients."""
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, keras.layers.Layer):
+        local_layers = [local_layers]
+    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+        raise ValueError("All local layers must be of keras.layers.Layer type.")
+    wrapped = DistributedOptimizer(
+        optimizer, name=name, compression=compression, op=op,
+        gradient_predivide_factor=gradient_predivide_factor,
+        backward_passes_per_step=backward_passes_per_step, groups=groups,
+        process_set=process_set)
+    local = [v for layer in local_layers for v in layer.trainable_weights]
+    size = _membership(None if process_set is global_process_set else process_set)[2]
+    wrapped._cerar_reducer = _keras_optimizer.LocalSources(wrapped._cerar_reducer, local,
+                                                           size if scale_local_gradients else 1)
+    return wrapped
 
 
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,

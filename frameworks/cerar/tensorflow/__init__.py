@@ -47,7 +47,8 @@ from cerar.tensorflow.ops import (allgather, allreduce, alltoall, broadcast,  # 
 from cerar.tensorflow.functions import (allgather_object, broadcast_object,  # noqa: E402,F401
                                         broadcast_object_fn, broadcast_variables,
                                         local_rank_op, local_size_op, rank_op, size_op)
-from cerar.tensorflow.gradient_tape import DistributedGradientTape  # noqa: E402,F401
+from cerar.tensorflow.gradient_tape import (DistributedGradientTape,  # noqa: E402,F401
+                                            PartialDistributedGradientTape)
 from cerar.tensorflow.optimizer import DistributedOptimizer  # noqa: E402,F401
 from cerar.tensorflow.sessions import (BroadcastGlobalVariablesHook,  # noqa: E402,F401
                                        broadcast_global_variables)

@@ -114,3 +114,26 @@ def DistributedGradientTape(gradtape, device_dense="", device_sparse="",
                                           gradient_predivide_factor, num_groups, groups,
                                           process_set, scale_local_gradients)
     return tape
+
+
+def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="",
+                                   compression=Compression.none, sparse_as_dense=False,
+                                   op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                                   groups=None, process_set=global_process_set,
+                                   local_layers=None, scale_local_gradients=True):
+    """DistributedGradientTape whose gradients of `local_layers`' trainable weights (Keras
+    layers: this rank's own) are not reduced, as Horovod's (scaled by 1/size when
+    scale_local_gradients)."""
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, tf.keras.layers.Layer):
+        local_layers = [local_layers]
+    elif not all(isinstance(layer, tf.keras.layers.Layer) for layer in local_layers):
+        raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
+                                   sparse_as_dense, op, gradient_predivide_factor, num_groups,
+                                   groups, process_set, scale_local_gradients)
+    for layer in local_layers:
+        for variable in layer.trainable_weights:
+            tape.register_local_source(variable)
+    return tape

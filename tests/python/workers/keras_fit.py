@@ -132,6 +132,22 @@ for label, got, want in zip(("kernel 1", "bias 1", "kernel 2", "bias 2"), weight
                             weights(alone)):
     check_close(f"{label} with fp16 gradients", got, want, atol=2e-3)
 
+# PartialDistributedOptimizer: the output layer stays local. On data that differs per rank,
+# the hidden layer's weights stay equal on every rank and the output layer's do not.
+model = model_of(r)
+model.compile(optimizer=hvd.PartialDistributedOptimizer(keras.optimizers.SGD(LR),
+                                                        local_layers=[model.layers[-1]]),
+              loss="mse")
+model.fit(x_all[mine] * (1 + r), y_all[mine], batch_size=half, epochs=1, shuffle=False,
+          verbose=0, callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+for i, w in enumerate(weights(model)):
+    every = keras.ops.convert_to_numpy(hvd.allgather(w[None], name=f"partial.{i}"))
+    spread = float(np.max(np.abs(every - every[:1])))
+    if i < 2:
+        check_close(f"partial: shared weight {i} equal on every rank", spread, 0.0, atol=1e-6)
+    else:
+        check(f"partial: local weight {i} differs across ranks", spread > 1e-4, spread)
+
 # load_model: the saved model, its optimizer reducing again; one more step on different
 # data per rank keeps the replicas equal only if the gradients are averaged.
 loaded = hvd.load_model(best)

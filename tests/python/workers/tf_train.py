@@ -72,6 +72,36 @@ for label, wrap in (("eager", lambda f: f), ("function", tf.function)):
     check_close(f"sync bn {label}", got_y.numpy(), want_y.numpy()[mine], atol=1e-4)
     check_close(f"sync bn {label} grad", got_dx.numpy(), want_dx.numpy()[mine], atol=1e-4)
 
+# PartialDistributedGradientTape: the shared layer's gradients are the ranks' mean, the local
+# layer's this rank's own divided by the size (scale_local_gradients), eagerly and in a function.
+shared_layer, local_layer = tf.keras.layers.Dense(2), tf.keras.layers.Dense(1)
+partial_model = tf.keras.Sequential([tf.keras.Input((3,)), shared_layer, local_layer])
+partial_x = tf.constant(data.normal(size=(4, 3)).astype(np.float32) + r)
+
+
+def partial_grads(distributed):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.square(partial_model(partial_x)))
+    if distributed:
+        tape = hvd.PartialDistributedGradientTape(tape, local_layers=[local_layer])
+    return tape.gradient(loss, partial_model.trainable_variables)
+
+
+own = [g.numpy() for g in partial_grads(False)]
+mean = [hvd.allreduce(tf.constant(g), op=hvd.Average, name=f"partial.mean.{i}").numpy()
+        for i, g in enumerate(own)]
+for label, wrap in (("eager", lambda f: f), ("function", tf.function)):
+    got = [g.numpy() for g in wrap(partial_grads)(True)]
+    for i in range(2):  # the shared layer's kernel and bias
+        check_close(f"partial {label} shared {i}", got[i], mean[i], rtol=1e-5)
+    for i in range(2, 4):  # the local layer's, not reduced
+        check_close(f"partial {label} local {i}", got[i], own[i] / n, rtol=1e-5)
+try:
+    hvd.PartialDistributedGradientTape(tf.GradientTape(), local_layers=[object()])
+    raise AssertionError("a local layer that is not a Keras layer was accepted")
+except ValueError:
+    pass
+
 # elastic.TensorFlowKerasState without an elastic driver: commit saves, restore assigns the
 # commit back, sync makes every rank's variables (model's and optimizer's) rank 0's.
 model = tf.keras.Sequential([tf.keras.Input((3,)), tf.keras.layers.Dense(2)])
