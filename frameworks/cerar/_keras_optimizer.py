@@ -22,6 +22,14 @@ class _Reducing:
         return super().apply(self._cerar_reducer.reduce(grads, variables), trainable_variables)
 
 
+def _divided(gradient, divisor):
+    """gradient / divisor, for any backend's tensor; TensorFlow's IndexedSlices (an embedding's
+    gradient) divide their values."""
+    if hasattr(gradient, "indices") and hasattr(gradient, "dense_shape"):
+        return type(gradient)(gradient.values / divisor, gradient.indices, gradient.dense_shape)
+    return gradient / divisor
+
+
 class LocalSources:
     """A reducer that leaves the gradients of `variables` to this rank (Horovod's
     PartialDistributedOptimizer): not reduced, divided by `divisor`; `inner` reduces the rest."""
@@ -38,7 +46,7 @@ class LocalSources:
             out[i] = g
         for i, v in enumerate(variables):
             if id(v) in self.local and grads[i] is not None and self.divisor != 1:
-                out[i] = grads[i] / self.divisor
+                out[i] = _divided(grads[i], self.divisor)
         return out
 
 

@@ -13,7 +13,9 @@ two ranks can block on different ones for good. There the collectives made betwe
 the graph (a segment, in one control flow context) form a chain of control dependencies, so
 they run in creation order, which every rank shares; fetching one also runs those of its
 segment made before it. A collective made after the graph has run starts a new segment, so
-graphs that grow between runs do not re-run what came before.
+graphs that grow between runs do not re-run what came before. One run may still fetch the
+collectives of several segments, in no shared order: where the CerarWait op is at hand
+(status_op.py), a collective in a session holds none of its threads while it waits.
 
 A failed collective raises TensorFlow's error class as Horovod's op kernels do (MismatchError as
 tf.errors.FailedPreconditionError, InvalidArgumentError as tf.errors.InvalidArgumentError, ...):
@@ -23,6 +25,9 @@ eagerly an exception of both classes, in a graph through the CerarStatus op afte
 Inside `tf.function(jit_compile=True)` no Python op can run (XLA compiles the whole graph), so
 a collective refuses at trace time with an error that names jit_compile.
 """
+import functools
+import itertools
+import os
 import threading
 import weakref
 
@@ -105,9 +110,8 @@ def call(what, host_function, inputs, outputs):
     segment, previous = _segment_for(graph)
     status = status_op.library()
 
-    def run(*arrays):
-        if segment is not None:
-            segment.ran = True
+    def outcome(*arrays):
+        """The op's values: the results, then (CerarStatus following) the code and message."""
         try:
             results = host_function(*arrays)
         except CerarError as error:
@@ -120,9 +124,17 @@ def call(what, host_function, inputs, outputs):
                        np.bytes_(_message(error).encode())])
         arrays = [np.asarray(r, dtype=d.as_numpy_dtype) for r, (d, _) in zip(results, outputs)]
         return arrays + ([np.int32(0), np.bytes_(b"")] if status is not None else [])
+
+    def run(*arrays):
+        if segment is not None:
+            segment.ran = True
+        return outcome(*arrays)
     types = [d for d, _ in outputs] + ([tf.int32, tf.string] if status is not None else [])
     with tf.control_dependencies(previous):
-        tensors = tf.numpy_function(run, inputs, types, stateful=True, name=f"cerar_{what}")
+        if segment is not None and status is not None:
+            tensors = _without_a_thread(what, run, inputs, types, status)
+        else:
+            tensors = tf.numpy_function(run, inputs, types, stateful=True, name=f"cerar_{what}")
         if not isinstance(tensors, (list, tuple)):
             tensors = [tensors]
         if status is not None:  # the code rides along as a value: the op has an output
@@ -134,6 +146,46 @@ def call(what, host_function, inputs, outputs):
     if segment is not None:
         segment.last = tensors[0].op.name  # a name: the segment holds no reference to the graph
     return list(tensors)
+
+
+_tickets = itertools.count(1)
+_finished = {}  # ticket -> what its finish op returns (a callable: values, or raises)
+
+
+def _without_a_thread(what, run, inputs, types, status):
+    """run(*inputs) in a TF1 session without holding one of its threads while it waits: a
+    Python op starts it on a thread of its own and returns at once, CerarWait (an asynchronous
+    kernel) waits for the pipe that thread writes when done, and a last Python op hands over
+    its values. A session may start the ops of graph segments in any order on each rank (one
+    run can fetch collectives of several segments); a rank blocked in one collective on each of
+    its threads could otherwise wait for good on one the other ranks have not started."""
+    def submit(*arrays):
+        ticket = next(_tickets)
+        read_end, write_end = os.pipe()
+
+        def work():
+            try:
+                values = run(*arrays)
+                _finished[ticket] = lambda: values
+            except BaseException as error:  # raised again by the finishing op
+                _finished[ticket] = functools.partial(_raise, error)
+            finally:
+                os.write(write_end, b".")
+                os.close(write_end)
+        threading.Thread(target=work, name=f"cerar {what}", daemon=True).start()
+        return np.int32(read_end), np.int64(ticket)
+
+    def finish(ticket, read_end):
+        os.close(int(read_end))
+        return _finished.pop(int(ticket))()
+    fd, ticket = tf.numpy_function(submit, inputs, [tf.int32, tf.int64], stateful=True,
+                                   name=f"cerar_{what}_start")
+    done = status.cerar_wait(fd, ticket, name=f"cerar_{what}_wait")
+    return tf.numpy_function(finish, [done, fd], types, stateful=True, name=f"cerar_{what}")
+
+
+def _raise(error):
+    raise error
 
 
 # TensorFlow's error class for a cerar error, as Horovod's op kernels report them; the first

@@ -63,7 +63,7 @@ class GradientReducer:
             if g is None:
                 continue
             if v is not None and _ref(v) in self.local_sources:
-                out[i] = g / size if self.scale_local else g
+                out[i] = divided(g, size) if self.scale_local else g
             elif isinstance(g, tf.IndexedSlices) and not self.sparse_as_dense:
                 out[i] = allreduce(g, op=self.op, name=f"{base}.sparse.{i}",
                                    process_set=self.process_set)
@@ -79,6 +79,14 @@ class GradientReducer:
             for i, r in zip(members, reduced):
                 out[i] = r
         return out
+
+
+def divided(gradient, divisor):
+    """gradient / divisor; a tf.IndexedSlices (an embedding's gradient) divides its values."""
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.IndexedSlices(gradient.values / divisor, gradient.indices,
+                                gradient.dense_shape)
+    return gradient / divisor
 
 
 def _ref(variable):

@@ -58,7 +58,8 @@ def _build(compiler, compile_flags, link_flags, target):
     folder = os.path.dirname(target)
     fd, partial = tempfile.mkstemp(suffix=".so", dir=folder)
     os.close(fd)
-    command = [compiler, "-shared", "-fPIC", "-O2", *compile_flags, SOURCE, "-o", partial,
+    # -w: TensorFlow's headers warn of their own deprecations; the complaint is the errors.
+    command = [compiler, "-shared", "-fPIC", "-O2", "-w", *compile_flags, SOURCE, "-o", partial,
                *link_flags]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=600)
@@ -99,6 +100,7 @@ def _load():
         return None, f"loading {target} failed: {error}"
 
 
+@tf.autograph.experimental.do_not_convert  # called while tracing; plain Python, not graph code
 def library():
     """The loaded op library (its `cerar_status`), or None where it cannot be had."""
     with _lock:

@@ -48,6 +48,21 @@ with tf.Graph().as_default():
                 check_close(f"broadcast_ {kind} variable {run}", session.run(variable),
                             np.full(4, float(n)))
 
+# A graph grown between runs, each run (a new session, one thread) fetching every collective
+# made so far, each its own segment, through slices of their results: nothing orders them, and
+# ranks start them in different orders. A collective holds no thread while it waits
+# (CerarWait), so every rank goes on.
+with tf.Graph().as_default():
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=1)
+    tests = []
+    for k in range(8):
+        gathered = hvd.allgather(tf.ones([3] * (1 + k % 3)) * r, name=f"grown.{k}")
+        for i in range(n):
+            piece = tf.slice(gathered, [i * 3] + [0] * (k % 3), [3] + [-1] * (k % 3))
+            tests.append(tf.reduce_all(tf.equal(piece, float(i))))
+        with tf.compat.v1.Session(config=config) as session:
+            check(f"grown graph run {k}", session.run(tf.reduce_all(tests)))
+
 # The hook broadcasts rank 0's initial values in a MonitoredTrainingSession.
 with tf.Graph().as_default():
     weight = tf.compat.v1.get_variable("w", initializer=tf.constant([1.0 + r, 2.0 * r]))

@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 
 import cerar.tensorflow as hvd
-from common import check_close
+from common import check, check_close
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
@@ -96,6 +96,27 @@ for label, wrap in (("eager", lambda f: f), ("function", tf.function)):
         check_close(f"partial {label} shared {i}", got[i], mean[i], rtol=1e-5)
     for i in range(2, 4):  # the local layer's, not reduced
         check_close(f"partial {label} local {i}", got[i], own[i] / n, rtol=1e-5)
+# A local embedding's gradient is a tf.IndexedSlices: its values are divided, its rows kept.
+embedding = tf.keras.layers.Embedding(5, 2)
+embedding.build((None,))
+ids = tf.constant([r, 3])
+
+
+def embedding_grad(distributed):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.square(embedding(ids)))
+    if distributed:
+        tape = hvd.PartialDistributedGradientTape(tape, local_layers=embedding)
+    return tape.gradient(loss, embedding.trainable_variables)[0]
+
+
+own_slices = embedding_grad(False)
+for label, wrap in (("eager", lambda f: f), ("function", tf.function)):
+    got = wrap(embedding_grad)(True)
+    check(f"partial {label} slices", isinstance(got, tf.IndexedSlices), type(got))
+    check_close(f"partial {label} slice rows", got.indices.numpy(), own_slices.indices.numpy())
+    check_close(f"partial {label} slice values", got.values.numpy(),
+                own_slices.values.numpy() / n, rtol=1e-6)
 try:
     hvd.PartialDistributedGradientTape(tf.GradientTape(), local_layers=[object()])
     raise AssertionError("a local layer that is not a Keras layer was accepted")
