@@ -22,12 +22,24 @@ class _Reducing:
         return super().apply(self._cerar_reducer.reduce(grads, variables), trainable_variables)
 
 
-def _divided(gradient, divisor):
+def divided(gradient, divisor):
     """gradient / divisor, for any backend's tensor; TensorFlow's IndexedSlices (an embedding's
     gradient) divide their values."""
     if hasattr(gradient, "indices") and hasattr(gradient, "dense_shape"):
         return type(gradient)(gradient.values / divisor, gradient.indices, gradient.dense_shape)
     return gradient / divisor
+
+
+def local_weights(local_layers, layer_class, class_name):
+    """The trainable weights of Horovod's `local_layers` argument (None, one layer or several
+    of `layer_class`; anything else: ValueError naming `class_name`)."""
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, layer_class):
+        local_layers = [local_layers]
+    elif not all(isinstance(layer, layer_class) for layer in local_layers):
+        raise ValueError(f"All local layers must be of {class_name} type.")
+    return [weight for layer in local_layers for weight in layer.trainable_weights]
 
 
 class LocalSources:
@@ -46,7 +58,7 @@ class LocalSources:
             out[i] = g
         for i, v in enumerate(variables):
             if id(v) in self.local and grads[i] is not None and self.divisor != 1:
-                out[i] = _divided(grads[i], self.divisor)
+                out[i] = divided(grads[i], self.divisor)
         return out
 
 

@@ -79,18 +79,12 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
     """DistributedOptimizer whose gradients of `local_layers`' trainable weights (Keras
     layers: this rank's own) are not reduced, as Horovod's: divided by the process set's size
     when scale_local_gradients."""
-    if local_layers is None:
-        local_layers = []
-    elif isinstance(local_layers, keras.layers.Layer):
-        local_layers = [local_layers]
-    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
-        raise ValueError("All local layers must be of keras.layers.Layer type.")
+    local = _keras_optimizer.local_weights(local_layers, keras.layers.Layer, "keras.layers.Layer")
     wrapped = DistributedOptimizer(
         optimizer, name=name, compression=compression, op=op,
         gradient_predivide_factor=gradient_predivide_factor,
         backward_passes_per_step=backward_passes_per_step, groups=groups,
         process_set=process_set)
-    local = [v for layer in local_layers for v in layer.trainable_weights]
     size = _membership(None if process_set is global_process_set else process_set)[2]
     wrapped._cerar_reducer = _keras_optimizer.LocalSources(wrapped._cerar_reducer, local,
                                                            size if scale_local_gradients else 1)

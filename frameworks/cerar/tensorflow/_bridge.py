@@ -120,7 +120,7 @@ def call(what, host_function, inputs, outputs):
                 raise
             # Placeholders: CerarStatus fails with the error's code before anything reads them.
             return ([np.zeros(0, d.as_numpy_dtype) for d, _ in outputs]
-                    + [np.int32(_TF_CODES[tf_class_of(error)]),
+                    + [np.int32(_tf_error_of(error)[1]),
                        np.bytes_(_message(error).encode())])
         arrays = [np.asarray(r, dtype=d.as_numpy_dtype) for r, (d, _) in zip(results, outputs)]
         return arrays + ([np.int32(0), np.bytes_(b"")] if status is not None else [])
@@ -188,22 +188,18 @@ def _raise(error):
     raise error
 
 
-# TensorFlow's error class for a cerar error, as Horovod's op kernels report them; the first
-# row that matches; UnknownError for the rest.
-_TF_CLASSES = ((MismatchError, tf.errors.FailedPreconditionError),
-               (InvalidArgumentError, tf.errors.InvalidArgumentError),
-               (ShutDownError, tf.errors.AbortedError),
-               (CerarTimeoutError, tf.errors.DeadlineExceededError))
-_TF_CODES = {tf.errors.FailedPreconditionError: tf.errors.FAILED_PRECONDITION,
-             tf.errors.InvalidArgumentError: tf.errors.INVALID_ARGUMENT,
-             tf.errors.AbortedError: tf.errors.ABORTED,
-             tf.errors.DeadlineExceededError: tf.errors.DEADLINE_EXCEEDED,
-             tf.errors.UnknownError: tf.errors.UNKNOWN}
+# TensorFlow's error class and code for a cerar error, as Horovod's op kernels report them; the
+# first row that matches; UnknownError for the rest.
+_TF_ERRORS = ((MismatchError, tf.errors.FailedPreconditionError, tf.errors.FAILED_PRECONDITION),
+              (InvalidArgumentError, tf.errors.InvalidArgumentError, tf.errors.INVALID_ARGUMENT),
+              (ShutDownError, tf.errors.AbortedError, tf.errors.ABORTED),
+              (CerarTimeoutError, tf.errors.DeadlineExceededError, tf.errors.DEADLINE_EXCEEDED))
 
 
-def tf_class_of(error):
-    return next((tf_class for cerar_class, tf_class in _TF_CLASSES
-                 if isinstance(error, cerar_class)), tf.errors.UnknownError)
+def _tf_error_of(error):
+    """(TensorFlow's class, its code) for a cerar error."""
+    return next((row[1:] for row in _TF_ERRORS if isinstance(error, row[0])),
+                (tf.errors.UnknownError, tf.errors.UNKNOWN))
 
 
 def _message(error):
@@ -214,10 +210,10 @@ _both = {}  # (cerar class, TensorFlow class) -> the class of both
 
 
 def as_tf_error(error):
-    """`error` as an exception of its cerar class and of TensorFlow's (tf_class_of), with its
+    """`error` as an exception of its cerar class and of TensorFlow's (_tf_error_of), with its
     message and attributes: `except cerar.MismatchError` and `except
     tf.errors.FailedPreconditionError` both catch it."""
-    classes = (type(error), tf_class_of(error))
+    classes = (type(error), _tf_error_of(error)[0])
     both = _both.get(classes)
     if both is None:
         both = _both[classes] = type(classes[0].__name__, classes,

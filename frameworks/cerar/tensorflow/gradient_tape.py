@@ -7,6 +7,7 @@ import tensorflow as tf
 from cerar import Adasum, Average, Sum
 from cerar._cerar import InvalidArgumentError
 from cerar._frontend import auto_name
+from cerar._keras_optimizer import divided, local_weights
 from cerar._process_sets import _membership, global_process_set
 from cerar.tensorflow.compression import Compression
 from cerar.tensorflow.ops import allreduce, grouped_allreduce
@@ -81,14 +82,6 @@ class GradientReducer:
         return out
 
 
-def divided(gradient, divisor):
-    """gradient / divisor; a tf.IndexedSlices (an embedding's gradient) divides its values."""
-    if isinstance(gradient, tf.IndexedSlices):
-        return tf.IndexedSlices(gradient.values / divisor, gradient.indices,
-                                gradient.dense_shape)
-    return gradient / divisor
-
-
 def _ref(variable):
     return variable.ref() if hasattr(variable, "ref") else id(variable)
 
@@ -132,16 +125,10 @@ def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="",
     """DistributedGradientTape whose gradients of `local_layers`' trainable weights (Keras
     layers: this rank's own) are not reduced, as Horovod's (scaled by 1/size when
     scale_local_gradients)."""
-    if local_layers is None:
-        local_layers = []
-    elif isinstance(local_layers, tf.keras.layers.Layer):
-        local_layers = [local_layers]
-    elif not all(isinstance(layer, tf.keras.layers.Layer) for layer in local_layers):
-        raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
+    local = local_weights(local_layers, tf.keras.layers.Layer, "tf.keras.layers.Layer")
     tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
                                    sparse_as_dense, op, gradient_predivide_factor, num_groups,
                                    groups, process_set, scale_local_gradients)
-    for layer in local_layers:
-        for variable in layer.trainable_weights:
-            tape.register_local_source(variable)
+    for variable in local:
+        tape.register_local_source(variable)
     return tape
