@@ -41,7 +41,7 @@ class RuntimeImpl final : public Runtime {
         timeline_(transport_->rank()),
         queue_(transport_->rank()),
         sets_(transport_->size()),
-        devices_(config_.deviceOps, deviceSetup(config_, transport_)),
+        devices_(config_.deviceOps, deviceSetup(config_, topology_, transport_)),
         coordinator_(config_, transport_, queue_, timeline_, logger_, devices_, sets_,
                      std::move(links.beforeRelease)) {
     if (!config_.timeline.empty()) startTimeline(config_.timeline, config_.timelineMarkCycles);
@@ -248,11 +248,21 @@ class RuntimeImpl final : public Runtime {
     return entry;
   }
 
-  static DeviceSetup deviceSetup(const RuntimeConfig& config,
+  static DeviceSetup deviceSetup(const RuntimeConfig& config, const HostTopology& topology,
                                  std::shared_ptr<Transport> transport) {
     DeviceSetup setup;
     // Device work runs on the device queue's thread, beside the coordinator's on the same
-    // links: it gets a channel of its own (Gloo's and the in-process transport have them).
+    // links: it gets channels of its own (Gloo's and the in-process transport have them).
+    const int rank = transport->rank();
+    if (topology.layered() && topology.size() == transport->size()) {
+      const auto over = [&](uint32_t tag, std::vector<int> members) {
+        std::shared_ptr<Transport> channel = transport->channel(tag);
+        return channel ? std::make_shared<SubsetTransport>(channel, std::move(members))
+                       : nullptr;
+      };
+      setup.local = over(kDeviceLocalChannelTag, topology.localMembers(rank));
+      setup.cross = over(kDeviceCrossChannelTag, topology.crossMembers(rank));
+    }
     std::shared_ptr<Transport> channel = transport->channel(kDeviceChannelTag);
     setup.transport = channel ? std::move(channel) : std::move(transport);
     setup.transportKind = config.deviceTransport;

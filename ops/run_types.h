@@ -33,6 +33,9 @@ struct RunStats {
   // A guarded fp16 wire (AllreduceOptions::fp16Guard), or the int8 wire, refused: every rank
   // ran the float32 ring.
   bool wireFallback = false;
+  // Host by host was decided, but some host cannot run its own level (a device all-reduce
+  // without NCCL inside a host): every rank ran the exact ring over all ranks instead.
+  bool flatFallback = false;
 };
 
 // How a run streams its rounds: in segments of segmentBytes, with at most about windowBytes

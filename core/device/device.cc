@@ -6,6 +6,10 @@
 
 namespace cerar {
 
+RunStats DeviceOps::allreduceByHost(void*, size_t, DType, const AllreduceOptions&) {
+  throw Error("this device has no host-by-host all-reduce");
+}
+
 DeviceSlot::DeviceSlot(DeviceOpsFactory factory, DeviceSetup setup)
     : factory_(std::move(factory)), setup_(std::move(setup)) {}
 

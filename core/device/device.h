@@ -22,6 +22,10 @@ using DeviceEvent = std::shared_ptr<void>;
 // The channel (Transport::channel) of the device work's transfers; process sets take small
 // tags, so this one is never theirs.
 constexpr uint32_t kDeviceChannelTag = 0xD0000000u;
+// A layered job's two levels for device work (ops/hierarchical.h): the host's ranks, and the
+// ranks of this rank's local rank across hosts.
+constexpr uint32_t kDeviceLocalChannelTag = 0xD0000001u;
+constexpr uint32_t kDeviceCrossChannelTag = 0xD0000002u;
 
 // One slice of a batched device-to-device copy.
 struct DeviceCopy {
@@ -35,6 +39,9 @@ struct DeviceCopy {
 // and the runtime's settings.
 struct DeviceSetup {
   std::shared_ptr<Transport> transport;
+  // A layered job's levels over links of their own (null otherwise): this rank's host, and
+  // the ranks of its local rank, one per host.
+  std::shared_ptr<Transport> local, cross;
   std::string transportKind = "auto";  // CERAR_DEVICE_TRANSPORT: auto | nccl | gloo
   int localRank = 0;
   std::chrono::milliseconds timeout{60000};
@@ -72,6 +79,12 @@ class DeviceOps {
   // cross to it (a staged transport, the non-finite verdict).
   virtual RunStats allreduce(void* data, size_t count, DType dtype,
                              const AllreduceOptions& options) = 0;
+  // The same host by host (ops/hierarchical.h; DeviceSetup's levels): NCCL's own collectives
+  // inside each host, `options` across hosts. Where some host cannot run NCCL among its ranks
+  // (two on one GPU, CERAR_DEVICE_TRANSPORT=gloo, no NCCL), every rank of the job runs the
+  // exact ring over all ranks instead (RunStats::flatFallback): the ranks agree on it.
+  virtual RunStats allreduceByHost(void* data, size_t count, DType dtype,
+                                   const AllreduceOptions& options);
   // An event after everything enqueued so far on the runtime stream.
   virtual DeviceEvent record() = 0;
 };

@@ -103,8 +103,9 @@ class HostPipelineMemory : public PipelineMemory {
 // all-reduce (which tests CERAR's range itself).
 class DevicePipelineMemory : public PipelineMemory {
  public:
-  DevicePipelineMemory(DeviceOps& ops, AllreduceOptions options)
-      : ops_(ops), options_(std::move(options)) {}
+  // byHost: host by host (the options are the step across hosts).
+  DevicePipelineMemory(DeviceOps& ops, AllreduceOptions options, bool byHost = false)
+      : ops_(ops), options_(std::move(options)), byHost_(byHost) {}
   std::byte* buffer(size_t bytes) override { return ops_.fusionBuffer(bytes); }
   void pack(const std::vector<PipelinePart>& parts, std::byte* buffer,
             const PipelineJob& job) override;
@@ -115,7 +116,8 @@ class DevicePipelineMemory : public PipelineMemory {
     ops_.download(host, buffer, bytes);
   }
   RunStats reduce(std::byte* buffer, const PipelineJob& job) override {
-    return ops_.allreduce(buffer, job.total, job.dtype, options_);
+    return byHost_ ? ops_.allreduceByHost(buffer, job.total, job.dtype, options_)
+                   : ops_.allreduce(buffer, job.total, job.dtype, options_);
   }
   void unpack(const std::vector<PipelinePart>& parts, std::byte* buffer,
               const PipelineJob& job) override;
@@ -123,6 +125,7 @@ class DevicePipelineMemory : public PipelineMemory {
  private:
   DeviceOps& ops_;
   AllreduceOptions options_;
+  bool byHost_;
 };
 
 }  // namespace cerar

@@ -39,6 +39,7 @@ double maxRelativeDifference(DType dtype, const std::byte* a, const std::byte* b
 void addFallbacks(JsonObject& args, const RunStats& run) {
   if (run.nonFiniteFallback) args.add("non_finite_fallback", true);
   if (run.wireFallback) args.add("wire_fallback", true);
+  if (run.flatFallback) args.add("flat_fallback", true);
 }
 
 // Where one tensor of a fusion group lies in the fusion buffer; entry is null for a joined
@@ -91,7 +92,8 @@ void countAllreduce(RuntimeStats& stats, const RunStats& run, const FusedGroup& 
   stats.bytesSent += run.bytesSent;
   stats.bytesReceived += run.bytesReceived;
   const bool adasum = decision.algorithm == Algorithm::kAdasum;
-  const bool ranCerar = decision.algorithm == Algorithm::kCerar && !run.nonFiniteFallback;
+  const bool ranCerar =
+      decision.algorithm == Algorithm::kCerar && !run.nonFiniteFallback && !run.flatFallback;
   if (!adasum) (ranCerar ? stats.cerarBuffers : stats.ringBuffers) += 1;
   const Wire ranWire = run.wireFallback ? Wire::kNone : wire;
   if (ranWire != Wire::kNone) stats.wireBuffers += 1;
@@ -103,7 +105,7 @@ void countAllreduce(RuntimeStats& stats, const RunStats& run, const FusedGroup& 
                                                 : "ring";
   }
   stats.nonFiniteFallbacks += run.nonFiniteFallback ? 1 : 0;
-  stats.hierarchicalBuffers += decision.hierarchical ? 1 : 0;
+  stats.hierarchicalBuffers += decision.hierarchical && !run.flatFallback ? 1 : 0;
   stats.lastComponents = ranCerar ? decision.components : N;
   const auto ran = size_t(adasum ? Algorithm::kAdasum : ranCerar ? Algorithm::kCerar
                                                                  : Algorithm::kRing);
@@ -184,9 +186,8 @@ Dispatcher::AllreduceRun Dispatcher::buildAllreduce(const std::vector<const Resp
   if (cerar || lossyWire || decision.budgeted) {
     // Host by host, CERAR and the wires run across the hosts on the local ranks' slices.
     const int across = decision.hierarchical ? hierarchy_->hosts() : r.N;
-    const size_t slice = decision.hierarchical ? (total + size_t(r.N / across) - 1) /
-                                                     size_t(r.N / across)
-                                               : total;
+    const size_t slice =
+        decision.hierarchical ? hierarchicalSlices(total, r.N / across).back() : total;
     const double bound = reportedError({across, d.dtype, op, slice, false}, cerar,
                                        decision.components, decision.eps, options.wire,
                                        decision.budgeted ? errorBound_ : ErrorBound::kStrict);
@@ -274,9 +275,9 @@ DeviceUnit Dispatcher::allreduceOnDevice(AllreduceRun r, OperationRows rows,
   }
   auto ran = std::make_shared<RunStats>();
   queue.enqueue([ran, ready = std::move(ready), parts = std::move(r.parts), job = r.job,
-                 options = r.options](DeviceOps& ops) {
+                 options = r.options, byHost = r.decision->hierarchical](DeviceOps& ops) {
     for (const DeviceEvent& event : ready) ops.after(event);  // the producers' kernels
-    DevicePipelineMemory memory(ops, options);
+    DevicePipelineMemory memory(ops, options, byHost);
     *ran = runPipeline(memory, parts, job);
   });
   if (r.measure) {

@@ -65,15 +65,16 @@ Selection chooseFlat(const Response& first, int N, size_t total, const LinkModel
 }
 
 // An all-reduce's choice: flat, or host by host where the job is layered and the sum is the
-// whole job's on the host ("1"; "auto" where the model predicts it faster). Host by host, the
-// step across hosts is chosen as a flat one on H ranks for one local rank's slice, over the
-// host's link shared by its L rings; CERAR's c, rounds and error bound follow H.
+// whole job's, in host or device memory ("1"; "auto" where the model predicts it faster). Host
+// by host, the step across hosts is chosen as a flat one on H ranks for one local rank's
+// slice, over the host's link shared by its L rings; CERAR's c, rounds and error bound follow
+// H. A device's own level (NCCL) is charged as the host's shared memory: no faster.
 Selection chooseAllreduce(const Response& first, int N, size_t total, const LinkModel& link,
                           const SelectionPolicy& policy) {
   const Selection flat = chooseFlat(first, N, total, link, policy);
   const int H = policy.hosts, L = policy.ranksPerHost;
   const bool layered = H > 1 && L > 1 && H * L == N && first.description.processSet == 0 &&
-                       !first.reducedOnDevice() && policy.hierarchical != "0";
+                       policy.hierarchical != "0";
   if (!layered) return flat;
   Selection across = chooseFlat(first, H, (total + size_t(L) - 1) / size_t(L),
                                 sharedHostLink(link, L), policy);

@@ -58,6 +58,23 @@ ncclResult_t settle(ncclComm_t comm, ncclResult_t result, Clock::time_point dead
   return result;
 }
 
+ncclDataType_t ncclTypeOf(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return ncclFloat32;
+    case DType::kFloat64: return ncclFloat64;
+    case DType::kFloat16: return ncclFloat16;
+    case DType::kBFloat16: return ncclBfloat16;
+    case DType::kInt32: return ncclInt32;
+    case DType::kInt64: return ncclInt64;
+    case DType::kUInt8: return ncclUint8;
+  }
+  return ncclUint8;
+}
+
+ncclRedOp_t ncclOpOf(ReduceOp op) {
+  return op == ReduceOp::kMin ? ncclMin : op == ReduceOp::kMax ? ncclMax : ncclSum;
+}
+
 }  // namespace
 
 struct NcclTransport::Impl {
@@ -183,6 +200,75 @@ void NcclTransport::flush() {
   if (status != cudaSuccess)
     fail(detail::concat("rank ", rank_, ": CUDA event after NCCL group: ",
                         cudaGetErrorString(status)), false, peer);
+}
+
+void NcclTransport::collective(const char* what, const std::function<int()>& calls) {
+  checkUsable(0, what);
+  flush();  // earlier posts keep their place on the stream
+  const auto deadline = Clock::now() + timeout_;
+  cudaSetDevice(device_);
+  ncclResult_t result = nccl().groupStart();
+  if (result == ncclSuccess) result = ncclResult_t(calls());
+  const ncclResult_t end = nccl().groupEnd();
+  if (result == ncclSuccess || result == ncclInProgress) result = end;
+  result = settle(impl_->comm, result, deadline);
+  if (result == ncclInProgress)
+    fail(detail::concat("rank ", rank_, ": NCCL ", what, " not enqueued after ",
+                        timeout_.count(), " ms"), true, -1);
+  if (result != ncclSuccess)
+    fail(detail::concat("rank ", rank_, ": NCCL ", what, " failed: ",
+                        nccl().getErrorString(result)), false, -1);
+}
+
+namespace {
+
+// The slices' shape the two collectives below take: size() equal ones, the last with the rest.
+size_t equalSlice(const std::vector<size_t>& slices, int size, size_t* rest) {
+  CERAR_CHECK_ARGUMENT(int(slices.size()) == size && size > 0, "NCCL host level: ", size,
+                       " ranks, ", slices.size(), " slices");
+  const size_t slice = slices.front();
+  for (int i = 0; i + 1 < size; ++i)
+    CERAR_CHECK_ARGUMENT(slices[size_t(i)] == slice, "NCCL host level: unequal slices");
+  CERAR_CHECK_ARGUMENT(slices.back() >= slice, "NCCL host level: a short last slice");
+  *rest = slices.back() - slice;
+  return slice;
+}
+
+}  // namespace
+
+void NcclTransport::reduceScatter(void* data, const std::vector<size_t>& slices, DType dtype,
+                                  ReduceOp op) {
+  size_t rest = 0;
+  const size_t slice = equalSlice(slices, size_, &rest);
+  auto* bytes = static_cast<char*>(data);
+  const size_t width = dtypeSize(dtype), tail = slice * size_t(size_) * width;
+  collective("reduce-scatter", [&] {
+    ncclResult_t r = ncclSuccess;
+    if (slice > 0)  // in place: this rank's slice is its receive buffer
+      r = nccl().reduceScatter(bytes, bytes + size_t(rank_) * slice * width, slice,
+                               ncclTypeOf(dtype), ncclOpOf(op), impl_->comm, impl_->stream);
+    if (rest > 0 && (r == ncclSuccess || r == ncclInProgress))
+      r = nccl().reduce(bytes + tail, bytes + tail, rest, ncclTypeOf(dtype), ncclOpOf(op),
+                        size_ - 1, impl_->comm, impl_->stream);
+    return int(r);
+  });
+}
+
+void NcclTransport::allGather(void* data, const std::vector<size_t>& slices, DType dtype) {
+  size_t rest = 0;
+  const size_t slice = equalSlice(slices, size_, &rest);
+  auto* bytes = static_cast<char*>(data);
+  const size_t width = dtypeSize(dtype), tail = slice * size_t(size_) * width;
+  collective("all-gather", [&] {
+    ncclResult_t r = ncclSuccess;
+    if (slice > 0)
+      r = nccl().allGather(bytes + size_t(rank_) * slice * width, bytes, slice,
+                           ncclTypeOf(dtype), impl_->comm, impl_->stream);
+    if (rest > 0 && (r == ncclSuccess || r == ncclInProgress))
+      r = nccl().broadcast(bytes + tail, bytes + tail, rest, ncclTypeOf(dtype), size_ - 1,
+                           impl_->comm, impl_->stream);
+    return int(r);
+  });
 }
 
 void NcclTransport::waitSend(int peer) { wait(true, peer); }

@@ -3,10 +3,13 @@
 
 #include <array>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
+#include "common/dtype.h"
 #include "ops/transport/device_transport.h"
 
 namespace gloo::rendezvous {
@@ -64,6 +67,14 @@ class NcclTransport : public DeviceTransport {
   // Enqueues the buffered posts now, as one group.
   void flush();
 
+  // NCCL's own collectives over this communicator's ranks (one host's: NCCL takes its
+  // intra-node paths), in place on stream() after the buffered posts, with no host wait.
+  // `slices` as hierarchicalSlices (ops/hierarchical.h): equal, the last one with the rest,
+  // which a reduce to (a broadcast from) the last rank carries. Afterwards this rank's slice
+  // holds the reduction of it / every slice holds its rank's.
+  void reduceScatter(void* data, const std::vector<size_t>& slices, DType dtype, ReduceOp op);
+  void allGather(void* data, const std::vector<size_t>& slices, DType dtype);
+
   // Made by connectNcclWithId (Impl holds the communicator, the stream and the pending posts).
   struct Impl;
   NcclTransport(std::unique_ptr<Impl> impl, int rank, int size, int device, Duration timeout,
@@ -71,6 +82,8 @@ class NcclTransport : public DeviceTransport {
 
  private:
   void checkUsable(int peer, const char* op);
+  // One group of collectives (`calls` returns the first failure), checked like flush()'s.
+  void collective(const char* what, const std::function<int()>& calls);
   void wait(bool send, int peer);
   // Polls `event` and the communicator's asynchronous error until `deadline`: "" once reached,
   // else why not (and whether it timed out).

@@ -42,6 +42,10 @@ bool resolve(void* handle, NcclLibrary& lib, std::string& why) {
   get(lib.send, "ncclSend");
   get(lib.recv, "ncclRecv");
   get(lib.getErrorString, "ncclGetErrorString");
+  get(lib.reduceScatter, "ncclReduceScatter");
+  get(lib.allGather, "ncclAllGather");
+  get(lib.reduce, "ncclReduce");
+  get(lib.broadcast, "ncclBroadcast");
   return ok;
 }
 

@@ -23,6 +23,10 @@ struct NcclLibrary {
   decltype(&ncclGroupEnd) groupEnd;
   decltype(&ncclSend) send;
   decltype(&ncclRecv) recv;
+  decltype(&ncclReduceScatter) reduceScatter;  // a host's own level (ops/hierarchical.h)
+  decltype(&ncclAllGather) allGather;
+  decltype(&ncclReduce) reduce;
+  decltype(&ncclBroadcast) broadcast;
   decltype(&ncclGetErrorString) getErrorString;
   std::string path;  // the file it came from
   int version = 0;   // NCCL_VERSION_CODE of the loaded library

@@ -118,9 +118,10 @@ TEST(DecideGroups, HostByHostWhereLayeredAndChosen) {
   Response inSet = big;
   inSet.description.processSet = 1;
   EXPECT_FALSE(decideGroups({inSet}, 8, 64u << 20, slow, policy).at(0).hierarchical);
+  // Device buffers too (NCCL inside each host, DeviceOps::allreduceByHost).
   Response onDevice = big;
   onDevice.description.onDevice = true;
-  EXPECT_FALSE(decideGroups({onDevice}, 8, 64u << 20, slow, policy).at(0).hierarchical);
+  EXPECT_TRUE(decideGroups({onDevice}, 8, 64u << 20, slow, policy).at(0).hierarchical);
   policy.hosts = 1;  // not layered
   EXPECT_FALSE(decideGroups({big}, 8, 64u << 20, slow, policy).at(0).hierarchical);
 }

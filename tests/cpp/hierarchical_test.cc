@@ -64,9 +64,9 @@ std::vector<RunStats> runHosts(int H, int L, std::vector<Bytes>& buffers, DType 
   return stats;
 }
 
-TEST(HierarchicalSlices, EvenAsCanBeLongerFirst) {
-  EXPECT_EQ(hierarchicalSlices(10, 4), (std::vector<size_t>{3, 3, 2, 2}));
-  EXPECT_EQ(hierarchicalSlices(1, 3), (std::vector<size_t>{1, 0, 0}));
+TEST(HierarchicalSlices, EqualTheLastWithTheRest) {
+  EXPECT_EQ(hierarchicalSlices(10, 4), (std::vector<size_t>{2, 2, 2, 4}));
+  EXPECT_EQ(hierarchicalSlices(1, 3), (std::vector<size_t>{0, 0, 1}));
   EXPECT_EQ(hierarchicalSlices(0, 2), (std::vector<size_t>{0, 0}));
 }
 

@@ -12,6 +12,7 @@
 
 #include "core/device/device.h"
 #include "core/execution/scaling.h"
+#include "ops/hierarchical.h"
 #include "common/error.h"
 
 namespace cerar::testing {
@@ -42,6 +43,8 @@ struct FakeDeviceLog {
   std::atomic<int> packs{0};         // copy() calls with more than one slice
   std::atomic<int> readyEvents{0};
   std::atomic<int> allreduces{0};
+  std::atomic<int> byHost{0};              // allreduceByHost() calls
+  std::atomic<bool> noHostLevel{false};    // this rank's host has no level of its own
   std::atomic<bool> holdCompletion{false};  // record() returns closed gates ...
   std::mutex mutex;
   std::vector<std::shared_ptr<Gate>> held;  // ... collected here for the test to open
@@ -60,7 +63,8 @@ struct FakeDeviceLog {
 class HostDeviceOps : public DeviceOps {
  public:
   HostDeviceOps(int device, const DeviceSetup& setup, std::shared_ptr<FakeDeviceLog> log)
-      : device_(device < 0 ? 0 : device), communicator_(setup.transport), log_(std::move(log)) {
+      : device_(device < 0 ? 0 : device), communicator_(setup.transport), setup_(setup),
+        log_(std::move(log)) {
     log_->made += 1;
   }
   int device() const override { return device_; }
@@ -109,6 +113,27 @@ class HostDeviceOps : public DeviceOps {
                   "fake device: all-reduce held for 20 s");
     return communicator_.allreduce(data, count, dtype, options);
   }
+  // As the CUDA device's, whose host level is NCCL's collectives: here the exact ring over
+  // the host's links.
+  RunStats allreduceByHost(void* data, size_t count, DType dtype,
+                           const AllreduceOptions& options) override {
+    log_->byHost += 1;
+    if (!levelsTried_) {
+      levelsTried_ = true;
+      if (everyRankAgrees(!log_->noHostLevel, setup_.local, setup_.cross))
+        hierarchy_ = std::make_unique<HierarchicalAllreduce>(
+            ringHostLevel(setup_.local), std::make_unique<Communicator>(setup_.cross));
+    }
+    if (!hierarchy_) {
+      AllreduceOptions flat = options;
+      flat.algorithm = Algorithm::kRing;
+      flat.components = 0;
+      RunStats run = communicator_.allreduce(data, count, dtype, flat);
+      run.flatFallback = true;
+      return run;
+    }
+    return hierarchy_->allreduce(data, count, dtype, options);
+  }
   DeviceEvent record() override {
     auto gate = std::make_shared<Gate>(!log_->holdCompletion);
     if (log_->holdCompletion) {
@@ -121,6 +146,9 @@ class HostDeviceOps : public DeviceOps {
  private:
   int device_;
   Communicator communicator_;
+  DeviceSetup setup_;
+  bool levelsTried_ = false;
+  std::unique_ptr<HierarchicalAllreduce> hierarchy_;
   std::vector<std::byte> buffer_;
   std::shared_ptr<FakeDeviceLog> log_;
 };

@@ -76,6 +76,34 @@ TEST(NcclTransport, AReceiveThatNeverCompletesTimesOutAndAbortsTheCommunicator) 
   EXPECT_THROW(transport->postSend(0, buffer.data(), 1024), Error);  // unusable from now on
 }
 
+// A host's level (ops/hierarchical.h) on one rank: NCCL's reduce-scatter and all-gather leave
+// the buffer as it was, in place, for every dtype; slices not of the level's shape are refused.
+TEST(NcclTransport, OneRankHostLevelLeavesTheBufferInPlace) {
+  CERAR_REQUIRE_GPU();
+  NcclOptions options;
+  options.timeout = 20s;
+  auto transport = connectNcclWithId(newNcclId(), 0, 1, 0, options);
+  for (DType dtype : {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                      DType::kInt32, DType::kInt64, DType::kUInt8}) {
+    const size_t count = 4099, bytes = count * dtypeSize(dtype);
+    std::vector<uint8_t> host(bytes);
+    std::iota(host.begin(), host.end(), uint8_t(7));
+    DeviceBuffer buffer(bytes);
+    buffer.upload(host.data(), bytes);
+    cuda::check(cudaDeviceSynchronize(), "upload");
+    transport->reduceScatter(buffer.data(), {count}, dtype, ReduceOp::kSum);
+    transport->allGather(buffer.data(), {count}, dtype);
+    cuda::check(cudaStreamSynchronize(static_cast<cudaStream_t>(transport->stream())),
+                "the level's collectives");
+    std::vector<uint8_t> got(bytes);
+    buffer.download(got.data(), bytes);
+    EXPECT_EQ(testing::firstDifference(got.data(), host.data(), bytes), -1) << dtypeName(dtype);
+  }
+  DeviceBuffer buffer(64);
+  EXPECT_THROW(transport->reduceScatter(buffer.data(), {8, 8}, DType::kFloat32, ReduceOp::kSum),
+               InvalidArgumentError);
+}
+
 #ifndef CERAR_NO_GLOO
 TEST(NcclTransport, ConnectsThroughAStore) {
   CERAR_REQUIRE_GPU();

@@ -10,7 +10,11 @@
 #include "ops/codec/cuda/cuda_util.h"
 #include "common/error.h"
 #include "ops/device_executor.h"
+#include "ops/hierarchical.h"
 #include "ops/transport/device_select.h"
+#ifndef CERAR_NO_NCCL
+#include "ops/transport/nccl.h"
+#endif
 
 namespace cerar {
 namespace {
@@ -36,6 +40,57 @@ DeviceEvent newEvent() {
                      [](void* e) { cudaEventDestroy(static_cast<cudaEvent_t>(e)); });
 }
 
+// Later work on `later` waits for the work enqueued on `earlier` so far (no host wait).
+void follow(void* earlier, void* later) {
+  if (earlier == later) return;
+  DeviceEvent event = newEvent();  // freed once reached: CUDA keeps a recorded event alive
+  cuda::check(cudaEventRecord(static_cast<cudaEvent_t>(event.get()),
+                              static_cast<cudaStream_t>(earlier)), "cudaEventRecord");
+  cuda::check(cudaStreamWaitEvent(static_cast<cudaStream_t>(later),
+                                  static_cast<cudaEvent_t>(event.get()), 0),
+              "cudaStreamWaitEvent");
+}
+
+#ifndef CERAR_NO_NCCL
+// A host's own level on NCCL's collectives among its ranks (its intra-node paths), ordered on
+// the step across hosts' stream: each waits there for what came before, and what comes after
+// waits for it. The figures are those of NCCL's ring.
+class NcclHostLevel final : public HostLevel {
+ public:
+  NcclHostLevel(std::shared_ptr<NcclTransport> links, void* across)
+      : links_(std::move(links)), across_(across) {}
+  int rank() const override { return links_->rank(); }
+  int size() const override { return links_->size(); }
+  RunStats reduceScatter(void* data, const std::vector<size_t>& slices, DType dtype,
+                         ReduceOp op) override {
+    follow(across_, links_->stream());
+    links_->reduceScatter(data, slices, dtype, op);
+    follow(links_->stream(), across_);
+    return ringFigures(slices, dtype);
+  }
+  RunStats allGather(void* data, const std::vector<size_t>& slices, DType dtype) override {
+    follow(across_, links_->stream());
+    links_->allGather(data, slices, dtype);
+    follow(links_->stream(), across_);
+    return ringFigures(slices, dtype);
+  }
+
+ private:
+  RunStats ringFigures(const std::vector<size_t>& slices, DType dtype) const {
+    size_t total = 0;
+    for (size_t n : slices) total += n;
+    RunStats stats;
+    stats.rounds = size() - 1;
+    stats.bytesSent = (total - slices[size_t((rank() + 1) % size())]) * dtypeSize(dtype);
+    stats.bytesReceived = (total - slices[size_t(rank())]) * dtypeSize(dtype);
+    return stats;
+  }
+
+  std::shared_ptr<NcclTransport> links_;
+  void* across_;
+};
+#endif
+
 class CudaDeviceOps final : public DeviceOps {
  public:
   CudaDeviceOps(int device, const DeviceSetup& setup) : device_(device), setup_(setup) {
@@ -47,8 +102,10 @@ class CudaDeviceOps final : public DeviceOps {
   ~CudaDeviceOps() override {
     cudaSetDevice(device_);
     cudaStreamSynchronize(stream());
-    communicator_.reset();  // the device transport and executor buffers first
+    communicator_.reset();  // the device transports and executor buffers first
+    hierarchy_.reset();
     std::atomic_store(&transport_, std::shared_ptr<DeviceTransport>());
+    std::atomic_store(&across_, std::shared_ptr<DeviceTransport>());
     if (buffer_) cudaFree(buffer_);
     if (descriptors_) cudaFree(descriptors_);
     if (staging_) cudaFreeHost(staging_);
@@ -71,6 +128,7 @@ class CudaDeviceOps final : public DeviceOps {
   bool wait(const DeviceEvent& event, std::chrono::milliseconds timeout) override {
     if (!event) return true;
     std::shared_ptr<DeviceTransport> transport = std::atomic_load(&transport_);
+    if (!transport) transport = std::atomic_load(&across_);
     return transport ? transport->waitEvent(event.get(), timeout)
                      : cuda::waitEvent(event.get(), timeout);
   }
@@ -163,16 +221,27 @@ class CudaDeviceOps final : public DeviceOps {
     if (!communicator_) connect();
     // The executor works on the transport's stream: order it after the packing on ours, and
     // later work on ours after the run (enqueued, not waited for: stream-ordered rounds).
-    auto theirs = static_cast<cudaStream_t>(transport_->stream());
-    DeviceEvent packed = record();
-    cuda::check(cudaStreamWaitEvent(theirs, static_cast<cudaEvent_t>(packed.get()), 0),
-                "cudaStreamWaitEvent");
+    follow(stream_, transport_->stream());
     const RunStats run = communicator_->allreduce(data, count, dtype, options);
-    DeviceEvent reduced = newEvent();
-    cuda::check(cudaEventRecord(static_cast<cudaEvent_t>(reduced.get()), theirs),
-                "cudaEventRecord (after the run)");
-    cuda::check(cudaStreamWaitEvent(stream(), static_cast<cudaEvent_t>(reduced.get()), 0),
-                "cudaStreamWaitEvent");
+    follow(transport_->stream(), stream_);
+    return run;
+  }
+
+  RunStats allreduceByHost(void* data, size_t count, DType dtype,
+                           const AllreduceOptions& options) override {
+    enter();
+    if (!levelsTried_) connectLevels();
+    if (!hierarchy_) {  // some host has no NCCL among its ranks: every rank runs this
+      AllreduceOptions flat = options;
+      flat.algorithm = Algorithm::kRing;
+      flat.components = 0;
+      RunStats run = allreduce(data, count, dtype, flat);
+      run.flatFallback = true;
+      return run;
+    }
+    follow(stream_, across_->stream());
+    const RunStats run = hierarchy_->allreduce(data, count, dtype, options);
+    follow(across_->stream(), stream_);
     return run;
   }
 
@@ -208,6 +277,36 @@ class CudaDeviceOps final : public DeviceOps {
     std::atomic_store(&transport_, std::move(transport));
   }
 
+  // A layered job's levels, every rank at once (the first host-by-host unit is dispatched
+  // everywhere in one order). A host's own level needs NCCL among its ranks, on every host.
+  void connectLevels() {
+    levelsTried_ = true;
+    if (!setup_.local || !setup_.cross) return;  // the same on every rank: no channels
+    DeviceTransportOptions options;
+    options.timeout = setup_.timeout;
+    bool usable = false;
+#ifndef CERAR_NO_NCCL
+    std::shared_ptr<NcclTransport> local;
+    if (setup_.transportKind != "gloo") {
+      local = std::dynamic_pointer_cast<NcclTransport>(
+          connectDeviceTransport(setup_.local, device_, options));
+      usable = local != nullptr;
+    }
+#endif
+    if (!everyRankAgrees(usable, setup_.local, setup_.cross)) return;
+#ifndef CERAR_NO_NCCL
+    options.wish = setup_.transportKind.empty() ? "auto" : setup_.transportKind;
+    std::shared_ptr<DeviceTransport> across = connectDeviceTransport(setup_.cross, device_,
+                                                                     options);
+    hierarchy_ = std::make_unique<HierarchicalAllreduce>(
+        std::make_shared<NcclHostLevel>(std::move(local), across->stream()),
+        std::make_unique<Communicator>(
+            across, std::make_unique<DevicePlanRunner>(across,
+                                                       DeviceExecutor::Completion::kEnqueue)));
+    std::atomic_store(&across_, std::move(across));
+#endif
+  }
+
   int device_;
   DeviceSetup setup_;
   void* stream_ = nullptr;
@@ -219,6 +318,9 @@ class CudaDeviceOps final : public DeviceOps {
   DeviceEvent descriptorsSent_;
   std::shared_ptr<DeviceTransport> transport_;
   std::unique_ptr<Communicator> communicator_;
+  bool levelsTried_ = false;
+  std::shared_ptr<DeviceTransport> across_;  // the step across hosts' transport
+  std::unique_ptr<HierarchicalAllreduce> hierarchy_;
 };
 
 }  // namespace
