@@ -68,7 +68,7 @@ Selection chooseFlat(const Response& first, int N, size_t total, const LinkModel
 // whole job's, in host or device memory ("1"; "auto" where the model predicts it faster). Host
 // by host, the step across hosts is chosen as a flat one on H ranks for one local rank's
 // slice, over the host's link shared by its L rings; CERAR's c, rounds and error bound follow
-// H. A device's own level (NCCL) is charged as the host's shared memory: no faster.
+// H.
 Selection chooseAllreduce(const Response& first, int N, size_t total, const LinkModel& link,
                           const SelectionPolicy& policy) {
   const Selection flat = chooseFlat(first, N, total, link, policy);
@@ -82,6 +82,9 @@ Selection chooseAllreduce(const Response& first, int N, size_t total, const Link
       localSeconds(double(total) * dtypeSize(first.description.dtype), L, link);
   across.hierarchical = true;
   if (policy.hierarchical == "1") return across;
+  // GPU buffers only when asked for: the link probe times the hosts' links and shared memory,
+  // not the GPUs' links inside a host.
+  if (first.reducedOnDevice()) return flat;
   // An approximate flat choice must beat an exact host-by-host one by minGain, as CERAR must
   // beat the ring: a near tie is not worth the error.
   const bool exactAcross = across.algorithm == Algorithm::kRing && across.wire == Wire::kNone;

@@ -75,7 +75,7 @@ TEST(Fusion, AdasumIsDecidedHereAtFullWidth) {
 
 // A layered job (2 hosts of 4): "1" reduces set 0's host sums host by host with the step
 // across hosts chosen for H = 2; "0" never; auto where the model predicts it faster; never for
-// another process set or device memory.
+// another process set; device memory only under "1".
 TEST(DecideGroups, HostByHostWhereLayeredAndChosen) {
   const LinkModel slow{50e-6, 40e-9, 0.2e-9};  // 200 Mbit/s between hosts
   SelectionPolicy policy;
@@ -118,10 +118,14 @@ TEST(DecideGroups, HostByHostWhereLayeredAndChosen) {
   Response inSet = big;
   inSet.description.processSet = 1;
   EXPECT_FALSE(decideGroups({inSet}, 8, 64u << 20, slow, policy).at(0).hierarchical);
-  // Device buffers too (NCCL inside each host, DeviceOps::allreduceByHost).
+  // Device buffers (NCCL inside each host, DeviceOps::allreduceByHost) only under "1": the
+  // probe has not timed the GPUs' links.
   Response onDevice = big;
   onDevice.description.onDevice = true;
+  EXPECT_FALSE(decideGroups({onDevice}, 8, 64u << 20, slow, policy).at(0).hierarchical);
+  policy.hierarchical = "1";
   EXPECT_TRUE(decideGroups({onDevice}, 8, 64u << 20, slow, policy).at(0).hierarchical);
+  policy.hierarchical = "auto";
   policy.hosts = 1;  // not layered
   EXPECT_FALSE(decideGroups({big}, 8, 64u << 20, slow, policy).at(0).hierarchical);
 }
