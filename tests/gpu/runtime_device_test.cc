@@ -23,7 +23,8 @@ using RankBody = std::function<void(int rank, Runtime& rt)>;
 // Runs `body` on N threads, each with a runtime whose device side is CUDA; returns each rank's
 // error ("" when it passed).
 std::vector<std::string> runRanks(int N, const RankBody& body, const std::string& transport,
-                                  const std::string& algorithm = "auto") {
+                                  const std::string& algorithm = "auto",
+                                  const std::function<void(RuntimeConfig&)>& adjust = {}) {
   InprocHub hub(N, std::chrono::seconds(30));
   std::vector<std::string> errors(N);
   std::vector<std::thread> threads;
@@ -35,6 +36,7 @@ std::vector<std::string> runRanks(int N, const RankBody& body, const std::string
       config.algorithm = algorithm;
       config.deviceTransport = transport;
       config.deviceOps = cudaDeviceOps();
+      if (adjust) adjust(config);
       try {
         auto rt = Runtime::startWith(config, hub.connect(rank));
         body(rank, *rt);
@@ -170,6 +172,35 @@ TEST(RuntimeCuda, NcclForTwoRanksOnOneGpuIsRefusedOnEveryRank) {
   for (size_t r = 0; r < errors.size(); ++r) {
     EXPECT_NE(errors[r].find("two ranks share a GPU"), std::string::npos) << errors[r];
   }
+}
+
+// Ranks declared as 2 hosts of 2 with CERAR_HIERARCHICAL_ALLREDUCE=1: on one GPU no host can
+// run NCCL among its ranks, so every rank agrees to run the exact ring flat for device buffers
+// (docs/hierarchical.md, "GPU buffers"); integer-valued sums stay exact.
+TEST(RuntimeCuda, HostByHostWithoutNcclInsideAHostRunsFlatEverywhere) {
+  CERAR_REQUIRE_GPU();
+  const size_t n = 4099;
+  auto errors = runRanks(4, [&](int rank, Runtime& rt) {
+    std::vector<float> host(n);
+    for (size_t e = 0; e < n; ++e) host[e] = float((e + size_t(rank)) % 7);
+    DeviceBuffer device(n * 4);
+    device.upload(host.data(), n * 4);
+    rt.allreduce("ints", deviceTensor(device, n), deviceTensor(device, n), Op::kSum).wait();
+    const auto got = device.read<float>(n);
+    for (size_t e = 0; e < n; ++e) {
+      float want = 0;
+      for (int r = 0; r < 4; ++r) want += float((e + size_t(r)) % 7);
+      if (got[e] != want) throw Error(detail::concat("element ", e, ": ", got[e], " != ", want));
+    }
+    const RuntimeStats s = rt.stats();
+    if (s.hierarchicalBuffers != 0 || s.ringBuffers != 1)
+      throw Error(detail::concat(s.hierarchicalBuffers, " buffers host by host, ",
+                                 s.ringBuffers, " by the ring"));
+  }, "auto", "cerar", [](RuntimeConfig& config) {
+    config.localSize = 2;
+    config.hierarchicalAllreduce = "1";
+  });
+  expectAllPassed(errors);
 }
 
 TEST(RuntimeCuda, OneRankOverNccl) {
