@@ -86,17 +86,19 @@ void Coordinator::run() {
     while (true) {
       queue_.sleepUntil(next);
       timeline_.markCycle();
-      // The pace is the coordinator rank's last answer's (job-wide; it may be autotuned).
-      const auto cycle = std::chrono::duration_cast<Clock::duration>(
-          std::chrono::duration<double, std::milli>(tuning_.applied().cycleTimeMs));
-      // A late cycle does not cause a burst; one woken early (a push to an idle rank) keeps
-      // the pace's next cycle, so the rest of a step's tensors do not wait longer.
-      const auto now = Clock::now();
-      if (now >= next) next = std::max(next + cycle, now);
+      const auto start = Clock::now();
       const ResponseMessage answer = negotiate(collectReport());
       ++stats_.working().cycles;
       tuning_.apply(answer.tuning);
       tuning_.report(stats_.working());
+      // The pace is this answer's (job-wide; it may be autotuned), slower while the job is
+      // idle. A late cycle does not cause a burst; one woken early (a push to an idle rank)
+      // keeps the pace's next cycle, so the rest of a step's tensors do not wait longer, but
+      // never one further than a cycle away (the pace may have just quickened).
+      const auto cycle = std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double, std::milli>(tuning_.applied().cycleTimeMs *
+                                                    double(1 << answer.idleShift)));
+      next = start >= next ? std::max(next + cycle, start) : std::min(next, start + cycle);
       if (answer.shutdown) {
         farewell();
         finish(Status(StatusCode::kShutDown, "cerar has been shut down"));

@@ -88,6 +88,7 @@ class Coordinator {
   HeldUnits held_;        // this rank's cached units not yet answered
   bool joined_ = false;   // joined and not yet released
   bool rollCall_ = false;  // the last answer asked for a roll call
+  uint64_t idleCycles_ = 0;   // rank 0: cycles in a row with nothing under way
   double rollCallAfter_ = 0;  // seconds a held unit waits before one (0: never)
   SelectionPolicy policy_;
   LinkModel link_;  // used on the coordinator rank only: it decides for every rank

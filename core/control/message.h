@@ -193,6 +193,9 @@ struct ResponseMessage {
   // Every rank that holds cached units names them in a part of its next report (the stall
   // inspector's view of which ranks lack a unit).
   bool rollCall = false;
+  // The job has been idle for a while (idlePaceShift, core/control/negotiation.h): every rank
+  // paces its next cycle at the cycle time times 2^idleShift. A push wakes a rank at once.
+  uint8_t idleShift = 0;
 };
 
 // Bit vectors of cache slots.

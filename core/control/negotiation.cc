@@ -309,4 +309,16 @@ void NegotiationTable::fail(const std::string& key, const Status& error) {
   it->second.failNow = true;
 }
 
+int idlePaceShift(uint64_t idleCycles) {
+  return int(std::min<uint64_t>(idleCycles / kIdleCycles, kMaxIdleShift));
+}
+
+bool NegotiationTable::idle() const {
+  const auto none = [](const std::vector<uint8_t>& bits) {
+    return std::all_of(bits.begin(), bits.end(), [](uint8_t b) { return b == 0; });
+  };
+  return entries_.empty() && heldWaits_.empty() && none(held_) && !shutdown_ &&
+         std::none_of(joined_.begin(), joined_.end(), [](bool j) { return j; });
+}
+
 }  // namespace cerar

@@ -17,6 +17,15 @@
 
 namespace cerar {
 
+// An idle job's pace (ResponseMessage::idleShift) after `idleCycles` cycles in a row with
+// nothing under way: the cycle time as set for the first kIdleCycles, then doubled every
+// kIdleCycles, up to 2^kMaxIdleShift. An idle coordinator at 1 ms cycles costs a core's share
+// per rank for nothing (a control round trip per cycle); a rank's own push wakes it at once,
+// so a step that all ranks start costs no wait.
+constexpr uint64_t kIdleCycles = 16;
+constexpr int kMaxIdleShift = 4;
+int idlePaceShift(uint64_t idleCycles);
+
 // What the coordinator rank knows of the units that some ranks have submitted.
 // Not thread-safe: owned by the coordinator thread of rank 0.
 class NegotiationTable {
@@ -62,6 +71,9 @@ class NegotiationTable {
   void fail(const std::string& key, const Status& error);
 
   bool joined(int rank) const { return joined_[rank]; }
+  // Nothing under way: no unit waits for some rank, no cached unit is held anywhere, no rank
+  // has joined or asked to shut down.
+  bool idle() const;
   // Set `id` is gone: its units still waiting leave the table (their ranks fail them).
   void dropSet(int32_t id);
 

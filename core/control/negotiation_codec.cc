@@ -249,7 +249,7 @@ std::vector<uint8_t> encode(const ResponseMessage& message) {
   w.put<uint32_t>(static_cast<uint32_t>(message.groups.size()));
   for (const auto& group : message.groups) putGroup(w, group);
   w.bytes(message.invalidated);
-  w.put<uint8_t>(uint8_t(message.rollCall));
+  w.put<uint8_t>(uint8_t(message.rollCall) | uint8_t(message.idleShift & 7) << 1);
   return std::move(w.data);
 }
 
@@ -274,7 +274,9 @@ ResponseMessage decodeResponseMessage(const std::vector<uint8_t>& bytes) {
   message.groups.resize(r.count(18));
   for (auto& group : message.groups) group = getGroup(r);
   message.invalidated = r.bytes();
-  message.rollCall = r.get<uint8_t>() & 1;
+  const uint8_t last = r.get<uint8_t>();
+  message.rollCall = last & 1;
+  message.idleShift = (last >> 1) & 7;
   r.finish();
   return message;
 }

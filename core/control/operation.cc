@@ -74,14 +74,18 @@ Status Queue::admit(std::unique_ptr<Entry> entry, bool& wake) {
 }
 
 Status Queue::pushJoin(std::shared_ptr<OperationState> state) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!closed_.ok()) return closed_;
-  if (join_) {
-    return Status(StatusCode::kInvalidArgument,
-                  "cerar: this rank has already joined; wait for that join to complete");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!closed_.ok()) return closed_;
+    if (join_) {
+      return Status(StatusCode::kInvalidArgument,
+                    "cerar: this rank has already joined; wait for that join to complete");
+    }
+    join_ = std::move(state);
+    joinNew_ = true;
+    idleWake_ = true;  // as a push to an idle rank: the others may wait for it
   }
-  join_ = std::move(state);
-  joinNew_ = true;
+  wake_.notify_all();
   return {};
 }
 
