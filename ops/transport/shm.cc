@@ -241,6 +241,9 @@ void ShmTransport::wait(int peer, bool send) {
   int idle = 0;
   for (;;) {
     const uint32_t seen = layout_->bells[rank_].value.load();
+    // Read before moving bytes: what a peer wrote before it closed (a normal end right after
+    // its last send) is then taken below, and only a peer closed with nothing left fails us.
+    const bool peerClosed = layout_->bells[peer].closed.load() != 0;
     const bool moved = progress();
     if (queue.front().done == queue.front().bytes) {
       queue.pop_front();
@@ -248,7 +251,7 @@ void ShmTransport::wait(int peer, bool send) {
     }
     if (moved) {
       idle = 0;
-    } else if (layout_->bells[peer].closed.load() != 0) {
+    } else if (peerClosed) {
       fail(Status(StatusCode::kPeerLost,
                   detail::concat("rank ", rank_, ": ", send ? "send to" : "receive from",
                                  " rank ", peer, " failed: rank ", peer,
