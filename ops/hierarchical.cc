@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "common/error.h"
+#include "ops/agreement.h"
 #include "ops/collectives.h"
 
 namespace cerar {
@@ -28,21 +29,10 @@ class RingHostLevel final : public HostLevel {
     return ring_.reduceScatter(data, slices, dtype, op);
   }
   RunStats allGather(void* data, const std::vector<size_t>& slices, DType dtype) override {
-    const size_t width = dtypeSize(dtype);
     std::vector<size_t> blockBytes(slices.size());
-    size_t total = 0;
-    for (size_t i = 0; i < slices.size(); ++i) {
-      blockBytes[i] = slices[i] * width;
-      total += slices[i];
-    }
+    for (size_t i = 0; i < slices.size(); ++i) blockBytes[i] = slices[i] * dtypeSize(dtype);
     ringAllgather(*links_, data, blockBytes);
-    // The ring sends every block but the next rank's and receives all but its own.
-    const int mine = rank(), next = (mine + 1) % size();
-    RunStats stats;
-    stats.rounds = size() - 1;
-    stats.bytesSent = (total - slices[size_t(next)]) * width;
-    stats.bytesReceived = (total - slices[size_t(mine)]) * width;
-    return stats;
+    return ringLevelFigures(slices, rank(), dtype);
   }
 
  private:
@@ -54,13 +44,19 @@ class RingHostLevel final : public HostLevel {
 
 bool everyRankAgrees(bool mine, const std::shared_ptr<Transport>& local,
                      const std::shared_ptr<Transport>& cross) {
-  uint8_t all = mine ? 1 : 0;
-  AllreduceOptions min;
-  min.algorithm = Algorithm::kRing;
-  min.op = ReduceOp::kMin;
-  Communicator(local).allreduce(&all, 1, DType::kUInt8, min);
-  Communicator(cross).allreduce(&all, 1, DType::kUInt8, min);
-  return all == 1;
+  const uint8_t someHostNot = orAcrossRanks(*local, mine ? 0 : 1);
+  return orAcrossRanks(*cross, someHostNot) == 0;
+}
+
+RunStats ringLevelFigures(const std::vector<size_t>& slices, int rank, DType dtype) {
+  size_t total = 0;
+  for (size_t n : slices) total += n;
+  const int size = int(slices.size()), next = (rank + 1) % size;
+  RunStats stats;
+  stats.rounds = size - 1;
+  stats.bytesSent = (total - slices[size_t(next)]) * dtypeSize(dtype);
+  stats.bytesReceived = (total - slices[size_t(rank)]) * dtypeSize(dtype);
+  return stats;
 }
 
 std::shared_ptr<HostLevel> ringHostLevel(std::shared_ptr<Transport> local) {

@@ -40,6 +40,10 @@ class HostLevel {
 bool everyRankAgrees(bool mine, const std::shared_ptr<Transport>& local,
                      const std::shared_ptr<Transport>& cross);
 
+// What a ring all-gather (or reduce-scatter) of `slices` moves at `rank`: every block but the
+// next rank's sent, all but its own received, in size - 1 rounds.
+RunStats ringLevelFigures(const std::vector<size_t>& slices, int rank, DType dtype);
+
 // The exact ring's reduce-scatter and all-gather over the host's links (host memory).
 std::shared_ptr<HostLevel> ringHostLevel(std::shared_ptr<Transport> local);
 

@@ -1,7 +1,6 @@
 // The coordinator's cycle on the wire: this rank's report, its way up the control tree and
 // rank 0's answer on its way down (ops/control_tree.h, docs/scale.md); rank 0's decision; the
 // shutdown handshake over the same links. The answer's processing is in coordinator.cc.
-#include <algorithm>
 #include <iterator>
 
 #include "core/control/coordinator.h"
@@ -144,9 +143,7 @@ std::vector<uint8_t> Coordinator::decide(const CycleReport& report) {
     }
     ResponseMessage decided = table_->decide(cache_);
     decided.tuning = tuning_.decided();
-    const bool answered = !decided.responses.empty() ||
-                          std::any_of(decided.cacheBits.begin(), decided.cacheBits.end(),
-                                      [](uint8_t b) { return b != 0; });
+    const bool answered = !decided.responses.empty() || anyBit(decided.cacheBits);
     idleCycles_ = table_->idle() && !answered ? idleCycles_ + 1 : 0;
     decided.idleShift = uint8_t(idlePaceShift(idleCycles_));
     SelectionPolicy policy = policy_;

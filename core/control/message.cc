@@ -156,6 +156,10 @@ bool testBit(const std::vector<uint8_t>& bits, size_t index) {
   return index / 8 < bits.size() && (bits[index / 8] >> (index % 8)) & 1u;
 }
 
+bool anyBit(const std::vector<uint8_t>& bits) {
+  return std::any_of(bits.begin(), bits.end(), [](uint8_t b) { return b != 0; });
+}
+
 std::vector<size_t> setBits(const std::vector<uint8_t>& bits) {
   std::vector<size_t> indices;
   for (size_t i = 0; i < bits.size() * 8; ++i) {

@@ -204,5 +204,6 @@ void setBit(std::vector<uint8_t>& bits, size_t index);
 void orBits(std::vector<uint8_t>& bits, const std::vector<uint8_t>& other);
 bool testBit(const std::vector<uint8_t>& bits, size_t index);
 std::vector<size_t> setBits(const std::vector<uint8_t>& bits);
+bool anyBit(const std::vector<uint8_t>& bits);
 
 }  // namespace cerar

@@ -314,10 +314,7 @@ int idlePaceShift(uint64_t idleCycles) {
 }
 
 bool NegotiationTable::idle() const {
-  const auto none = [](const std::vector<uint8_t>& bits) {
-    return std::all_of(bits.begin(), bits.end(), [](uint8_t b) { return b == 0; });
-  };
-  return entries_.empty() && heldWaits_.empty() && none(held_) && !shutdown_ &&
+  return entries_.empty() && heldWaits_.empty() && !anyBit(held_) && !shutdown_ &&
          std::none_of(joined_.begin(), joined_.end(), [](bool j) { return j; });
 }
 

@@ -75,6 +75,19 @@ ncclRedOp_t ncclOpOf(ReduceOp op) {
   return op == ReduceOp::kMin ? ncclMin : op == ReduceOp::kMax ? ncclMax : ncclSum;
 }
 
+// One group of NCCL calls on `device`, settled against `timeout`: its result, ncclInProgress
+// when it was not enqueued in time. `calls` returns its first failure.
+ncclResult_t enqueueGroup(ncclComm_t comm, int device, std::chrono::milliseconds timeout,
+                          const std::function<ncclResult_t()>& calls) {
+  const auto deadline = Clock::now() + timeout;
+  cudaSetDevice(device);
+  ncclResult_t result = nccl().groupStart();
+  if (result == ncclSuccess) result = calls();
+  const ncclResult_t end = nccl().groupEnd();
+  if (result == ncclSuccess || result == ncclInProgress) result = end;
+  return settle(comm, result, deadline);
+}
+
 }  // namespace
 
 struct NcclTransport::Impl {
@@ -175,17 +188,15 @@ void NcclTransport::postRecv(int peer, void* data, size_t bytes) {
 void NcclTransport::flush() {
   if (impl_->unflushed.empty()) return;
   const int peer = impl_->unflushed.front().peer;
-  const auto deadline = Clock::now() + timeout_;
-  cudaSetDevice(device_);
-  ncclResult_t result = nccl().groupStart();
-  for (const Post& p : impl_->unflushed) {
-    if (result != ncclSuccess && result != ncclInProgress) break;
-    result = p.send ? nccl().send(p.data, p.bytes, ncclUint8, p.peer, impl_->comm, impl_->stream)
-                    : nccl().recv(p.data, p.bytes, ncclUint8, p.peer, impl_->comm, impl_->stream);
-  }
-  const ncclResult_t end = nccl().groupEnd();
-  if (result == ncclSuccess || result == ncclInProgress) result = end;
-  result = settle(impl_->comm, result, deadline);
+  const ncclResult_t result = enqueueGroup(impl_->comm, device_, timeout_, [&] {
+    ncclResult_t r = ncclSuccess;
+    for (const Post& p : impl_->unflushed) {
+      if (r != ncclSuccess && r != ncclInProgress) break;
+      r = p.send ? nccl().send(p.data, p.bytes, ncclUint8, p.peer, impl_->comm, impl_->stream)
+                 : nccl().recv(p.data, p.bytes, ncclUint8, p.peer, impl_->comm, impl_->stream);
+    }
+    return r;
+  });
   impl_->unflushed.clear();
   if (result == ncclInProgress)
     fail(detail::concat("rank ", rank_, ": NCCL group with rank ", peer, " not enqueued after ",
@@ -205,13 +216,8 @@ void NcclTransport::flush() {
 void NcclTransport::collective(const char* what, const std::function<int()>& calls) {
   checkUsable(0, what);
   flush();  // earlier posts keep their place on the stream
-  const auto deadline = Clock::now() + timeout_;
-  cudaSetDevice(device_);
-  ncclResult_t result = nccl().groupStart();
-  if (result == ncclSuccess) result = ncclResult_t(calls());
-  const ncclResult_t end = nccl().groupEnd();
-  if (result == ncclSuccess || result == ncclInProgress) result = end;
-  result = settle(impl_->comm, result, deadline);
+  const ncclResult_t result =
+      enqueueGroup(impl_->comm, device_, timeout_, [&] { return ncclResult_t(calls()); });
   if (result == ncclInProgress)
     fail(detail::concat("rank ", rank_, ": NCCL ", what, " not enqueued after ",
                         timeout_.count(), " ms"), true, -1);
@@ -222,26 +228,29 @@ void NcclTransport::collective(const char* what, const std::function<int()>& cal
 
 namespace {
 
-// The slices' shape the two collectives below take: size() equal ones, the last with the rest.
-size_t equalSlice(const std::vector<size_t>& slices, int size, size_t* rest) {
+// The slices' shape the two collectives below take: size equal ones of `slice` elements, the
+// last with `rest` more, which start at byte `tail`.
+struct SliceShape {
+  size_t slice, rest, width, tail;
+};
+
+SliceShape shapeOf(const std::vector<size_t>& slices, int size, DType dtype) {
   CERAR_CHECK_ARGUMENT(int(slices.size()) == size && size > 0, "NCCL host level: ", size,
                        " ranks, ", slices.size(), " slices");
   const size_t slice = slices.front();
   for (int i = 0; i + 1 < size; ++i)
     CERAR_CHECK_ARGUMENT(slices[size_t(i)] == slice, "NCCL host level: unequal slices");
   CERAR_CHECK_ARGUMENT(slices.back() >= slice, "NCCL host level: a short last slice");
-  *rest = slices.back() - slice;
-  return slice;
+  const size_t width = dtypeSize(dtype);
+  return {slice, slices.back() - slice, width, slice * size_t(size) * width};
 }
 
 }  // namespace
 
 void NcclTransport::reduceScatter(void* data, const std::vector<size_t>& slices, DType dtype,
                                   ReduceOp op) {
-  size_t rest = 0;
-  const size_t slice = equalSlice(slices, size_, &rest);
+  const auto [slice, rest, width, tail] = shapeOf(slices, size_, dtype);
   auto* bytes = static_cast<char*>(data);
-  const size_t width = dtypeSize(dtype), tail = slice * size_t(size_) * width;
   collective("reduce-scatter", [&] {
     ncclResult_t r = ncclSuccess;
     if (slice > 0)  // in place: this rank's slice is its receive buffer
@@ -255,10 +264,8 @@ void NcclTransport::reduceScatter(void* data, const std::vector<size_t>& slices,
 }
 
 void NcclTransport::allGather(void* data, const std::vector<size_t>& slices, DType dtype) {
-  size_t rest = 0;
-  const size_t slice = equalSlice(slices, size_, &rest);
+  const auto [slice, rest, width, tail] = shapeOf(slices, size_, dtype);
   auto* bytes = static_cast<char*>(data);
-  const size_t width = dtypeSize(dtype), tail = slice * size_t(size_) * width;
   collective("all-gather", [&] {
     ncclResult_t r = ncclSuccess;
     if (slice > 0)

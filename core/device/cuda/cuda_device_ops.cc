@@ -66,26 +66,16 @@ class NcclHostLevel final : public HostLevel {
     follow(across_, links_->stream());
     links_->reduceScatter(data, slices, dtype, op);
     follow(links_->stream(), across_);
-    return ringFigures(slices, dtype);
+    return ringLevelFigures(slices, rank(), dtype);
   }
   RunStats allGather(void* data, const std::vector<size_t>& slices, DType dtype) override {
     follow(across_, links_->stream());
     links_->allGather(data, slices, dtype);
     follow(links_->stream(), across_);
-    return ringFigures(slices, dtype);
+    return ringLevelFigures(slices, rank(), dtype);
   }
 
  private:
-  RunStats ringFigures(const std::vector<size_t>& slices, DType dtype) const {
-    size_t total = 0;
-    for (size_t n : slices) total += n;
-    RunStats stats;
-    stats.rounds = size() - 1;
-    stats.bytesSent = (total - slices[size_t((rank() + 1) % size())]) * dtypeSize(dtype);
-    stats.bytesReceived = (total - slices[size_t(rank())]) * dtypeSize(dtype);
-    return stats;
-  }
-
   std::shared_ptr<NcclTransport> links_;
   void* across_;
 };
