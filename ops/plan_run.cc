@@ -236,11 +236,12 @@ void PlanRun::storeFinal(size_t k) {
 namespace {
 
 // Without a window, a long message may go in segments of up to pacing.longSegmentBytes, at
-// least kSegmentsPerShare per rank's share of the data, so that rounds still overlap: fewer
-// transfers, each with its own cost in the transport (4 ranks in one process on loopback, a
-// 64 MiB exact ring: 106-109 ms in 1 MiB segments, 111-124 ms in 256 KiB ones). The share, not
-// this rank's messages, sizes them: every rank must cut a transfer alike.
-constexpr size_t kSegmentsPerShare = 4;
+// least kSegmentsPerShare per rank's share of the data, so that rounds still overlap (one
+// segment in flight while the other is reduced, as Gloo's ring): fewer transfers, each with
+// its own cost in the transport (Gloo's TCP pairs trade two notices per transfer; 4 ranks as
+// processes on loopback, 4 MiB: 11.4 ms a call in two segments per share, 14.0 in four). The
+// share, not this rank's messages, sizes them: every rank must cut a transfer alike.
+constexpr size_t kSegmentsPerShare = 2;
 
 size_t freeSegmentBytes(const Pacing& pacing, size_t shareBytes) {
   if (pacing.windowBytes > 0 || pacing.longSegmentBytes <= pacing.segmentBytes)

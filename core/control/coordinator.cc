@@ -80,6 +80,12 @@ void Coordinator::setBlameBoard(std::shared_ptr<BlameBoard> board, bool hostedBy
   if (board_) blame_ = setUpBlame(*transport_, board_.get(), hostedByRankZero, timeoutOf(config_));
 }
 
+Clock::time_point nextCycleStart(const CycleTimes& t) {
+  const Clock::time_point paced = t.start >= t.next ? std::max(t.next + t.cycle, t.start)
+                                                    : std::min(t.next, t.start + t.cycle);
+  return t.idleAfterWork ? std::max(paced, t.now + t.cycle) : paced;
+}
+
 void Coordinator::run() {
   auto next = Clock::now();
   try {
@@ -92,19 +98,18 @@ void Coordinator::run() {
       tuning_.apply(answer.tuning);
       tuning_.report(stats_.working());
       // The pace is this answer's (job-wide; it may be autotuned), slower while the job is
-      // idle. A late cycle does not cause a burst; one woken early (a push to an idle rank)
-      // keeps the pace's next cycle, so the rest of a step's tensors do not wait longer, but
-      // never one further than a cycle away (the pace may have just quickened).
+      // idle.
       const auto cycle = std::chrono::duration_cast<Clock::duration>(
           std::chrono::duration<double, std::milli>(tuning_.applied().cycleTimeMs *
                                                     double(1 << answer.idleShift)));
-      next = start >= next ? std::max(next + cycle, start) : std::min(next, start + cycle);
       if (answer.shutdown) {
         farewell();
         finish(Status(StatusCode::kShutDown, "cerar has been shut down"));
         return;
       }
       process(answer);
+      next = nextCycleStart({start, next, cycle, Clock::now(),
+                             !answer.groups.empty() && queue_.idle()});
       stats_.publish();
       timeline_.flush();
     }

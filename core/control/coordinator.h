@@ -26,6 +26,21 @@
 
 namespace cerar {
 
+// When a rank's next cycle starts (it may start earlier: a push to an idle rank wakes it).
+struct CycleTimes {
+  Clock::time_point start;  // the cycle just run began
+  Clock::time_point next;   // when the pace had it end
+  Clock::duration cycle;    // the pace (the cycle time, slower while the job is idle)
+  Clock::time_point now;    // after the cycle's work
+  bool idleAfterWork;       // it ran work and left nothing in flight on this rank
+};
+// A late cycle does not cause a burst; one woken early keeps the pace's next cycle, so the
+// rest of a step's tensors do not wait longer, but never one further than a cycle away (the
+// pace may have just quickened). After work that left the rank idle, the next cycle waits for
+// the rank's next call, up to a cycle: at once it would carry nothing from this rank, and a
+// call made just after would wait for the cycle after it (a synchronous loop of one tensor).
+Clock::time_point nextCycleStart(const CycleTimes& t);
+
 class Coordinator {
  public:
   // `beforeRelease` runs on the coordinator rank once every rank has asked to shut down and

@@ -144,6 +144,11 @@ void Queue::sleepUntil(Clock::time_point deadline) {
   idleWake_ = false;
 }
 
+bool Queue::idle() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return inFlight_.empty() && !join_ && !shutdown_;
+}
+
 std::vector<std::unique_ptr<Entry>> Queue::close(const Status& why,
                                                  std::shared_ptr<OperationState>& join) {
   std::lock_guard<std::mutex> lock(mutex_);

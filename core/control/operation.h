@@ -78,6 +78,8 @@ class Queue {
   bool shutdownRequested();
   // Sleeps until `deadline`, a shutdown request, or a push to an idle rank (below).
   void sleepUntil(Clock::time_point deadline);
+  // Nothing in flight on this rank and no join: its next push wakes the coordinator.
+  bool idle() const;
   // Refuses every later push with `why`; returns the entries and join not yet drained.
   std::vector<std::unique_ptr<Entry>> close(const Status& why,
                                             std::shared_ptr<OperationState>& join);

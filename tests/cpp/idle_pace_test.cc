@@ -7,6 +7,7 @@
 #include <future>
 #include <thread>
 
+#include "core/control/coordinator.h"
 #include "core/control/negotiation.h"
 #include "core/control/operation.h"
 #include "core/control/response_cache.h"
@@ -59,6 +60,23 @@ TEST(IdlePace, TheTableIsIdleOnlyWithNothingUnderWay) {
   table.receive(1, join, cache, now);
   table.decide(cache);
   EXPECT_FALSE(table.idle());  // a joined rank waits for the others
+}
+
+TEST(IdlePace, NextCycleKeepsThePaceAndWaitsForAnIdleRanksCall) {
+  using std::chrono::milliseconds;
+  const auto t0 = Clock::now();
+  const auto ms = [&](int n) { return t0 + milliseconds(n); };
+  const milliseconds cycle(1);
+  // On time: the pace's next cycle. Late: one cycle on, never a burst. Woken early: the
+  // pace's next cycle, or one cycle on if the pace quickened.
+  EXPECT_EQ(nextCycleStart({ms(0), ms(0), cycle, ms(0), false}), ms(1));
+  EXPECT_EQ(nextCycleStart({ms(5), ms(1), cycle, ms(5), false}), ms(5));
+  EXPECT_EQ(nextCycleStart({ms(0), ms(1), milliseconds(16), ms(0), false}), ms(1));
+  EXPECT_EQ(nextCycleStart({ms(0), ms(16), cycle, ms(0), false}), ms(1));
+  // Work that ran 9 ms and left the rank busy: the next cycle at once (the pace is behind).
+  EXPECT_EQ(nextCycleStart({ms(0), ms(0), cycle, ms(9), false}), ms(1));
+  // ... and left it idle: it waits for the rank's next call, up to a cycle after the work.
+  EXPECT_EQ(nextCycleStart({ms(0), ms(0), cycle, ms(9), true}), ms(10));
 }
 
 TEST(IdlePace, AJoinEndsTheSleepAsAPushDoes) {

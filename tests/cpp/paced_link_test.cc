@@ -126,8 +126,8 @@ TEST(PacedLink, KeepsWithinTheWindow) {
   for (int count : overruns(Pacing{512, 2048})) EXPECT_EQ(count, 0);
 }
 
-// Without a window, long shares go in longer segments (up to longSegmentBytes, a quarter of a
-// share at least): fewer sends, the same bits on every rank, odd sizes included.
+// Without a window, long shares go in longer segments (up to longSegmentBytes, half a share at
+// least): fewer sends, the same bits on every rank, odd sizes included.
 TEST(PacedLink, LongSegmentsChangeNoBit) {
   for (int N : {2, 3, 5, 8}) {
     std::vector<AllreduceOptions> runs = {options(Algorithm::kRing, 0),
@@ -155,6 +155,12 @@ TEST(PacedLink, LongSegmentsChangeNoBit) {
     EXPECT_GE(others, 0) << rank;
     EXPECT_EQ(grown[rank].second, others + 6 * 20) << rank;
     EXPECT_EQ(windowed[rank].second, fixed[rank].second) << rank;  // a window keeps its own
+  }
+  // Segments of up to 1 MiB: a 20000-byte share goes in two, one reduced while the other
+  // travels.
+  const auto halves = checked(Pacing{64, 0, size_t(1) << 20}, options(Algorithm::kRing, 0));
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(halves[rank].second, fixed[rank].second - 6 * 313 + 6 * 2) << rank;
   }
 }
 
