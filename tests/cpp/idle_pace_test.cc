@@ -87,6 +87,7 @@ TEST(IdlePace, AJoinEndsTheSleepAsAPushDoes) {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ASSERT_TRUE(queue.pushJoin(std::make_shared<OperationState>()).ok());
   sleeper.get();
+  EXPECT_FALSE(queue.idle());  // the join waits for the others: its cycles go on
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 10.0);
 }
 

@@ -67,13 +67,16 @@ TEST(QueueWake, APushDuringACycleMakesTheNextSleepShort) {
 
 TEST(QueueWake, OnceTheWorkCompletesTheRankIsIdleAgain) {
   Queue queue(0);
+  EXPECT_TRUE(queue.idle());
   auto entry = entryNamed("step");
   const Request request = entry->request;
   ASSERT_TRUE(queue.push(std::move(entry)).ok());
+  EXPECT_FALSE(queue.idle());
   queue.sleepUntil(Clock::now() + std::chrono::seconds(30));
   bool join = false;
   queue.drain(join);
   queue.release(request);  // completed: nothing in flight
+  EXPECT_TRUE(queue.idle());
   const double slept = sleptWhile(queue, std::chrono::seconds(30), [&] {
     ASSERT_TRUE(queue.push(entryNamed("next")).ok());
   });
