@@ -16,9 +16,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
+
+from worker_job import rank_zero_rows
 
 
 def worker(idle, gap, calls):
@@ -48,16 +49,11 @@ def worker(idle, gap, calls):
 
 
 def run(frameworks, args):
-    command = [sys.executable, "-m", "cerar.run", "-np", str(args.np), sys.executable,
-               os.path.abspath(__file__), "--worker", "--idle", str(args.idle),
-               "--gap", str(args.gap), "--calls", str(args.calls)]
     env = dict(os.environ, CERAR_LOG_LEVEL="error", PYTHONPATH=os.path.abspath(frameworks))
-    out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-    if out.returncode != 0:
-        sys.exit(f"job failed ({frameworks}):\n{out.stdout}\n{out.stderr}")
-    lines = [line.split("] ", 1)[1] for line in out.stdout.splitlines()
-             if line.startswith("[0] {")]
-    return json.loads(lines[-1])
+    rows = rank_zero_rows(__file__, args.np, ["--idle", str(args.idle), "--gap", str(args.gap),
+                                              "--calls", str(args.calls)],
+                          env, f"job failed ({frameworks})")
+    return rows[-1]
 
 
 def main():

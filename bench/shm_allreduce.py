@@ -14,9 +14,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
+
+from worker_job import rank_zero_rows
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -82,15 +83,9 @@ def worker(mode, sizes, repeats):
 
 def run(name, np_, sizes, repeats):
     mode, extra = CONTENDERS[name]
-    command = [sys.executable, "-m", "cerar.run", "-np", str(np_), sys.executable,
-               os.path.abspath(__file__), "--worker", mode,
-               "--sizes", ",".join(map(str, sizes)), "--repeats", str(repeats)]
     env = {**os.environ, **extra, "CERAR_LOG_LEVEL": "error"}
-    out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-    if out.returncode != 0:
-        sys.exit(f"{name} failed:\n{out.stdout}\n{out.stderr}")
-    rows = [json.loads(line.split("] ", 1)[1]) for line in out.stdout.splitlines()
-            if line.startswith("[0] {")]
+    rows = rank_zero_rows(__file__, np_, [mode, "--sizes", ",".join(map(str, sizes)),
+                                          "--repeats", str(repeats)], env, f"{name} failed")
     return {row["size"]: row["seconds"] for row in rows}
 
 
