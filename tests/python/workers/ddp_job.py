@@ -109,6 +109,10 @@ if mode in ("ring", "cerar"):
 
     def recording_hook(state, bucket):
         sent = bucket.buffer().clone()
+        if bucket.is_last() and r != 0:
+            # rank 0's last bucket cannot be reduced before the others submit theirs, so
+            # a hook that returned only when done would return late and complete
+            time.sleep(0.3)
         future = cerar_hook(state, bucket)
         records.append((bucket.index(), bucket.is_last(), sent, future, future.done(),
                         [id(p) for p in bucket.parameters()]))
@@ -149,9 +153,11 @@ if mode == "ring":
     check_bound("ring vs gloo", grads(hooked), grads(plain), magnitudes, (n - 1) * U)
     ok("ring vs gloo")
 
-    # the hook returns before the runtime has reduced the bucket, the last one included
+    # the hook returns before the runtime has reduced the bucket, the last one included;
+    # only rank 0 is sure of it: the others submit last, and a small bucket may be reduced
+    # within microseconds of their call
     last = [rec for rec in records if rec[1]]
-    check("non-blocking", len(last) == 1 and not last[0][4],
+    check("non-blocking", len(last) == 1 and (r != 0 or not last[0][4]),
           "the last bucket's future was already complete when the hook returned")
     ok("non-blocking")
 
