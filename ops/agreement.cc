@@ -11,7 +11,8 @@ namespace cerar {
 bool ParameterRecord::operator==(const ParameterRecord& o) const {
   return magic == o.magic && size == o.size && components == o.components &&
          algorithm == o.algorithm && dtype == o.dtype && op == o.op &&
-         exactOnNonFinite == o.exactOnNonFinite && wire == o.wire && elements == o.elements && eps == o.eps;
+         exactOnNonFinite == o.exactOnNonFinite && wire == o.wire && elements == o.elements &&
+         eps == o.eps && postscale == o.postscale;
 }
 
 std::string ParameterRecord::describe() const {
@@ -22,6 +23,7 @@ std::string ParameterRecord::describe() const {
                         ", op=", reduceOpName(static_cast<ReduceOp>(op)),
                         exactOnNonFinite ? "" : ", non-finite check off",
                         wire ? ", wire=" : "", wire ? wireName(static_cast<Wire>(wire)) : "",
+                        postscale != 1.0 ? detail::concat(", postscale=", postscale) : "",
                         ")");
 }
 

@@ -25,6 +25,7 @@ struct ParameterRecord {
   uint8_t padding[6] = {};
   uint64_t elements = 0;
   double eps = 0;
+  double postscale = 1.0;  // AllreduceOptions::postscale: ranks scale each other's slices
 
   bool operator==(const ParameterRecord& other) const;
   std::string describe() const;

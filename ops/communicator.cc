@@ -7,6 +7,7 @@
 #include "ops/agreement.h"
 #include "ops/algorithms/share_correction.h"
 #include "ops/codec/int8_wire.h"
+#include "ops/codec/scale.h"
 #include "common/error.h"
 
 namespace cerar {
@@ -108,6 +109,10 @@ void Communicator::checkArguments(const void* data, size_t count, DType dtype,
   }
   CERAR_CHECK_ARGUMENT(!options.shareCorrection || runner_->hostMemory(), "rank ", rank(),
                        ": share-corrected decoding needs host memory");
+  CERAR_CHECK_ARGUMENT(options.postscale == 1.0 || (isFloatDType(dtype) &&
+                                                    runner_->hostMemory()),
+                       "rank ", rank(), ": a scaled result needs floating host data, got ",
+                       dtypeName(dtype), " scaled by ", options.postscale);
 }
 
 void Communicator::agreeOnRange(void* data, size_t count, DType dtype,
@@ -136,6 +141,7 @@ void Communicator::agreeOnRange(void* data, size_t count, DType dtype,
   record.exactOnNonFinite = run.check ? 1 : 0;
   record.beyondCerarRange = run.mine ? 1 : 0;
   record.wire = static_cast<uint8_t>(options.wire);
+  record.postscale = options.postscale;
   run.fallback = agreeOnParameters(*transport_, record);
 }
 
@@ -195,11 +201,19 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
     run.cerar = false;
     run.c = N;
   }
+  // The exact ring on the data itself scales as it finishes; any other run, after.
+  bool scaled = options.postscale == 1.0;
   if (!run.inBand || run.fallback) {
     // A stopped CERAR run sent its first rounds: they count.
     const RunStats stopped = stats;
+    CodecParams ring = params;
+    if (!scaled && !run.cerar && run.data == data && run.wire == Wire::kNone && N > 1 &&
+        runner_->scalesFinishedSlices()) {
+      ring.finishScale = options.postscale;
+      scaled = true;
+    }
     stats = runner_->run(planFor(run.cerar ? Algorithm::kCerar : Algorithm::kRing, run.c, count),
-                         *transport_, run.data, params);
+                         *transport_, run.data, ring);
     stats.bytesSent += stopped.bytesSent;
     stats.bytesReceived += stopped.bytesReceived;
   }
@@ -212,6 +226,7 @@ RunStats Communicator::allreduce(void* data, size_t count, DType dtype,
   if (run.cerar && options.shareCorrection) {
     applyShareCorrection(Layout(N, run.c, count), rank(), run.eps, dtype, run.data);
   }
+  if (!scaled) scaledCopy(dtype, data, data, count, options.postscale);
   // The range check, the agreement and the decoding pass count as part of the all-reduce.
   stats.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -51,6 +51,11 @@ struct AllreduceOptions {
   // Error feedback (docs/wires.md): with a lossy wire on float32 host data, `count` floats where
   // this rank's losses are written (ops/wire_run.h); zeros where no wire ran. Null: not kept.
   float* lost = nullptr;
+  // Floating dtypes: the result is multiplied by this (an average's 1/N), to the bits of a
+  // pass over the sum on every rank. Where the exact ring runs on the data itself, each rank
+  // scales the slice it finishes before passing it on (CodecParams::finishScale): 1/N of a
+  // pass, on a slice still in cache. Host memory only.
+  double postscale = 1.0;
 };
 
 // Whether a run with `options` on N ranks tests CERAR's range first (exactOnNonFinite): CERAR

@@ -5,6 +5,7 @@
 #include "ops/agreement.h"
 #include "ops/codec/codec.h"
 #include "ops/codec/range.h"
+#include "ops/codec/scale.h"
 #include "common/error.h"
 #include "ops/plan_run.h"
 #include "ops/wire_run.h"
@@ -22,6 +23,8 @@ class HostCodec : public SegmentCodec {
   }
   void finishFirst(const void* y, void* out, size_t n) override {
     codec::finishFirst(p_.dtype, p_.op, y, out, n);
+    // While the segment is in cache, before it goes on (CodecParams::finishScale).
+    if (p_.finishScale != 1.0) scaledCopy(p_.dtype, out, out, n, p_.finishScale);
   }
   void finishDecode(const void* y, const void* previous, void* out, size_t n) override {
     codec::finishDecode(p_.dtype, p_.eps, y, previous, out, n);
@@ -83,6 +86,9 @@ RunStats Executor::runUnlessAnyRank(const Plan& plan, Transport& transport, void
 
 RunStats Executor::runHost(const Plan& plan, Transport& transport, void* data,
                            const CodecParams& params, InBandVerdict* verdict) {
+  CERAR_ENFORCE(params.finishScale == 1.0 || (params.wire == Wire::kNone &&
+                                               plan.c == plan.N && !plan.accumulateFinal),
+                "a finished slice is scaled in the exact ring's plan without a wire only");
   if (params.wire != Wire::kNone) {
     // The communicator checked wireCarries and widened 16-bit data: float32 sums here.
     CERAR_CHECK_ARGUMENT(params.dtype == DType::kFloat32 && params.op == ReduceOp::kSum,

@@ -27,6 +27,8 @@ class PlanRunner {
   virtual void setPacing(const Pacing& /*pacing*/) {}
   // Whether run() takes host memory (host-side post-passes need it).
   virtual bool hostMemory() const { return true; }
+  // Whether run() honours CodecParams::finishScale (else it must be 1).
+  virtual bool scalesFinishedSlices() const { return false; }
   // Whether any of the `count` elements at `data` (memory as run() takes it) is beyond
   // CERAR's range on transport.size() ranks (ops/codec/range.h). Local; sees the work ordered
   // before a run() on this transport.
@@ -62,6 +64,8 @@ class Executor : public PlanRunner {
   // No exchange of its own: the flag rides ahead of the messages of rounds 1..N-1.
   RunStats runUnlessAnyRank(const Plan& plan, Transport& transport, void* data,
                             const CodecParams& params, bool mine) override;
+  // The exact ring's plan without a wire: its finished slices are the sum.
+  bool scalesFinishedSlices() const override { return true; }
 
  private:
   RunStats runHost(const Plan& plan, Transport& transport, void* data, const CodecParams& params,

@@ -20,6 +20,10 @@ struct CodecParams {
   // With a lossy wire, host memory only: where this rank writes, per element, what its own
   // encodings lost (error feedback, docs/wires.md); null: not kept.
   float* lost = nullptr;
+  // The exact ring's plan only, with a runner that scalesFinishedSlices() (ops/executor.h):
+  // each rank multiplies the slice it finishes by this before passing it on (scaledCopy), so
+  // every element is scaled once, to the bits a pass over the sum would give on every rank.
+  double finishScale = 1.0;
 };
 
 struct RunStats {

@@ -96,6 +96,7 @@ class HostPipelineMemory : public PipelineMemory {
   DeviceSlot& devices_;
   Reducer reducer_;
   bool beyond_ = false;  // a packed value is beyond CERAR's range
+  bool scaled_ = false;  // the communicator applied job.factor (AllreduceOptions::postscale)
   std::vector<size_t> sizes_;  // Adasum's tensors
 };
 
