@@ -3,12 +3,14 @@
 backend and a memory floor, in one run (docs/shared-memory.md).
 
     .venv/bin/python bench/shm_allreduce.py [--np 4] [--sizes 4K,64K,1M,16M,64M] [--rounds 3]
+        [--average] [--only cerar-tcp,torch-gloo]
 
 Each round runs one job per contender (cerarrun, float32 sum of the same buffers), the
 contenders in turn; per job and size rank 0 reports the best of --repeats calls (each after a
 barrier, the slowest rank's time). The table gives the median over rounds and ratios to torch's
 gloo. The floor: every rank copying 2·d bytes at once (the copies an exact all-reduce through
-memory cannot avoid), timed the same way.
+memory cannot avoid), timed the same way. --average: the mean instead, as a user averages
+gradients: cerar's Average, torch's sum then `div_` by N.
 """
 import argparse
 import json
@@ -34,7 +36,7 @@ def parse_size(text):
     return int(text[:-1]) * UNITS[text[-1]] if text[-1] in UNITS else int(text)
 
 
-def worker(mode, sizes, repeats):
+def worker(mode, sizes, repeats, average):
     """One rank: prints {"size": bytes, "seconds": best} lines on rank 0."""
     import numpy as np
     rank, size = int(os.environ["CERAR_RANK"]), int(os.environ["CERAR_SIZE"])
@@ -59,11 +61,14 @@ def worker(mode, sizes, repeats):
             start = time.perf_counter()
             if mode == "gloo":
                 dist.all_reduce(torch.from_numpy(data))
+                if average:
+                    torch.from_numpy(data).div_(size)
             elif mode == "floor":
                 np.copyto(scratch, data)
                 np.copyto(data, scratch)
             else:
-                cn.allreduce_(data, op=cerar.Sum, name=f"x.{nbytes}.{i}")
+                cn.allreduce_(data, op=cerar.Average if average else cerar.Sum,
+                              name=f"x.{nbytes}.{i}")
             took = time.perf_counter() - start
             if mode != "gloo":
                 took = float(cn.allreduce(np.array([took]), op=cerar.Max, name=f"t.{nbytes}.{i}")[0])
@@ -81,11 +86,12 @@ def worker(mode, sizes, repeats):
         cerar.shutdown()
 
 
-def run(name, np_, sizes, repeats):
+def run(name, np_, sizes, repeats, average):
     mode, extra = CONTENDERS[name]
     env = {**os.environ, **extra, "CERAR_LOG_LEVEL": "error"}
     rows = rank_zero_rows(__file__, np_, [mode, "--sizes", ",".join(map(str, sizes)),
-                                          "--repeats", str(repeats)], env, f"{name} failed")
+                                          "--repeats", str(repeats)] +
+                          (["--average"] if average else []), env, f"{name} failed")
     return {row["size"]: row["seconds"] for row in rows}
 
 
@@ -95,24 +101,27 @@ def main():
     p.add_argument("--sizes", default="4K,64K,1M,16M,64M")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--average", action="store_true", help="the mean instead of the sum")
+    p.add_argument("--only", default="", help="comma-separated contenders (torch-gloo always)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args()
     sizes = [parse_size(s) for s in a.sizes.split(",")]
     if a.worker:
-        return worker(a.worker, sizes, a.repeats)
-    times = {name: {s: [] for s in sizes} for name in CONTENDERS}
+        return worker(a.worker, sizes, a.repeats, a.average)
+    names = [n for n in CONTENDERS if not a.only or n in a.only.split(",") or n == "torch-gloo"]
+    times = {name: {s: [] for s in sizes} for name in names}
     for _ in range(a.rounds):
-        for name in CONTENDERS:
-            for s, seconds in run(name, a.np, sizes, a.repeats).items():
+        for name in names:
+            for s, seconds in run(name, a.np, sizes, a.repeats, a.average).items():
                 times[name][s].append(seconds)
-    print(f"N = {a.np}, float32 sum, median over {a.rounds} rounds of the best of {a.repeats}; "
-          "(ratio to torch-gloo)")
-    print("| size | " + " | ".join(CONTENDERS) + " |")
-    print("|---" * (len(CONTENDERS) + 1) + "|")
+    print(f"N = {a.np}, float32 {'mean' if a.average else 'sum'}, median over {a.rounds} "
+          f"rounds of the best of {a.repeats}; (ratio to torch-gloo)")
+    print("| size | " + " | ".join(names) + " |")
+    print("|---" * (len(names) + 1) + "|")
     for s in sizes:
         gloo = statistics.median(times["torch-gloo"][s])
         cells = [f"{statistics.median(times[n][s]) * 1e3:.3f} ms "
-                 f"({statistics.median(times[n][s]) / gloo:.2f})" for n in CONTENDERS]
+                 f"({statistics.median(times[n][s]) / gloo:.2f})" for n in names]
         label = f"{s >> 20} MiB" if s >= 1 << 20 else f"{s >> 10} KiB"
         print(f"| {label} | " + " | ".join(cells) + " |")
 
