@@ -55,7 +55,8 @@ class PipelineMemory {
   virtual void fillIdentity(const PipelineJob& job, std::byte* at, size_t elements) = 0;
   virtual void toHost(std::byte* host, const std::byte* buffer, size_t bytes) = 0;
   virtual RunStats reduce(std::byte* buffer, const PipelineJob& job) = 0;
-  // The buffer times job.factor into every part's output (in place for a direct job).
+  // The buffer times job.factor into every part's output (in place for a direct job), unless
+  // the host's communicator applied it (AllreduceOptions::postscale).
   virtual void unpack(const std::vector<PipelinePart>& parts, std::byte* buffer,
                       const PipelineJob& job) = 0;
 };
