@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "ops/transport/inproc.h"
 #include "adasum_reference.h"
+#include "simulate.h"
 
 namespace cerar {
 namespace {
@@ -129,24 +130,10 @@ T fromDouble(double x) {
 template <typename T>
 std::vector<std::vector<T>> runAll(std::vector<std::vector<T>> buffers, DType dtype,
                                    const std::vector<size_t>& sizes) {
-  const int N = int(buffers.size());
-  InprocHub hub(N, std::chrono::seconds(20));
-  std::vector<std::exception_ptr> errors(N);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < N; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        auto transport = hub.connect(rank);
-        AdasumRunner runner;
-        runner.run(*transport, buffers[rank].data(), dtype, sizes);
-      } catch (...) {
-        errors[rank] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  testing::onRanks(int(buffers.size()), [&](int rank, std::unique_ptr<Transport> transport) {
+    AdasumRunner runner;
+    runner.run(*transport, buffers[rank].data(), dtype, sizes);
+  });
   return buffers;
 }
 

@@ -5,9 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/error.h"
@@ -108,25 +106,12 @@ TEST(Postscale, ExecutorScalesFinishedSlicesOfTheRingOnly) {
   auto scaled = testing::correlatedInputs<float>(N, d, 5);
   auto summed = scaled;
   const auto runAll = [&](std::vector<std::vector<float>>& buffers, double factor) {
-    InprocHub hub(N, std::chrono::seconds(20));
-    std::vector<std::exception_ptr> errors(N);
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < N; ++rank) {
-      threads.emplace_back([&, rank] {
-        try {
-          auto transport = hub.connect(rank);
-          Executor executor(64);
-          CodecParams params;
-          params.finishScale = factor;
-          executor.run(makeRingPlan(N, d, rank), *transport, buffers[rank].data(), params);
-        } catch (...) {
-          errors[rank] = std::current_exception();
-        }
-      });
-    }
-    for (auto& thread : threads) thread.join();
-    for (auto& error : errors)
-      if (error) std::rethrow_exception(error);
+    testing::onRanks(N, [&](int rank, std::unique_ptr<Transport> transport) {
+      Executor executor(64);
+      CodecParams params;
+      params.finishScale = factor;
+      executor.run(makeRingPlan(N, d, rank), *transport, buffers[rank].data(), params);
+    });
   };
   runAll(summed, 1.0);
   runAll(scaled, 0.25);
@@ -147,21 +132,16 @@ TEST(Postscale, ExecutorScalesFinishedSlicesOfTheRingOnly) {
 // Runs allreduce on N threads with per-rank options; the message of each rank's error.
 std::vector<std::string> errorsOf(int N, const std::vector<AllreduceOptions>& options,
                                   DType dtype) {
-  InprocHub hub(N, std::chrono::seconds(20));
   std::vector<std::string> messages(N);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < N; ++rank) {
-    threads.emplace_back([&, rank] {
-      std::vector<uint64_t> data(64, 1);  // 8 bytes per element, any dtype here
-      try {
-        Communicator communicator(hub.connect(rank));
-        communicator.allreduce(data.data(), 64, dtype, options[rank]);
-      } catch (const std::exception& e) {
-        messages[rank] = e.what();
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
+  testing::onRanks(N, [&](int rank, std::unique_ptr<Transport> transport) {
+    std::vector<uint64_t> data(64, 1);  // 8 bytes per element, any dtype here
+    try {
+      Communicator communicator(std::move(transport));
+      communicator.allreduce(data.data(), 64, dtype, options[rank]);
+    } catch (const std::exception& e) {
+      messages[rank] = e.what();
+    }
+  });
   return messages;
 }
 

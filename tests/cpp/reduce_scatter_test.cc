@@ -57,23 +57,10 @@ TEST(ReduceScatterPlan, RoundsPayloadAndNeighbours) {
 void simulateReduceScatter(std::vector<std::vector<std::byte>>& buffers,
                            const std::vector<size_t>& chunks, DType dtype, ReduceOp op,
                            size_t segmentBytes = 64) {
-  const int N = int(buffers.size());
-  InprocHub hub(N, std::chrono::seconds(20));
-  std::vector<std::exception_ptr> errors(N);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < N; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        Communicator communicator(hub.connect(rank), segmentBytes);
-        communicator.reduceScatter(buffers[rank].data(), chunks, dtype, op);
-      } catch (...) {
-        errors[rank] = std::current_exception();
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  for (auto& error : errors)
-    if (error) std::rethrow_exception(error);
+  testing::onRanks(int(buffers.size()), [&](int rank, std::unique_ptr<Transport> transport) {
+    Communicator communicator(std::move(transport), segmentBytes);
+    communicator.reduceScatter(buffers[rank].data(), chunks, dtype, op);
+  });
 }
 
 template <typename T>

@@ -20,24 +20,17 @@ struct SimulationResult {
   std::vector<RunStats> stats;
 };
 
-// Runs allreduce in place on every rank's buffer, streamed with `pacing`; rethrows the first
-// rank's exception.
-template <typename T>
-SimulationResult simulatePaced(std::vector<std::vector<T>>& buffers,
-                               const AllreduceOptions& options, const Pacing& pacing,
-                               DType dtype = dtypeOf<T>()) {
-  const int N = static_cast<int>(buffers.size());
+// Runs body(rank, transport) on N threads over one in-process hub; rethrows the first rank's
+// exception once all have returned.
+template <typename Body>
+void onRanks(int N, Body body) {
   InprocHub hub(N, std::chrono::seconds(20));
-  SimulationResult result;
-  result.stats.resize(N);
   std::vector<std::exception_ptr> errors(N);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < N; ++rank) {
     threads.emplace_back([&, rank] {
       try {
-        Communicator communicator(hub.connect(rank), std::make_unique<Executor>(pacing));
-        result.stats[rank] = communicator.allreduce(buffers[rank].data(), buffers[rank].size(),
-                                                    dtype, options);
+        body(rank, hub.connect(rank));
       } catch (...) {
         errors[rank] = std::current_exception();
       }
@@ -46,6 +39,22 @@ SimulationResult simulatePaced(std::vector<std::vector<T>>& buffers,
   for (auto& thread : threads) thread.join();
   for (auto& error : errors)
     if (error) std::rethrow_exception(error);
+}
+
+// Runs allreduce in place on every rank's buffer, streamed with `pacing`; rethrows the first
+// rank's exception.
+template <typename T>
+SimulationResult simulatePaced(std::vector<std::vector<T>>& buffers,
+                               const AllreduceOptions& options, const Pacing& pacing,
+                               DType dtype = dtypeOf<T>()) {
+  const int N = static_cast<int>(buffers.size());
+  SimulationResult result;
+  result.stats.resize(N);
+  onRanks(N, [&](int rank, std::unique_ptr<Transport> transport) {
+    Communicator communicator(std::move(transport), std::make_unique<Executor>(pacing));
+    result.stats[rank] =
+        communicator.allreduce(buffers[rank].data(), buffers[rank].size(), dtype, options);
+  });
   return result;
 }
 
