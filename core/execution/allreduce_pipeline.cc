@@ -24,6 +24,14 @@ RunStats runPipeline(PipelineMemory& memory, const std::vector<PipelinePart>& pa
   return run;
 }
 
+// The communicator's exact ring scales each slice as it finishes it, a fraction of the pass
+// unpack would make; debug error mode compares the sum itself, and Adasum and the host-by-host
+// path reduce without the communicator's postscale.
+bool HostPipelineMemory::communicatorScales(const PipelineJob& job) const {
+  return reducer_.options.algorithm != Algorithm::kAdasum && reducer_.hierarchy == nullptr &&
+         job.factor != 1.0 && isFloatDType(job.dtype) && !job.input && !job.result;
+}
+
 std::byte* HostPipelineMemory::buffer(size_t bytes) {
   if (fusion_.size() < bytes) fusion_.resize(bytes);
   return fusion_.data();
@@ -78,16 +86,13 @@ RunStats HostPipelineMemory::reduce(std::byte* buffer, const PipelineJob& job) {
   options.lost = job.lost;
   // Tested while packing (the same rule): the communicator need not read the buffer again.
   if (testsCerarRange(options, reducer_.ranks)) options.beyondCerarRange = beyond_;
-  // The exact ring scales each slice as it finishes it, a fraction of the pass unpack would
-  // make; debug error mode compares the sum itself.
-  scaled_ = job.factor != 1.0 && isFloatDType(job.dtype) && !job.input && !job.result;
-  if (scaled_) options.postscale = job.factor;
+  if (communicatorScales(job)) options.postscale = job.factor;
   return reducer_.communicator->allreduce(buffer, job.total, job.dtype, options);
 }
 
 void HostPipelineMemory::unpack(const std::vector<PipelinePart>& parts, std::byte* buffer,
                                 const PipelineJob& job) {
-  const double factor = scaled_ ? 1.0 : job.factor;
+  const double factor = communicatorScales(job) ? 1.0 : job.factor;
   if (job.direct) {
     scaledCopy(job.dtype, buffer, buffer, job.total, factor);
     return;

@@ -93,11 +93,13 @@ class HostPipelineMemory : public PipelineMemory {
               const PipelineJob& job) override;
 
  private:
+  // Whether reduce() has the communicator apply job.factor (AllreduceOptions::postscale).
+  bool communicatorScales(const PipelineJob& job) const;
+
   std::vector<std::byte>& fusion_;
   DeviceSlot& devices_;
   Reducer reducer_;
   bool beyond_ = false;  // a packed value is beyond CERAR's range
-  bool scaled_ = false;  // the communicator applied job.factor (AllreduceOptions::postscale)
   std::vector<size_t> sizes_;  // Adasum's tensors
 };
 
