@@ -257,7 +257,8 @@ int main(int argc, char** argv) {
     // As the runtime probes without an error budget: cerar-auto chooses without one.
     cerar::LinkModel link = cerar::probeLink(*main, &ownRounds, false);
     const double probeSeconds = std::chrono::duration<double>(Clock::now() - probeStart).count();
-    const cerar::Pacing pacing = s.pacing.value_or(cerar::pacingFor(size_t(link.windowBytes)));
+    const cerar::Pacing pacing = s.pacing.value_or(
+        cerar::pacingFor(size_t(link.windowBytes), link.cpuBound));
     link.segmentBytes = double(pacing.segmentBytes);  // as the runtime's coordinator does
     for (auto& c : all) c.communicator->setPacing(pacing);
     if (rank == 0) {
@@ -271,9 +272,11 @@ int main(int argc, char** argv) {
                        ", " + std::to_string(point.seconds) + "]";
       std::printf("{\"probe\": {\"n\": %d, \"alpha_s\": %.9g, \"beta_s_per_byte\": %.9g, "
                   "\"gamma_s_per_byte\": %.9g, \"window_bytes\": %zu, "
-                  "\"segment_bytes\": %zu, \"rounds\": [%s], \"ring_rounds\": [%s], "
+                  "\"segment_bytes\": %zu, \"receives_in_step\": %s, \"rounds\": [%s], "
+                  "\"ring_rounds\": [%s], "
                   "\"wire_rounds\": [%s], \"seconds\": %.3f, \"own_rounds_s\": %.3f}}\n",
                   n, link.alpha, link.beta, link.gamma, pacing.windowBytes, pacing.segmentBytes,
+                  pacing.receivesInStep ? "true" : "false",
                   rounds[0].c_str(), rounds[1].c_str(), rounds[2].c_str(), probeSeconds,
                   ownRounds);
     }

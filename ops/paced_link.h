@@ -17,10 +17,11 @@ namespace cerar {
 
 // The executor's pacing for a window: segments of half of it, so that one segment is in
 // flight while the next is posted; without a window, the default segments, longer for long
-// messages (up to 1 MiB, as Gloo's own ring).
-inline Pacing pacingFor(size_t windowBytes) {
+// messages (up to 1 MiB, as Gloo's own ring), and on links the CPU bounds (`cpuBound`)
+// receives posted in their round's step.
+inline Pacing pacingFor(size_t windowBytes, bool cpuBound = false) {
   return windowBytes > 0 ? Pacing{std::max<size_t>(1, windowBytes / 2), windowBytes}
-                         : Pacing{Pacing{}.segmentBytes, 0, size_t(1) << 20};
+                         : Pacing{Pacing{}.segmentBytes, 0, size_t(1) << 20, cpuBound};
 }
 
 class PacedLink {

@@ -10,10 +10,11 @@ namespace cerar {
 
 PlanRun::PlanRun(const Plan& plan, Transport& transport, std::byte* data, size_t elementBytes,
                  size_t segmentElements, size_t windowBytes, void* const* send,
-                 void* const* recv, SegmentCodec& codec, InBandVerdict* verdict)
+                 void* const* recv, SegmentCodec& codec, InBandVerdict* verdict,
+                 bool postInStep)
     : plan_(plan), link_(transport, windowBytes), data_(data), elementBytes_(elementBytes),
       encoded_(codec.messageElementBytes() != 0), segment_(segmentElements), send_(send),
-      recv_(recv), codec_(codec), verdict_(verdict) {
+      recv_(recv), codec_(codec), verdict_(verdict), lead_(postInStep ? 0 : 1) {
   CERAR_ENFORCE(segment_ % codec_.blockElements() == 0, "a segment of ", segment_,
                 " elements is not whole blocks of ", codec_.blockElements());
   if (verdict_ != nullptr) {
@@ -31,15 +32,17 @@ PlanRun::PlanRun(const Plan& plan, Transport& transport, std::byte* data, size_t
 bool PlanRun::execute(RunStats& stats) {
   const int L = plan_.numRounds();
   const int decide = flagRounds_ + 1;  // with a verdict, the step that reads it: N
-  round_ = 1;
-  postReceives(1);
+  if (lead_ == 1) postReceives(1);
   for (int t = 1; t <= L + 1; ++t) {
     const Round* round = t <= L ? &plan_.rounds[t - 1] : nullptr;
     const size_t sendSegments = round ? segments(round->message) : 0;
     const size_t arrivedSegments = t > 1 ? segments(plan_.rounds[t - 2].receive) : 0;
-    // With a verdict, round N's receives wait for it (step N), so that a stop leaves none.
-    const size_t nextSegments =
-        t < L && !(verdict_ && t + 1 == decide) ? segments(plan_.rounds[t].receive) : 0;
+    // The receives posted in step t: round t + lead_'s. With a verdict, round N's wait for it
+    // (step N), so that a stop leaves none.
+    const int posted = t + lead_;
+    const size_t postedSegments = posted <= L && !(verdict_ && lead_ == 1 && posted == decide)
+                                      ? segments(plan_.rounds[posted - 1].receive)
+                                      : 0;
     if (t >= 2 && t - 1 <= flagRounds_) receiveFlag(t - 1);
     if (verdict_ && t == decide) {
       if (verdict_->any) {
@@ -50,26 +53,25 @@ bool PlanRun::execute(RunStats& stats) {
         stats.rounds = t - 1;
         return false;
       }
-      postReceives(t);
+      if (lead_ == 1) postReceives(t);
     }
     if (t <= flagRounds_) sendFlag(t);
-    if (t + 1 <= flagRounds_) {  // ahead of round t+1's receives, posted below
-      round_ = t + 1;
-      link_.postRecv(&verdict_->flags[plan_.N + t + 1], 1);
+    if (posted <= flagRounds_) {  // ahead of that round's receives, posted below
+      round_ = posted;
+      link_.postRecv(&verdict_->flags[plan_.N + posted], 1);
     }
-    const size_t count = std::max({sendSegments, arrivedSegments, nextSegments});
+    const size_t count = std::max({sendSegments, arrivedSegments, postedSegments});
     for (size_t k = 0; k < count; ++k) {
       if (k < arrivedSegments) {
         round_ = t - 1;  // the message of round t-1 arrives in step t
         link_.waitRecv();
       }
+      // Round t's receive lands where round t-2's message was, consumed in step t-1: it may
+      // go before the send. Round t+1's lands where round t-1's was: after the send used it.
+      if (lead_ == 0 && k < postedSegments) postReceive(t, plan_.rounds[t - 1].receive, k);
       if (k < sendSegments) sendSegment(t, *round, k);
       if (t > L && k < arrivedSegments) storeFinal(k);
-      // The receive of round t+1 lands where round t-1's message was, consumed above.
-      if (k < nextSegments) {
-        round_ = t + 1;
-        postReceive(t + 1, plan_.rounds[t].receive, k);
-      }
+      if (lead_ == 1 && k < postedSegments) postReceive(t + 1, plan_.rounds[t].receive, k);
     }
     if (round) {
       stats.bytesSent += bytesOf(round->message);
@@ -148,6 +150,7 @@ std::byte* PlanRun::arrived(int t, size_t k) const {
 }
 
 void PlanRun::postReceive(int t, size_t elements, size_t k) {
+  round_ = t;
   std::byte* to = messageAt(recv_, t, k);
   if (const Range* range = storedUnchanged(t)) to = out(*range, k);
   link_.postRecv(to, bytesOf(segmentLength(elements, k)));
@@ -249,6 +252,16 @@ size_t freeSegmentBytes(const Pacing& pacing, size_t shareBytes) {
   return std::clamp(shareBytes / kSegmentsPerShare, pacing.segmentBytes, pacing.longSegmentBytes);
 }
 
+// On links the CPU bounds, a round's receives are posted in its own step, each just before
+// the matching send, as Gloo's ring posts them: at least two segments, not two rounds, wait
+// posted. Two rounds ahead took about 2 % longer there (4 ranks in network namespaces, 4 MiB;
+// docs/pacing.md, "Receives in step"). Where a queue bounds the link, in step is slower: a
+// receiver's notice waits in its own queue behind its data. Short messages keep a step ahead
+// too, so that a sender a step ahead never waits on a notice.
+bool postInStep(const Pacing& pacing, size_t segment, size_t maxMessage) {
+  return pacing.receivesInStep && pacing.windowBytes == 0 && maxMessage >= 2 * segment;
+}
+
 void checkPlanFits(const Plan& plan, const Transport& transport) {
   CERAR_ENFORCE(transport.size() == plan.N && transport.rank() == plan.rank, "plan for rank ",
                 plan.rank, " of ", plan.N, " run on transport rank ", transport.rank(), " of ",
@@ -284,9 +297,9 @@ RunStats runPlan(const Plan& plan, Transport& transport, void* data, size_t elem
       {transport, data, plan.d * elementBytes},
       {transport, buffers.send[0], messageBytes}, {transport, buffers.send[1], messageBytes},
       {transport, buffers.recv[0], messageBytes}, {transport, buffers.recv[1], messageBytes}};
-  PlanRun run(plan, transport, static_cast<std::byte*>(data), elementBytes,
-              segment, pacing.windowBytes,
-              buffers.send, buffers.recv, codec, verdict);
+  PlanRun run(plan, transport, static_cast<std::byte*>(data), elementBytes, segment,
+              pacing.windowBytes, buffers.send, buffers.recv, codec, verdict,
+              postInStep(pacing, segment, plan.maxMessage));
   try {
     if (run.execute(stats)) {
       if (finish) finish();

@@ -60,7 +60,7 @@ class PlanRun {
  public:
   PlanRun(const Plan& plan, Transport& transport, std::byte* data, size_t elementBytes,
           size_t segmentElements, size_t windowBytes, void* const* send, void* const* recv,
-          SegmentCodec& codec, InBandVerdict* verdict = nullptr);
+          SegmentCodec& codec, InBandVerdict* verdict = nullptr, bool postInStep = false);
 
   // Rounds t = 1..L, then a virtual round L+1 that only stores the last message received (or,
   // for a reduce-scatter, adds it to this rank's own slice). With a verdict, rounds 1..N-1 (which
@@ -99,6 +99,9 @@ class PlanRun {
   SegmentCodec& codec_;
   InBandVerdict* verdict_;
   int flagRounds_ = 0;  // rounds 1..flagRounds_ carry the verdict's flag byte
+  // Steps ahead of its own that a round's receives are posted: 1, or 0 (postInStep). Only
+  // when, never which or in what order: every rank's sequence of transfers is the same.
+  int lead_ = 1;
   std::deque<std::pair<int, size_t>> pendingSends_;
   int round_ = 0;
 };

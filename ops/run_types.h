@@ -50,6 +50,10 @@ struct Pacing {
   // Without a window, segments may grow up to this for long messages (ops/plan_run.cc,
   // freeSegmentBytes); 0 keeps segmentBytes.
   size_t longSegmentBytes = 0;
+  // Without a window, a round's receives of two segments or more are posted in its own step
+  // rather than a step ahead (ops/plan_run.cc, postInStep): for links the CPU, not a queue,
+  // bounds (the link probe's verdict, docs/pacing.md).
+  bool receivesInStep = false;
 };
 
 }  // namespace cerar

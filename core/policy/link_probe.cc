@@ -237,26 +237,24 @@ std::vector<double> slowestOverRanks(Transport& t, std::vector<double> values) {
   return values;
 }
 
+bool cpuBoundStream(const WindowTrial& trial) {
+  // Past 100 MB/s (0.8 Gbit/s). Free trials on 4 one-rank namespaces on unshaped veth, 2
+  // cores: 136-176 MB/s; at 1 Gbit/s (tbf): 54-62 MB/s (docs/pacing.md, "Who chooses").
+  return double(trial.bytes) / trial.freeSeconds > 100e6;
+}
+
 bool windowWorthIt(const WindowTrial& trial) {
   // Measurably slower than none: a free stream's losses grow with its length beyond what a
   // short trial shows (N=8 at 200 Mbit/s: 2 MiB trials within 3 %, 64 MiB runs 20-30 % slower
   // free; with a 2 % tolerance one probe in three kept none), while a window too small for the
   // links shows at once.
   constexpr double kTolerance = 0.05;
-  // A free stream faster than this (bytes/s, 0.8 Gbit/s) is bound by the CPU, not by a queue:
-  // 4 one-rank namespaces on unshaped veth, 2 cores, a 64 MiB exact ring took 0.54-0.72 s
-  // free and 0.75-1.07 s through a 64 KiB window, which the trials had timed within 5 % of
-  // free or faster (free trials at 136-176 MB/s, losing 16-51 segments in the kernel's
-  // backlog); at 1 Gbit/s (tbf) the window took 1.0-1.1 s and the free stream 1.6-1.8 s (free
-  // trials at 54-62 MB/s).
-  constexpr double kCpuBoundRate = 100e6;
   // Fewer retransmitted segments than this: the free stream overfilled no queue (unshaped veth,
-  // 8 ranks on 2 cores, slower than kCpuBoundRate for the CPU: 0-1; tbf at 200 Mbit/s and
+  // 8 ranks on 2 cores, under 100 MB/s for the CPU: 0-1; tbf at 200 Mbit/s and
   // 1 Gbit/s: 29-298 over the two free trials).
   constexpr uint64_t kLostSegments = 8;
   return trial.windowSeconds <= (1 + kTolerance) * trial.freeSeconds &&
-         double(trial.bytes) / trial.freeSeconds <= kCpuBoundRate &&
-         trial.freeRetransmitted >= kLostSegments;
+         !cpuBoundStream(trial) && trial.freeRetransmitted >= kLostSegments;
 }
 
 LinkModel probeLink(Transport& t, double* ownRoundsSeconds, bool wires) {
@@ -282,14 +280,17 @@ LinkModel probeLink(Transport& t, double* ownRoundsSeconds, bool wires) {
   size_t fastest = size_t(std::min_element(trial + 1, trial + kWindows + 1) - trial);
   const WindowTrial measured{kTrialBytes, trial[0], trial[fastest], freeLost};
   if (!windowWorthIt(measured)) fastest = 0;  // none
-  fastest = rankZeroChoice(t, uint8_t(fastest));
+  // Rank 0's window, and its verdict on what bounds the links (the top bit), in one byte.
+  const uint8_t choice = rankZeroChoice(t, uint8_t(fastest | cpuBoundStream(measured) << 7));
+  fastest = choice & 0x7f;
+  link.cpuBound = (choice & 0x80) != 0;
   const double longRound = trial[fastest];
   if (fastest > 0) link.windowBytes = double(kProbedWindows[fastest - 1]);
   link.beta = std::max((longRound - link.alpha) / kTrialBytes, 1e-12);
   // CERAR rounds of 1 KiB messages up, as the runtime will stream them, until they cost no
   // more than 1.2 times their bytes at the long round's rate (beyond, the last point's rate
   // holds) or 1 MiB: where the per-round floor gives way to the bytes, c is best.
-  const Pacing pacing = pacingFor(size_t(link.windowBytes));
+  const Pacing pacing = pacingFor(size_t(link.windowBytes), link.cpuBound);
   Executor executor(pacing);
   double choices = 0;  // seconds spent on the rings' own rounds
   probePoint(t, executor, kFirstRoundBytes, wires, choices);  // warm-up: the executor's buffers
@@ -323,7 +324,6 @@ LinkModel probeLink(Transport& t, double* ownRoundsSeconds, bool wires) {
   return link;
 }
 
-
 LinkSetup setUpLink(Transport& transport, const RuntimeConfig& config, const Logger& logger) {
   LinkSetup setup;
   LinkModel& link = setup.link;
@@ -336,21 +336,24 @@ LinkSetup setUpLink(Transport& transport, const RuntimeConfig& config, const Log
   }
   if (const auto& figures = config.linkFigures) {  // a test's figures decide alone
     const double window = link.windowBytes;
+    const bool cpuBound = link.cpuBound;
     link = LinkModel{(*figures)[0], (*figures)[1], (*figures)[2]};
     link.windowBytes = window;
+    link.cpuBound = cpuBound;
     if (const auto& compute = config.computeFigures) {
       link.gammaRing = (*compute)[0];
       link.gammaWire = (*compute)[1];
     }
   }
   // The model charges rounds by the segments the executor will stream.
-  setup.pacing = pacingFor(size_t(link.windowBytes));
+  setup.pacing = pacingFor(size_t(link.windowBytes), link.cpuBound);
   link.segmentBytes = double(setup.pacing.segmentBytes);
   logger.log(LogLevel::kInfo, detail::concat("link model: alpha ", link.alpha * 1e6,
                                              " us, beta ", link.beta * 1e9, " ns/B, gamma ",
                                              link.gamma * 1e9, " ns/B, 16-bit wire ",
                                              link.gammaWire * 1e9, " ns/B, send window ",
-                                             link.windowBytes / 1024, " KiB"));
+                                             link.windowBytes / 1024, " KiB, ",
+                                             link.cpuBound ? "CPU-bound" : "queue-bound"));
   logger.log(LogLevel::kInfo, detail::concat("link probe: ", probeSeconds * 1e3, " ms, of which ",
                                              ownRounds * 1e3, " ms the rings' own rounds; ",
                                              roundsText(link)));

@@ -39,6 +39,9 @@ struct WindowTrial {
 // stream was slower than a CPU-bound one (100 MB/s) and lost packets (8 segments or more), the
 // shallow queues a window cures. Elsewhere its lock step only adds waits.
 bool windowWorthIt(const WindowTrial& trial);
+// Whether the free stream ran faster than 100 MB/s (0.8 Gbit/s): bound by the CPU, not by a
+// queue.
+bool cpuBoundStream(const WindowTrial& trial);
 
 // The message sizes the probe times, increasing: 1 KiB, 4 KiB, ... 1 MiB, and the executor's
 // segment (`segmentBytes`) where it falls between them. A round's cost is flat up to one segment

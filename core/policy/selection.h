@@ -47,6 +47,9 @@ struct LinkModel {
   // The send window the probe found to stream faster than none (ops/paced_link.h), 0 for
   // none; the rounds above were streamed through it.
   double windowBytes = 0;
+  // The probe's free stream was faster than a queue-bound link carries: the CPU bounds these
+  // links (link_probe.h, cpuBoundStream). The executor then posts receives in step.
+  bool cpuBound = false;
   // Inside a host of a hierarchical job (ops/hierarchical.h): a local round's latency (s) and
   // per-byte cost of moving and adding (s/byte) over the host's links, shared memory where it
   // has them. The defaults are the shared-memory ring's on a small CPU host.

@@ -108,6 +108,15 @@ TEST(LinkProbe, WindowOnlyWhereTheFreeStreamLostPackets) {
   EXPECT_FALSE(windowWorthIt({bytes, fast, fast * 0.7, 50}));
 }
 
+// A free stream past 100 MB/s is bound by the CPU (receives then go in step), below it by a
+// queue.
+TEST(LinkProbe, CpuBoundStreamIsAFreeStreamPast100MBps) {
+  const size_t bytes = 2 << 20;
+  EXPECT_TRUE(cpuBoundStream({bytes, bytes / 150e6, 1, 0}));
+  EXPECT_FALSE(cpuBoundStream({bytes, bytes / 60e6, 1, 0}));
+  EXPECT_FALSE(cpuBoundStream({bytes, bytes / 90e6, 0, 50}));
+}
+
 TEST(LinkProbe, OneRankMeasuresNothing) {
   InprocHub hub(1, std::chrono::seconds(5));
   const LinkModel link = probeLink(*hub.connect(0));

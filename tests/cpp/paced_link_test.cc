@@ -171,6 +171,9 @@ TEST(PacedLink, PacingForAWindowHalvesIt) {
   EXPECT_EQ(pacingFor(64 << 10).windowBytes, size_t(64 << 10));
   EXPECT_EQ(pacingFor(0).longSegmentBytes, size_t(1) << 20);
   EXPECT_EQ(pacingFor(64 << 10).longSegmentBytes, 0u);
+  EXPECT_FALSE(pacingFor(0).receivesInStep);
+  EXPECT_TRUE(pacingFor(0, true).receivesInStep);
+  EXPECT_FALSE(pacingFor(64 << 10, true).receivesInStep);  // a window keeps receives ahead
 }
 
 }  // namespace
