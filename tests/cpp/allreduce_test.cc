@@ -14,21 +14,9 @@ namespace {
 
 using testing::correlatedInputs;
 using testing::exactSums;
+using testing::cerarOptions;
+using testing::ringOptions;
 using testing::simulate;
-
-AllreduceOptions ringOptions() {
-  AllreduceOptions options;
-  options.algorithm = Algorithm::kRing;
-  return options;
-}
-
-AllreduceOptions cerarOptions(int c, double eps) {
-  AllreduceOptions options;
-  options.algorithm = Algorithm::kCerar;
-  options.components = c;
-  options.eps = eps;
-  return options;
-}
 
 template <typename T>
 bool sameBits(const std::vector<T>& a, const std::vector<T>& b) {

@@ -59,13 +59,10 @@ TEST(PacedLink, WindowsChangeNoBitAndNeverDeadlock) {
 
 // Forwards to a transport and checks, at every send to next, that while some sent bytes are
 // unanswered, sent + this send - arrived stays within `bound`.
-class InFlightCheck : public Transport {
+class InFlightCheck : public testing::ForwardingTransport {
  public:
   InFlightCheck(std::unique_ptr<Transport> inner, size_t bound)
-      : inner_(std::move(inner)), bound_(bound) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  Duration timeout() const override { return inner_->timeout(); }
+      : ForwardingTransport(std::move(inner)), bound_(bound) {}
   void postSend(int peer, const void* data, size_t bytes) override {
     if (arrived_ < sent_ && sent_ + bytes > arrived_ + bound_) ++overruns;
     ++sends;
@@ -76,7 +73,6 @@ class InFlightCheck : public Transport {
     receives_.push_back(bytes);
     inner_->postRecv(peer, data, bytes);
   }
-  void waitSend(int peer) override { inner_->waitSend(peer); }
   void waitRecv(int peer) override {
     inner_->waitRecv(peer);
     arrived_ += receives_.front();
@@ -86,7 +82,6 @@ class InFlightCheck : public Transport {
   int sends = 0;
 
  private:
-  std::unique_ptr<Transport> inner_;
   size_t bound_;
   size_t sent_ = 0, arrived_ = 0;
   std::deque<size_t> receives_;

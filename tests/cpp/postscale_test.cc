@@ -20,6 +20,8 @@
 namespace cerar {
 namespace {
 
+using testing::ringOptions;
+
 template <typename T>
 bool sameBits(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
@@ -61,22 +63,17 @@ void expectScaledAsSumThenPass(DType dtype, AllreduceOptions options, int N, siz
   }
 }
 
-AllreduceOptions ring() {
-  AllreduceOptions options;
-  options.algorithm = Algorithm::kRing;
-  return options;
-}
-
 TEST(Postscale, RingScalesAsItFinishesToTheBitsOfAPass) {
+  const AllreduceOptions ring = ringOptions();
   for (int N : {1, 2, 3, 4, 5, 7}) {
     // Odd lengths, fewer elements than ranks, and segments of 64 bytes and of the default.
     for (size_t d : {size_t(3), size_t(1000 + N)}) {
       for (size_t segment : {size_t(64), Executor::kDefaultSegmentBytes}) {
         for (double factor : {1.0 / N, 0.37}) {
-          expectScaledAsSumThenPass<float>(DType::kFloat32, ring(), N, d, factor, segment);
-          expectScaledAsSumThenPass<double>(DType::kFloat64, ring(), N, d, factor, segment);
-          expectScaledAsSumThenPass<uint16_t>(DType::kFloat16, ring(), N, d, factor, segment);
-          expectScaledAsSumThenPass<uint16_t>(DType::kBFloat16, ring(), N, d, factor, segment);
+          expectScaledAsSumThenPass<float>(DType::kFloat32, ring, N, d, factor, segment);
+          expectScaledAsSumThenPass<double>(DType::kFloat64, ring, N, d, factor, segment);
+          expectScaledAsSumThenPass<uint16_t>(DType::kFloat16, ring, N, d, factor, segment);
+          expectScaledAsSumThenPass<uint16_t>(DType::kBFloat16, ring, N, d, factor, segment);
         }
       }
     }
@@ -86,9 +83,9 @@ TEST(Postscale, RingScalesAsItFinishesToTheBitsOfAPass) {
 TEST(Postscale, OtherRunsScaleAfter) {
   AllreduceOptions cerar;
   cerar.algorithm = Algorithm::kCerar;
-  AllreduceOptions fp16 = ring();
+  AllreduceOptions fp16 = ringOptions();
   fp16.wire = Wire::kFloat16;
-  AllreduceOptions int8 = ring();
+  AllreduceOptions int8 = ringOptions();
   int8.wire = Wire::kInt8;
   for (int N : {2, 4}) {
     expectScaledAsSumThenPass<float>(DType::kFloat32, cerar, N, 2000, 1.0 / N, 256);
@@ -146,7 +143,7 @@ std::vector<std::string> errorsOf(int N, const std::vector<AllreduceOptions>& op
 }
 
 TEST(Postscale, BadScalesFailOnEveryRank) {
-  AllreduceOptions scaled = ring();
+  AllreduceOptions scaled = ringOptions();
   scaled.postscale = 0.5;
   for (const auto& message : errorsOf(3, {scaled, scaled, scaled}, DType::kInt32)) {
     EXPECT_NE(message.find("scaled result needs floating"), std::string::npos) << message;

@@ -18,8 +18,11 @@
 namespace cerar {
 namespace {
 
+using testing::cerarOptions;
 using testing::correlatedInputs;
+using testing::ForwardingTransport;
 using testing::onRanks;
+using testing::ringOptions;
 
 // 1024-byte segments both ways, receives a step ahead or in their round's step (the wires,
 // which stream with the segments and window alone, a step ahead in both).
@@ -28,12 +31,9 @@ const Pacing kInStep{1024, 0, 0, true};
 
 // Forwards to a transport; records the sends and, apart, the receives posted (peer, bytes),
 // and the most receive bytes posted and not yet waited for.
-class Recorder : public Transport {
+class Recorder : public ForwardingTransport {
  public:
-  explicit Recorder(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  Duration timeout() const override { return inner_->timeout(); }
+  using ForwardingTransport::ForwardingTransport;
   void postSend(int peer, const void* data, size_t bytes) override {
     sends.emplace_back(peer, bytes);
     inner_->postSend(peer, data, bytes);
@@ -45,7 +45,6 @@ class Recorder : public Transport {
     mostPosted = std::max(mostPosted, posted_);
     inner_->postRecv(peer, data, bytes);
   }
-  void waitSend(int peer) override { inner_->waitSend(peer); }
   void waitRecv(int peer) override {
     inner_->waitRecv(peer);
     posted_ -= pending_.front();
@@ -55,7 +54,6 @@ class Recorder : public Transport {
   size_t mostPosted = 0;
 
  private:
-  std::unique_ptr<Transport> inner_;
   std::vector<size_t> pending_;
   size_t posted_ = 0;
 };
@@ -88,18 +86,11 @@ Outcome run(std::vector<std::vector<float>> data, const AllreduceOptions& option
   return out;
 }
 
-AllreduceOptions ring() {
-  AllreduceOptions o;
-  o.algorithm = Algorithm::kRing;
-  return o;
-}
-
+// CERAR as the runtime runs it, its in-band verdict riding on the run without a parameter
+// agreement (`inBand`), or on the agreement.
 AllreduceOptions cerar(int c, bool inBand) {
-  AllreduceOptions o;
-  o.algorithm = Algorithm::kCerar;
-  o.components = c;
-  o.eps = 1e-3;
-  o.verifyParameters = !inBand;  // without the agreement, the verdict rides in band
+  AllreduceOptions o = cerarOptions(c, 1e-3);
+  o.verifyParameters = !inBand;
   return o;
 }
 
@@ -107,9 +98,10 @@ AllreduceOptions cerar(int c, bool inBand) {
 // the 16-bit and int8 wires; long and odd lengths, partial last segments.
 TEST(ReceiveLead, SameTransfersInTheSameOrderAndTheSameBits) {
   for (int N : {2, 3, 4, 5, 8}) {
-    std::vector<AllreduceOptions> runs = {ring(), cerar(4 * N, false), cerar(4 * N, true)};
+    std::vector<AllreduceOptions> runs = {ringOptions(), cerar(4 * N, false),
+                                          cerar(4 * N, true)};
     for (Wire wire : {Wire::kFloat16, Wire::kInt8}) {
-      runs.push_back(ring());
+      runs.push_back(ringOptions());
       runs.back().wire = wire;
     }
     for (size_t r = 0; r < runs.size(); ++r) {
@@ -143,8 +135,8 @@ TEST(ReceiveLead, SameTransfersInTheSameOrderAndTheSameBits) {
 // last partial). In step, at most one round's receives wait posted; a step ahead, two.
 TEST(ReceiveLead, InStepAtMostOneRoundOfReceivesWaitsPosted) {
   auto inputs = correlatedInputs<float>(4, 20011, 3);
-  const Outcome ahead = run(inputs, ring(), kAhead);
-  const Outcome inStep = run(inputs, ring(), kInStep);
+  const Outcome ahead = run(inputs, ringOptions(), kAhead);
+  const Outcome inStep = run(inputs, ringOptions(), kInStep);
   for (int rank = 0; rank < 4; ++rank) {
     EXPECT_LE(inStep.mostPosted[rank], 5003u * 4) << rank;
     EXPECT_GT(ahead.mostPosted[rank], 5003u * 4) << rank;
@@ -152,19 +144,10 @@ TEST(ReceiveLead, InStepAtMostOneRoundOfReceivesWaitsPosted) {
 }
 
 // A transport whose rank dies (its hub's kill) at its wait number `dieAt`.
-class DyingTransport : public Transport {
+class DyingTransport : public ForwardingTransport {
  public:
   DyingTransport(std::unique_ptr<Transport> inner, InprocHub& hub, int dieAt)
-      : inner_(std::move(inner)), hub_(hub), dieAt_(dieAt) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  Duration timeout() const override { return inner_->timeout(); }
-  void postSend(int peer, const void* data, size_t bytes) override {
-    inner_->postSend(peer, data, bytes);
-  }
-  void postRecv(int peer, void* data, size_t bytes) override {
-    inner_->postRecv(peer, data, bytes);
-  }
+      : ForwardingTransport(std::move(inner)), hub_(hub), dieAt_(dieAt) {}
   void waitSend(int peer) override {
     step();
     inner_->waitSend(peer);
@@ -180,7 +163,6 @@ class DyingTransport : public Transport {
     hub_.kill(inner_->rank());
     throw PeerLostError("rank " + std::to_string(inner_->rank()) + ": died", -1);
   }
-  std::unique_ptr<Transport> inner_;
   InprocHub& hub_;
   int dieAt_;
   int waits_ = 0;
@@ -202,7 +184,7 @@ TEST(ReceiveLead, ARankLostMidPipelineFailsEveryRankNamingARound) {
         std::shared_ptr<Transport> transport =
             rank == 2 ? std::make_shared<DyingTransport>(std::move(own), hub, dieAt)
                       : std::shared_ptr<Transport>(std::move(own));
-        AllreduceOptions options = ring();
+        AllreduceOptions options = ringOptions();
         options.verifyParameters = false;  // the plan's waits only
         try {
           Communicator communicator(transport, std::make_unique<Executor>(kInStep));

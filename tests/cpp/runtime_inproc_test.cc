@@ -15,6 +15,7 @@
 #include "ops/algorithms/plan.h"
 #include "ops/transport/inproc.h"
 #include "runtime_scenarios.h"
+#include "simulate.h"
 
 namespace cerar {
 namespace {
@@ -23,25 +24,16 @@ using namespace scenarios;
 
 // A slow link: every send of at least 64 KiB (the data, not the control messages) starts
 // `delay` late.
-class SlowSends final : public Transport {
+class SlowSends final : public testing::ForwardingTransport {
  public:
   SlowSends(std::shared_ptr<Transport> base, std::chrono::milliseconds delay)
-      : base_(std::move(base)), delay_(delay) {}
-  int rank() const override { return base_->rank(); }
-  int size() const override { return base_->size(); }
-  Duration timeout() const override { return base_->timeout(); }
+      : ForwardingTransport(std::move(base)), delay_(delay) {}
   void postSend(int peer, const void* data, size_t bytes) override {
     if (bytes >= 64 * 1024) std::this_thread::sleep_for(delay_);
-    base_->postSend(peer, data, bytes);
+    inner_->postSend(peer, data, bytes);
   }
-  void postRecv(int peer, void* data, size_t bytes) override {
-    base_->postRecv(peer, data, bytes);
-  }
-  void waitSend(int peer) override { base_->waitSend(peer); }
-  void waitRecv(int peer) override { base_->waitRecv(peer); }
 
  private:
-  std::shared_ptr<Transport> base_;
   std::chrono::milliseconds delay_;
 };
 
