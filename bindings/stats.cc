@@ -60,7 +60,8 @@ py::dict bySet(const RuntimeStats& s) {
   return d;
 }
 
-// {"probed": bool, "alpha": seconds, "beta": seconds per byte}
+// {"probed": bool, "alpha": seconds, "beta": seconds per byte}; the job's links also have
+// "cpu_bound" (the probe's verdict) and "window_bytes" (the pacing window, 0: none).
 py::dict linkFigures(const LinkFigures& f) {
   py::dict d;
   d["probed"] = f.probed;
@@ -73,7 +74,10 @@ py::dict linkFigures(const LinkFigures& f) {
 
 void addLink(py::dict& d, const RuntimeStats& s) {
   py::dict link;
-  link["job"] = linkFigures(s.link);
+  py::dict job = linkFigures(s.link);
+  job["cpu_bound"] = s.linkCpuBound;
+  job["window_bytes"] = s.pacingWindowBytes;
+  link["job"] = job;
   if (s.hostStep) link["local"] = linkFigures(s.hostLink);
   d["link"] = link;
 }

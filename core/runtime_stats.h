@@ -137,6 +137,11 @@ struct RuntimeStats {
   // links (alpha, beta), and in a layered job (hostStep) the host step's (localAlpha,
   // localBeta). Zero until the probe has run.
   LinkFigures link;
+  // The probe's verdict on the job's links and the pacing it set (docs/pacing.md): the CPU,
+  // not a queue, bounds a free stream (receives are then posted in step); the window of bytes
+  // in flight per link (0: none).
+  bool linkCpuBound = false;
+  uint64_t pacingWindowBytes = 0;
   bool hostStep = false;
   LinkFigures hostLink;
 };

@@ -71,7 +71,7 @@ void Coordinator::probe() {
                                                 " us, beta ", link_.localBeta * 1e9, " ns/B"));
   }
   dispatcher_.setPacing(setup.pacing);
-  recordLink(stats_.working(), link_, config_, local_ != nullptr);
+  recordLink(stats_.working(), link_, setup.pacing, config_, local_ != nullptr);
   stats_.publish();
 }
 

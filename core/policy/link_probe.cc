@@ -360,9 +360,11 @@ LinkSetup setUpLink(Transport& transport, const RuntimeConfig& config, const Log
   return setup;
 }
 
-void recordLink(RuntimeStats& stats, const LinkModel& link, const RuntimeConfig& config,
-                bool hostStep) {
+void recordLink(RuntimeStats& stats, const LinkModel& link, const Pacing& pacing,
+                const RuntimeConfig& config, bool hostStep) {
   stats.link = {config.measureLink && !config.linkFigures, link.alpha, link.beta};
+  stats.linkCpuBound = link.cpuBound;
+  stats.pacingWindowBytes = pacing.windowBytes;
   stats.hostStep = hostStep;
   stats.hostLink = hostStep ? LinkFigures{config.measureLink, link.localAlpha, link.localBeta}
                             : LinkFigures{};

@@ -77,7 +77,7 @@ LinkSetup setUpLink(Transport& transport, const RuntimeConfig& config, const Log
 // Copies `link`'s figures into `stats` (RuntimeStats::link, hostLink), for the metrics: the
 // job's as probed unless the probe is off or a test's figures replace them; the host step's
 // only with `hostStep` (a layered job), probed where the probe is on.
-void recordLink(RuntimeStats& stats, const LinkModel& link, const RuntimeConfig& config,
-                bool hostStep);
+void recordLink(RuntimeStats& stats, const LinkModel& link, const Pacing& pacing,
+                const RuntimeConfig& config, bool hostStep);
 
 }  // namespace cerar

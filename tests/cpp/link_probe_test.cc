@@ -160,9 +160,14 @@ TEST(LinkProbe, RecordLinkSaysWhatWasProbed) {
   link.beta = 2e-9;
   link.localAlpha = 4e-6;
   link.localBeta = 1e-10;
+  link.cpuBound = true;
+  Pacing pacing;
+  pacing.windowBytes = 65536;
   RuntimeConfig config;
   RuntimeStats stats;
-  recordLink(stats, link, config, true);
+  recordLink(stats, link, pacing, config, true);
+  EXPECT_TRUE(stats.linkCpuBound);
+  EXPECT_EQ(stats.pacingWindowBytes, 65536u);
   EXPECT_TRUE(stats.link.probed);
   EXPECT_EQ(stats.link.alpha, 3e-5);
   EXPECT_EQ(stats.link.beta, 2e-9);
@@ -172,14 +177,16 @@ TEST(LinkProbe, RecordLinkSaysWhatWasProbed) {
   EXPECT_EQ(stats.hostLink.beta, 1e-10);
 
   config.linkFigures = std::array<double, 3>{1e-5, 1e-9, 1e-10};
-  recordLink(stats, link, config, false);
+  recordLink(stats, link, Pacing{}, config, false);
+  EXPECT_EQ(stats.pacingWindowBytes, 0u);
   EXPECT_FALSE(stats.link.probed);
   EXPECT_FALSE(stats.hostStep);
   EXPECT_EQ(stats.hostLink.alpha, 0);
 
   config.linkFigures.reset();
   config.measureLink = false;
-  recordLink(stats, LinkModel{}, config, true);
+  recordLink(stats, LinkModel{}, Pacing{}, config, true);
+  EXPECT_FALSE(stats.linkCpuBound);
   EXPECT_FALSE(stats.link.probed);
   EXPECT_FALSE(stats.hostLink.probed);
   EXPECT_EQ(stats.link.alpha, LinkModel{}.alpha);

@@ -147,6 +147,11 @@ def test_link_figures_and_measured_error_match_the_ranks_stats(scraped):
               {r: figures["alpha"] for r, figures in job.items()})
     _matching(server, f"cerar_link_bandwidth_bytes_per_second{labels}",
               {r: 1.0 / figures["beta"] for r, figures in job.items()})
+    # The probe's verdict and window: one job-wide choice, as every rank's stats say.
+    assert len({(f["cpu_bound"], f["window_bytes"]) for f in job.values()}) == 1, job
+    _matching(server, "cerar_link_cpu_bound", {r: float(f["cpu_bound"]) for r, f in job.items()})
+    _matching(server, "cerar_link_window_bytes",
+              {r: float(f["window_bytes"]) for r, f in job.items()})
     # Without CERAR_DEBUG_ERROR nothing is measured: the series exist, at 0.
     for key, metric in (("measured_error_last", "cerar_measured_error"),
                         ("measured_error_max", "cerar_measured_error_max"),
@@ -188,7 +193,8 @@ def test_measured_error_and_unprobed_link_figures(tmp_path):
                               ("measured_buffers", "cerar_measured_buffers_total"),
                               ("predicted_error_max", "cerar_predicted_error_max")):
                 assert samples[(name, None)][0] == stats[key], (name, samples[(name, None)])
-            assert stats["link"] == {"job": {"probed": False, "alpha": 50e-6, "beta": 0.8e-9}}
+            assert stats["link"] == {"job": {"probed": False, "alpha": 50e-6, "beta": 0.8e-9,
+                                             "cpu_bound": False, "window_bytes": 0}}
             latency, labels = samples[("cerar_link_latency_seconds", "job")]
             assert latency == 50e-6 and labels["probed"] == "false", labels
             bandwidth, _ = samples[("cerar_link_bandwidth_bytes_per_second", "job")]
