@@ -13,7 +13,7 @@
 #include <memory>
 #include <utility>
 
-#include "ops/transport/transport.h"
+#include "ops/transport/forwarding.h"
 
 namespace cerar {
 
@@ -23,39 +23,26 @@ struct WaitClock {
   uint64_t read() const { return nanos.load(std::memory_order_relaxed); }
 };
 
-class TimedTransport final : public Transport {
+class TimedTransport final : public ForwardingTransport {
  public:
   TimedTransport(std::shared_ptr<Transport> base, std::shared_ptr<WaitClock> clock)
-      : base_(std::move(base)), clock_(std::move(clock)) {}
+      : ForwardingTransport(std::move(base)), clock_(std::move(clock)) {}
 
-  int rank() const override { return base_->rank(); }
-  int size() const override { return base_->size(); }
-  Duration timeout() const override { return base_->timeout(); }
-  void postSend(int peer, const void* data, size_t bytes) override {
-    base_->postSend(peer, data, bytes);
-  }
-  void postRecv(int peer, void* data, size_t bytes) override {
-    base_->postRecv(peer, data, bytes);
-  }
   void waitSend(int peer) override {
     const auto start = std::chrono::steady_clock::now();
-    base_->waitSend(peer);  // a throw is not counted: the runtime stops after it anyway
+    inner_->waitSend(peer);  // a throw is not counted: the runtime stops after it anyway
     count(start);
   }
   void waitRecv(int peer) override {
     const auto start = std::chrono::steady_clock::now();
-    base_->waitRecv(peer);
+    inner_->waitRecv(peer);
     count(start);
   }
   // A channel's waits are this rank's waits too: the same clock.
   std::shared_ptr<Transport> channel(uint32_t tag) override {
-    std::shared_ptr<Transport> links = base_->channel(tag);
+    std::shared_ptr<Transport> links = inner_->channel(tag);
     return links ? std::make_shared<TimedTransport>(std::move(links), clock_) : nullptr;
   }
-  bool registerMemory(void* base, size_t bytes) override {
-    return base_->registerMemory(base, bytes);
-  }
-  void releaseMemory(void* base) override { base_->releaseMemory(base); }
 
  private:
   void count(std::chrono::steady_clock::time_point start) {
@@ -65,7 +52,6 @@ class TimedTransport final : public Transport {
         std::memory_order_relaxed);
   }
 
-  std::shared_ptr<Transport> base_;
   std::shared_ptr<WaitClock> clock_;
 };
 

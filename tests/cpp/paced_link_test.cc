@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "ops/paced_link.h"
+#include "ops/transport/forwarding.h"
 #include "simulate.h"
 
 namespace cerar {
@@ -59,7 +60,7 @@ TEST(PacedLink, WindowsChangeNoBitAndNeverDeadlock) {
 
 // Forwards to a transport and checks, at every send to next, that while some sent bytes are
 // unanswered, sent + this send - arrived stays within `bound`.
-class InFlightCheck : public testing::ForwardingTransport {
+class InFlightCheck : public ForwardingTransport {
  public:
   InFlightCheck(std::unique_ptr<Transport> inner, size_t bound)
       : ForwardingTransport(std::move(inner)), bound_(bound) {}

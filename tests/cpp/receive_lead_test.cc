@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "ops/transport/forwarding.h"
 #include "simulate.h"
 
 namespace cerar {
@@ -20,7 +21,6 @@ namespace {
 
 using testing::cerarOptions;
 using testing::correlatedInputs;
-using testing::ForwardingTransport;
 using testing::onRanks;
 using testing::ringOptions;
 

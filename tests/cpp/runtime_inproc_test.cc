@@ -13,6 +13,7 @@
 #include "ops/communicator.h"
 #include "ops/control_frame.h"
 #include "ops/algorithms/plan.h"
+#include "ops/transport/forwarding.h"
 #include "ops/transport/inproc.h"
 #include "runtime_scenarios.h"
 #include "simulate.h"
@@ -24,7 +25,7 @@ using namespace scenarios;
 
 // A slow link: every send of at least 64 KiB (the data, not the control messages) starts
 // `delay` late.
-class SlowSends final : public testing::ForwardingTransport {
+class SlowSends final : public ForwardingTransport {
  public:
   SlowSends(std::shared_ptr<Transport> base, std::chrono::milliseconds delay)
       : ForwardingTransport(std::move(base)), delay_(delay) {}

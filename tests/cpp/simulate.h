@@ -1,5 +1,5 @@
 // The in-process test harness: N ranks on threads over one hub, one all-reduce on them, the
-// options the tests start from, and a transport that forwards every call.
+// options the tests start from.
 #pragma once
 
 #include <chrono>
@@ -33,27 +33,6 @@ inline AllreduceOptions cerarOptions(int c, double eps) {
   options.eps = eps;
   return options;
 }
-
-// Forwards every call to `inner`: a test's transport overrides only what it watches or
-// changes.
-class ForwardingTransport : public Transport {
- public:
-  explicit ForwardingTransport(std::shared_ptr<Transport> inner) : inner_(std::move(inner)) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  Duration timeout() const override { return inner_->timeout(); }
-  void postSend(int peer, const void* data, size_t bytes) override {
-    inner_->postSend(peer, data, bytes);
-  }
-  void postRecv(int peer, void* data, size_t bytes) override {
-    inner_->postRecv(peer, data, bytes);
-  }
-  void waitSend(int peer) override { inner_->waitSend(peer); }
-  void waitRecv(int peer) override { inner_->waitRecv(peer); }
-
- protected:
-  std::shared_ptr<Transport> inner_;
-};
 
 struct SimulationResult {
   std::vector<RunStats> stats;
