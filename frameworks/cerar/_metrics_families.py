@@ -170,13 +170,12 @@ def _link(f, link):
               "The cost model's bytes per second of a round (1 / beta), by link.",
               1.0 / beta if beta > 0 else float("inf"), **labels)
     job = link["job"]
-    if "cpu_bound" in job:
-        f.add("gauge", "cerar_link_cpu_bound",
-              "1 where the link probe found the CPU, not a queue, bounds a free stream "
-              "(receives are then posted in step); 0 otherwise.", float(job["cpu_bound"]))
-        f.add("gauge", "cerar_link_window_bytes",
-              "The pacing window of bytes in flight per link the probe set; 0: none.",
-              float(job["window_bytes"]))
+    f.add("gauge", "cerar_link_cpu_bound",
+          "1 where the link probe found the CPU, not a queue, bounds a free stream "
+          "(receives are then posted in step); 0 otherwise.", float(job["cpu_bound"]))
+    f.add("gauge", "cerar_link_window_bytes",
+          "The pacing window of bytes in flight per link the probe set; 0: none.",
+          float(job["window_bytes"]))
 
 
 def _buckets(wait):

@@ -218,7 +218,8 @@ def test_a_layered_jobs_host_step_has_its_own_scope():
 
     from cerar._metrics_families import _Families, _link
     families = _Families(core, ["0", "0", "h"])
-    _link(families, {"job": {"probed": True, "alpha": 3e-5, "beta": 2e-9},
+    _link(families, {"job": {"probed": True, "alpha": 3e-5, "beta": 2e-9, "cpu_bound": True,
+                             "window_bytes": 65536},
                      "local": {"probed": False, "alpha": 5e-6, "beta": 0.0}})
 
     class Collected:
@@ -228,8 +229,13 @@ def test_a_layered_jobs_host_step_has_its_own_scope():
     registry = core.CollectorRegistry()
     registry.register(Collected())
     text = generate_latest(registry).decode()
+    samples = [sample for family in text_string_to_metric_families(text)
+               for sample in family.samples]
+    # The probe's verdict and window are the job's links' alone: no scope.
+    assert {(s.name, s.value) for s in samples if "scope" not in s.labels} == {
+        ("cerar_link_cpu_bound", 1.0), ("cerar_link_window_bytes", 65536.0)}
     values = {(sample.name, sample.labels["scope"], sample.labels["probed"]): sample.value
-              for family in text_string_to_metric_families(text) for sample in family.samples}
+              for sample in samples if "scope" in sample.labels}
     assert values == {("cerar_link_latency_seconds", "job", "true"): 3e-5,
                       ("cerar_link_bandwidth_bytes_per_second", "job", "true"): 1 / 2e-9,
                       ("cerar_link_latency_seconds", "local", "false"): 5e-6,
