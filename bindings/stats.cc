@@ -76,7 +76,7 @@ void addLink(py::dict& d, const RuntimeStats& s) {
   py::dict link;
   py::dict job = linkFigures(s.link);
   job["cpu_bound"] = s.linkCpuBound;
-  job["window_bytes"] = s.pacingWindowBytes;
+  job["window_bytes"] = s.linkWindowBytes;
   link["job"] = job;
   if (s.hostStep) link["local"] = linkFigures(s.hostLink);
   d["link"] = link;

@@ -141,7 +141,7 @@ struct RuntimeStats {
   // not a queue, bounds a free stream (receives are then posted in step); the window of bytes
   // in flight per link (0: none).
   bool linkCpuBound = false;
-  uint64_t pacingWindowBytes = 0;
+  uint64_t linkWindowBytes = 0;
   bool hostStep = false;
   LinkFigures hostLink;
 };

@@ -5,6 +5,7 @@
 #include "core/config/config.h"
 #include "core/policy/fusion.h"
 #include "core/policy/link_probe.h"
+#include "core/policy/link_setup.h"
 #include "ops/collectives.h"
 #include "common/error.h"
 
@@ -71,7 +72,7 @@ void Coordinator::probe() {
                                                 " us, beta ", link_.localBeta * 1e9, " ns/B"));
   }
   dispatcher_.setPacing(setup.pacing);
-  recordLink(stats_.working(), link_, setup.pacing, config_, local_ != nullptr);
+  recordLink(stats_.working(), link_, config_, local_ != nullptr);
   stats_.publish();
 }
 

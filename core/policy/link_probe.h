@@ -11,11 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/log.h"
-#include "core/config/runtime_config.h"
 #include "core/policy/selection.h"
-#include "core/runtime_stats.h"
-#include "ops/executor.h"
 #include "ops/transport/transport.h"
 
 namespace cerar {
@@ -61,23 +57,5 @@ std::vector<double> slowestOverRanks(Transport& transport, std::vector<double> v
 // LinkModel::localAlpha and localBeta, each the slowest rank's over the whole job (`job`).
 // Every rank calls it at the same point.
 void probeLocalStep(const std::shared_ptr<Transport>& local, Transport& job, LinkModel& link);
-
-// The coordinator's link model and the executor's pacing that goes with it.
-struct LinkSetup {
-  LinkModel link;
-  Pacing pacing;
-};
-// Probed (RuntimeConfig::measureLink) or LinkModel's defaults; a test's figures where given
-// replace them (measured curves included). Rounds are charged by the segments of the pacing
-// the executor streams with. Logged at info, with the probe's time. The fp16 wire's curve is
-// probed only with an error budget (RuntimeConfig::maxError, job-wide). Every rank calls it
-// at start, as probeLink.
-LinkSetup setUpLink(Transport& transport, const RuntimeConfig& config, const Logger& logger);
-
-// Copies `link`'s figures into `stats` (RuntimeStats::link, hostLink), for the metrics: the
-// job's as probed unless the probe is off or a test's figures replace them; the host step's
-// only with `hostStep` (a layered job), probed where the probe is on.
-void recordLink(RuntimeStats& stats, const LinkModel& link, const Pacing& pacing,
-                const RuntimeConfig& config, bool hostStep);
 
 }  // namespace cerar

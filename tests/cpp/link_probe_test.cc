@@ -152,46 +152,5 @@ TEST(LinkProbe, LocalStepFiguresAgreedOnEveryRank) {
   }
 }
 
-// The figures the metrics export: probed only where the probe ran and no test's figures
-// replaced it; the host step's only in a layered job.
-TEST(LinkProbe, RecordLinkSaysWhatWasProbed) {
-  LinkModel link;
-  link.alpha = 3e-5;
-  link.beta = 2e-9;
-  link.localAlpha = 4e-6;
-  link.localBeta = 1e-10;
-  link.cpuBound = true;
-  Pacing pacing;
-  pacing.windowBytes = 65536;
-  RuntimeConfig config;
-  RuntimeStats stats;
-  recordLink(stats, link, pacing, config, true);
-  EXPECT_TRUE(stats.linkCpuBound);
-  EXPECT_EQ(stats.pacingWindowBytes, 65536u);
-  EXPECT_TRUE(stats.link.probed);
-  EXPECT_EQ(stats.link.alpha, 3e-5);
-  EXPECT_EQ(stats.link.beta, 2e-9);
-  EXPECT_TRUE(stats.hostStep);
-  EXPECT_TRUE(stats.hostLink.probed);
-  EXPECT_EQ(stats.hostLink.alpha, 4e-6);
-  EXPECT_EQ(stats.hostLink.beta, 1e-10);
-
-  config.linkFigures = std::array<double, 3>{1e-5, 1e-9, 1e-10};
-  recordLink(stats, link, Pacing{}, config, false);
-  EXPECT_EQ(stats.pacingWindowBytes, 0u);
-  EXPECT_FALSE(stats.link.probed);
-  EXPECT_FALSE(stats.hostStep);
-  EXPECT_EQ(stats.hostLink.alpha, 0);
-
-  config.linkFigures.reset();
-  config.measureLink = false;
-  recordLink(stats, LinkModel{}, Pacing{}, config, true);
-  EXPECT_FALSE(stats.linkCpuBound);
-  EXPECT_FALSE(stats.link.probed);
-  EXPECT_FALSE(stats.hostLink.probed);
-  EXPECT_EQ(stats.link.alpha, LinkModel{}.alpha);
-  EXPECT_EQ(stats.hostLink.beta, LinkModel{}.localBeta);
-}
-
 }  // namespace
 }  // namespace cerar
